@@ -1,0 +1,115 @@
+"""Home: the workspace, the data sets, the models with their metrics and samples; train a model."""
+
+import streamlit as st
+
+from pages import _ui
+from probe_core.data import list_datasets
+from probe_core.errors import ProbeError
+from probe_core.jobs import start_default_training, training_job
+from probe_core.models import GENERATOR_KINDS, ModelSpec
+
+ws = _ui.workspace()
+manager = _ui.job_manager()
+
+st.title("🔬 Model Probe")
+st.markdown(
+    "Find **how** an image classifier fails: sample inputs at any target confidence (Bayes-TrEx), "
+    "distil failures into clusters, label them, and finetune the fix (Defuse)."
+)
+st.caption(f"Workspace `{ws.root.resolve()}` · device `{_ui.device()}`")
+
+
+@st.fragment(run_every=1.0)
+def training_progress() -> None:
+    """Live progress of training runs; polls the database once a second."""
+    runs = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
+    if not runs:
+        return
+    st.subheader("Training")
+    for run in runs:
+        st.progress(min(max(run.progress, 0.0), 1.0), text=_ui.run_status_line(run))
+        for model_id, state in (run.details or {}).get("models", {}).items():
+            label = f"{state['kind']}: `{model_id}` · {state['status']}"
+            if state.get("epoch"):
+                label += f" · epoch {state['epoch']}/{state['epochs']} · loss {state['loss']:.3g}"
+            st.progress(min(max(state.get("fraction", 0.0), 0.0), 1.0), text=label)
+        if st.button("Stop", key=f"cancel-{run.id}"):
+            manager.cancel(run.id)
+    st.caption("Training runs in the background: you can switch pages or reload; it keeps going.")
+
+
+training_progress()
+
+dataset = _ui.current_dataset()
+if dataset is None:
+    st.info("Pick another data set in the sidebar, or name the folder that holds its IDX files.")
+    st.stop()
+
+st.header(f"Data: {dataset.name}")
+left, right = st.columns([2, 3])
+with left:
+    st.write(dataset.source)
+    st.metric("Train / test images", f"{len(dataset.train_labels):,} / {len(dataset.test_labels):,}")
+    st.write(f"**Image shape** (C, H, W): {dataset.image_shape} · **classes**: {', '.join(dataset.class_names)}")
+with right:
+    _ui.show_picture(dataset.test_images[:32], caption="Test images", columns=16)
+
+with st.expander("All data sets"):
+    st.table([{"name": d.name, "description": d.description,
+               "needs a folder": "yes" if d.needs_folder else "no (embedded)"} for d in list_datasets()])
+
+st.header("Models")
+models = ws.registry.list(dataset=dataset.base_name)
+if not models:
+    st.info("No models for this data set yet." +
+            (" The defaults are training (see above)." if dataset.base_name == "digits" else ""))
+    if dataset.base_name != "digits" and st.button("Train the default classifier, VAE and GAN"):
+        try:
+            start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
+            st.rerun()
+        except ProbeError as exc:
+            st.error(str(exc))
+else:
+    st.dataframe(_ui.models_table(models), column_config=_ui.MODELS_COLUMN_CONFIG, hide_index=True)
+    generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
+    if generators:
+        st.subheader("Generator samples (z ~ N(0, I))")
+        columns = st.columns(min(len(generators), 3))
+        root = str(ws.root.resolve())
+        for index, model in enumerate(generators):
+            with columns[index % len(columns)]:
+                _ui.show_picture(_ui.generator_samples(root, model["id"]), caption=model["id"])
+
+st.header("Train a model")
+with st.form("train-model"):
+    kind = st.selectbox("Kind", ["classifier", "vae", "gan"], key="train_kind")
+    subset_mode = st.radio("Classes", ["all", "only these", "all except"], horizontal=True, key="train_subset_mode")
+    chosen = st.multiselect("Classes for the subset", list(dataset.class_names), key="train_classes")
+    ambiguous = st.checkbox("Always-ambiguous variant (classifier only)", key="train_ambiguous",
+                            help="KL loss to soft targets 0.5 on y and 0.5 on (y+1) mod K (Bayes-TrEx Sec. 4.5)")
+    epochs = st.number_input("Epochs (0 = default for this data set)", min_value=0, value=0, key="train_epochs")
+    seed = st.number_input("Seed", min_value=0, value=0, key="train_seed")
+    submitted = st.form_submit_button("Train", key="train_submit")
+if submitted:
+    try:
+        indices = [dataset.class_index(name) for name in chosen]
+        if subset_mode != "all" and not indices:
+            raise ProbeError("pick at least one class for a subset")
+        classes = None
+        if subset_mode == "only these":
+            classes = indices
+        elif subset_mode == "all except":
+            classes = [c for c in range(dataset.num_classes) if c not in indices]
+        spec = ModelSpec(dataset=dataset.base_name, kind=kind, classes=classes, ambiguous=ambiguous,
+                         epochs=int(epochs) or None, seed=int(seed))
+        run_id = manager.submit("train", {"spec": spec.__dict__, "device": _ui.device()},
+                                training_job(ws.registry, [spec], _ui.device()), dedupe=True)
+        st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
+    except ProbeError as exc:
+        st.error(str(exc))
+
+recent = ws.store.list_runs(limit=10)
+if recent:
+    with st.expander("Recent runs"):
+        for run in recent:
+            st.write(_ui.run_status_line(run) + (f" — {run.error}" if run.error else ""))

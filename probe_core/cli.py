@@ -1,0 +1,229 @@
+"""The ``probe`` command line: data sets, models, and (in later commands) sampling and Defuse.
+
+Each command group is a function that adds its sub-parsers; a handler gets the
+parsed arguments and returns an exit code. Errors print one line, no traceback
+(set ``PROBE_DEBUG=1`` for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Callable, Sequence
+
+from probe_core.errors import ProbeError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated class indices like 0,1,3, got {text!r}") from exc
+
+
+def _workspace(args: argparse.Namespace):
+    from probe_core.workspace import Workspace
+
+    workspace = Workspace(args.workspace)
+    workspace.registry.data_dir = args.data_dir
+    return workspace
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def format_metrics(metrics: dict) -> str:
+    """Short human form of a model's metrics."""
+    parts = []
+    if "test_accuracy" in metrics:
+        parts.append(f"test acc {metrics['test_accuracy'] * 100:.1f}%")
+    if "test_elbo" in metrics:
+        parts.append(f"ELBO {metrics['test_elbo']:.1f}")
+    if "test_reconstruction_mse" in metrics:
+        parts.append(f"recon MSE {metrics['test_reconstruction_mse']:.4f}")
+    if "fd_classifier_features" in metrics:
+        parts.append(f"FD-clf {metrics['fd_classifier_features']:.1f}")
+    return ", ".join(parts)
+
+
+# --- data -----------------------------------------------------------------------------
+
+def _data_list(args: argparse.Namespace) -> int:
+    from probe_core.data import list_datasets, load_dataset
+
+    rows = []
+    for info in list_datasets():
+        if info.needs_folder:
+            try:
+                status = f"ready ({load_dataset(info.name, args.data_dir).source.split(':')[0]})"
+            except ProbeError:
+                status = "needs --data-dir or PROBE_DATA_DIR"
+        else:
+            status = "ready (embedded)"
+        rows.append([info.name, info.description, status])
+    print(_table(rows, ["name", "description", "status"]))
+    return 0
+
+
+def _data_info(args: argparse.Namespace) -> int:
+    from probe_core.data import load_dataset
+
+    dataset = load_dataset(args.name, args.data_dir)
+    counts = lambda labels: ", ".join(  # noqa: E731
+        f"{dataset.class_names[c]}: {int((labels == c).sum())}" for c in range(dataset.num_classes)
+    )
+    print(f"{dataset.name}: {dataset.source}")
+    print(f"image shape (C, H, W): {dataset.image_shape}")
+    print(f"classes ({dataset.num_classes}): {', '.join(dataset.class_names)}")
+    print(f"train: {len(dataset.train_labels)} images ({counts(dataset.train_labels)})")
+    print(f"test:  {len(dataset.test_labels)} images ({counts(dataset.test_labels)})")
+    return 0
+
+
+def add_data_commands(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="list and inspect data sets")
+    sub = data.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="data sets and whether they can be loaded").set_defaults(handler=_data_list)
+    info = sub.add_parser("info", help="shape, classes, split and counts of one data set")
+    info.add_argument("name", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5]")
+    info.set_defaults(handler=_data_info)
+
+
+# --- models ---------------------------------------------------------------------------
+
+def _progress_bar(description: str):
+    from tqdm import tqdm
+
+    bar = {"bar": None}
+
+    def update(progress) -> None:
+        if bar["bar"] is None:
+            bar["bar"] = tqdm(total=progress.epochs, desc=description, unit="epoch", file=sys.stderr)
+        bar["bar"].set_postfix(loss=f"{progress.loss:.4g}", **{progress.metric_name: f"{progress.metric:.4g}"})
+        bar["bar"].update(progress.epoch - bar["bar"].n)
+        if progress.epoch == progress.epochs:
+            bar["bar"].close()
+
+    return update
+
+
+def _models_train(args: argparse.Namespace) -> int:
+    from probe_core.data import load_dataset
+    from probe_core.models import ModelSpec
+
+    workspace = _workspace(args)
+    dataset = load_dataset(args.dataset, args.data_dir)
+    if args.classes and args.exclude:
+        raise ProbeError("give --classes or --exclude, not both")
+    classes = None
+    if args.classes:
+        classes = [dataset.class_index(c) for c in args.classes]
+    elif args.exclude:
+        excluded = {dataset.class_index(c) for c in args.exclude}
+        classes = [c for c in range(dataset.num_classes) if c not in excluded]
+    spec = ModelSpec(dataset=args.dataset, kind=args.kind, classes=classes, ambiguous=args.ambiguous,
+                     latent_dim=args.latent_dim, epochs=args.epochs, seed=args.seed)
+    registry = workspace.registry
+    resolved = spec.resolved(load_dataset(spec.dataset_view(), args.data_dir))
+    cached = registry.exists(resolved.model_id())
+    loaded = registry.get_or_train(spec, progress=_progress_bar(f"{args.kind} on {spec.dataset_view()}"),
+                                   device=args.device)
+    verb = "already trained" if cached else "trained"
+    print(f"{loaded.id}: {verb}; {format_metrics(loaded.metrics)}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    workspace = _workspace(args)
+    models = workspace.registry.list(dataset=args.dataset)
+    if args.json:
+        print(json.dumps(models, indent=2))
+        return 0
+    if not models:
+        print(f"no models in {workspace.root} yet: try `probe models train --kind classifier`")
+        return 0
+    rows = [[m["id"], m["kind"], m["spec"].get("dataset_view", m["dataset"]), format_metrics(m["metrics"])]
+            for m in models]
+    print(_table(rows, ["id", "kind", "data", "metrics"]))
+    return 0
+
+
+def _models_defaults(args: argparse.Namespace) -> int:
+    workspace = _workspace(args)
+    for spec in workspace.registry.default_specs(args.dataset):
+        loaded = workspace.registry.get_or_train(spec, progress=_progress_bar(f"{spec.kind} on {args.dataset}"),
+                                                 device=args.device)
+        print(f"{loaded.id}: {format_metrics(loaded.metrics)}")
+    return 0
+
+
+def add_model_commands(commands: argparse._SubParsersAction) -> None:
+    models = commands.add_parser("models", help="train and list models")
+    sub = models.add_subparsers(dest="action", required=True)
+    train = sub.add_parser("train", help="train a zoo model (returns the stored one if it exists)")
+    train.add_argument("--dataset", default="digits")
+    train.add_argument("--kind", required=True, choices=["classifier", "vae", "gan"])
+    train.add_argument("--classes", type=lambda t: [p for p in t.split(",") if p], help="train on these classes only")
+    train.add_argument("--exclude", type=lambda t: [p for p in t.split(",") if p], help="train without these classes")
+    train.add_argument("--ambiguous", action="store_true", help="the always-ambiguous classifier variant")
+    train.add_argument("--latent-dim", type=int)
+    train.add_argument("--epochs", type=int)
+    train.add_argument("--seed", type=int, default=0)
+    train.set_defaults(handler=_models_train)
+    listing = sub.add_parser("list", help="models in the workspace with their metrics")
+    listing.add_argument("--dataset")
+    listing.add_argument("--json", action="store_true", help="full metadata as JSON")
+    listing.set_defaults(handler=_models_list)
+    defaults = sub.add_parser("defaults", help="train the default classifier, VAE and GAN of a data set")
+    defaults.add_argument("--dataset", default="digits")
+    defaults.set_defaults(handler=_models_defaults)
+
+
+COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [add_data_commands, add_model_commands]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="probe", description="Model Probe: find and fix how image classifiers fail.")
+    parser.add_argument("--workspace", help="workspace folder (default $PROBE_WORKSPACE or ./workspace)")
+    parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in COMMAND_GROUPS:
+        add(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``probe`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from probe_core.workspace import resolve_device
+
+        args.device = str(resolve_device(args.device))
+        return int(args.handler(args) or 0)
+    except ProbeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: one line, the traceback only on request
+        if os.environ.get("PROBE_DEBUG"):
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (set PROBE_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""Image data sets: the embedded default, MNIST-family IDX folders, class-subset views.
+
+Every data set is an :class:`ImageDataset` with train and test tensors of shape
+(N, C, H, W), float32 in [0, 1], int64 labels 0..K-1 and class names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from probe_core.data.idx import read_idx
+from probe_core.errors import DataError
+
+DATA_DIR_ENV = "PROBE_DATA_DIR"
+SPLIT_SEED = 0
+SPLIT_TEST_FRACTION = 0.2
+
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A labelled image data set split into train and test.
+
+    Attributes
+    ----------
+    name : str
+        Registry name, with the subset in brackets for views (``digits[drop=5]``).
+    train_images, test_images : torch.Tensor
+        Shape (N, C, H, W), float32 in [0, 1].
+    train_labels, test_labels : torch.Tensor
+        Shape (N,), int64 in 0..K-1.
+    class_names : tuple of str
+        K names, index i naming label i.
+    source : str
+        Where the data came from and how it was split, for display.
+    default_latent_dim : int
+        Generator latent size suited to this data.
+    original_classes : tuple of int
+        For a class-subset view, the parent's class index of each label;
+        for a full data set, ``range(K)``.
+    """
+
+    name: str
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+    class_names: tuple[str, ...]
+    source: str
+    default_latent_dim: int = 8
+    original_classes: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.original_classes:
+            object.__setattr__(self, "original_classes", tuple(range(len(self.class_names))))
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image."""
+        return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def base_name(self) -> str:
+        """The registry name without any subset suffix."""
+        return self.name.split("[", 1)[0]
+
+    def class_index(self, name_or_index: str | int) -> int:
+        """Resolve a class given by index (``"3"``, ``3``) or by name (``"Bag"``).
+
+        Raises
+        ------
+        DataError
+            If no such class exists; the message lists the valid ones.
+        """
+        text = str(name_or_index).strip()
+        lowered = [n.lower() for n in self.class_names]
+        if text.lower() in lowered:
+            return lowered.index(text.lower())
+        if text.lstrip("-").isdigit():
+            index = int(text)
+            if 0 <= index < self.num_classes:
+                return index
+        raise DataError(
+            f"unknown class {text!r} for {self.name}; valid: 0..{self.num_classes - 1} "
+            f"or {', '.join(self.class_names)}"
+        )
+
+    def subset(self, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> "ImageDataset":
+        """A view with only some classes, relabelled 0..k-1.
+
+        Parameters
+        ----------
+        keep : iterable of int, optional
+            Classes to keep (indices into this data set's classes).
+        drop : iterable of int, optional
+            Classes to remove. Give ``keep`` or ``drop``, not both.
+
+        Returns
+        -------
+        ImageDataset
+            The view; ``original_classes`` maps its labels to this data set's.
+        """
+        if (keep is None) == (drop is None):
+            raise DataError("give exactly one of keep= or drop= for a class subset")
+        requested = sorted({int(c) for c in (keep if keep is not None else drop)})
+        unknown = [c for c in requested if not 0 <= c < self.num_classes]
+        if unknown:
+            raise DataError(f"classes {unknown} do not exist in {self.name} (0..{self.num_classes - 1})")
+        kept = requested if keep is not None else [c for c in range(self.num_classes) if c not in requested]
+        if not kept:
+            raise DataError(f"a subset of {self.name} must keep at least one class")
+        lookup = torch.full((self.num_classes,), -1, dtype=torch.int64)
+        lookup[torch.tensor(kept)] = torch.arange(len(kept))
+
+        def select(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            mask = lookup[labels] >= 0
+            return images[mask], lookup[labels[mask]]
+
+        train_images, train_labels = select(self.train_images, self.train_labels)
+        test_images, test_labels = select(self.test_images, self.test_labels)
+        suffix = f"keep={','.join(map(str, kept))}" if keep is not None else f"drop={','.join(map(str, requested))}"
+        return replace(
+            self,
+            name=f"{self.name}[{suffix}]",
+            train_images=train_images,
+            train_labels=train_labels,
+            test_images=test_images,
+            test_labels=test_labels,
+            class_names=tuple(self.class_names[c] for c in kept),
+            original_classes=tuple(self.original_classes[c] for c in kept),
+            source=f"{self.source}; classes {suffix}",
+        )
+
+
+def stratified_split(
+    images: np.ndarray, labels: np.ndarray, test_fraction: float = SPLIT_TEST_FRACTION, seed: int = SPLIT_SEED
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split arrays into train and test keeping class proportions, deterministically.
+
+    Falls back to a plain seeded split when some class is too small to stratify
+    (see :func:`split_is_stratified`).
+    """
+    from sklearn.model_selection import train_test_split
+
+    stratify = labels if split_is_stratified(labels, test_fraction) else None
+    train_x, test_x, train_y, test_y = train_test_split(
+        images, labels, test_size=test_fraction, stratify=stratify, random_state=seed
+    )
+    return train_x, train_y, test_x, test_y
+
+
+def split_is_stratified(labels: np.ndarray, test_fraction: float = SPLIT_TEST_FRACTION) -> bool:
+    """Whether :func:`stratified_split` can stratify: every class twice, a test slot per class."""
+    counts = np.bincount(np.asarray(labels))
+    counts = counts[counts > 0]
+    return bool(counts.min() >= 2 and int(np.ceil(len(labels) * test_fraction)) >= len(counts))
+
+
+def _to_tensors(images: np.ndarray, labels: np.ndarray, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32) / scale)
+    if x.ndim == 3:
+        x = x.unsqueeze(1)
+    return x.clamp_(0.0, 1.0), torch.from_numpy(np.asarray(labels, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=4)
+def load_digits_dataset() -> ImageDataset:
+    """scikit-learn's bundled 8x8 digits (1,797 images), fixed stratified 80/20 split."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    train_x, train_y, test_x, test_y = stratified_split(bunch.images, bunch.target)
+    train_images, train_labels = _to_tensors(train_x, train_y, 16.0)
+    test_images, test_labels = _to_tensors(test_x, test_y, 16.0)
+    return ImageDataset(
+        name="digits",
+        train_images=train_images,
+        train_labels=train_labels,
+        test_images=test_images,
+        test_labels=test_labels,
+        class_names=tuple(str(i) for i in range(10)),
+        source=(
+            f"scikit-learn load_digits (embedded), 8x8 grey, stratified split seed {SPLIT_SEED}: "
+            f"{len(train_y)} train / {len(test_y)} test"
+        ),
+        default_latent_dim=8,
+    )
+
+
+# --- IDX folders -------------------------------------------------------------
+
+def _find_file(folder: Path, prefix: str, kind: str, ndim_tag: str) -> Path | None:
+    for stem in (f"{prefix}-{kind}-{ndim_tag}-ubyte", f"{prefix}-{kind}.{ndim_tag}-ubyte", f"{prefix}-{kind}-{ndim_tag}"):
+        for suffix in ("", ".gz"):
+            candidate = folder / f"{stem}{suffix}"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _read_pair(folder: Path, prefix: str) -> tuple[np.ndarray, np.ndarray] | None:
+    images_path = _find_file(folder, prefix, "images", "idx3")
+    labels_path = _find_file(folder, prefix, "labels", "idx1")
+    if images_path is None and labels_path is None:
+        return None
+    if images_path is None:
+        raise DataError(
+            f"{folder}: found {labels_path.name} but no {prefix}-images-idx3-ubyte[.gz] "
+            "(expected the matching IDX image file, 3 dimensions N x rows x cols, uint8)"
+        )
+    if labels_path is None:
+        raise DataError(
+            f"{folder}: found {images_path.name} but no {prefix}-labels-idx1-ubyte[.gz] "
+            "(expected the matching IDX label file, 1 dimension, uint8)"
+        )
+    images = read_idx(images_path, expected_ndim=3)
+    labels = read_idx(labels_path, expected_ndim=1)
+    if images.dtype != np.uint8:
+        raise DataError(f"{images_path}: expected uint8 pixels, file has {images.dtype}")
+    if len(images) != len(labels):
+        raise DataError(
+            f"{images_path.name} has {len(images)} images but {labels_path.name} has {len(labels)} labels"
+        )
+    return images, labels.astype(np.int64)
+
+
+def resolve_data_folder(name: str, data_dir: str | Path | None) -> Path:
+    """Find the folder holding a named IDX data set.
+
+    Looks in ``data_dir`` (or ``$PROBE_DATA_DIR``): first a sub-folder named like
+    the data set, then the folder itself.
+
+    Raises
+    ------
+    DataError
+        If no folder was given or no IDX files are found; says where it looked.
+    """
+    root = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    if not root:
+        raise DataError(
+            f"data set {name!r} is read from IDX files in a folder: pass --data-dir FOLDER "
+            f"or set {DATA_DIR_ENV} (no data is downloaded)"
+        )
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise DataError(f"data folder {root} does not exist")
+    variants = {name, name.replace("-", "_"), name.replace("-", ""), name.upper(), name.title().replace("-", "")}
+    for folder in [root / v for v in sorted(variants)] + [root]:
+        if folder.is_dir() and any(p.name.endswith(("ubyte", "ubyte.gz")) for p in folder.iterdir()):
+            return folder
+    raise DataError(
+        f"no IDX files for {name!r} in {root} or {root / name}: expected "
+        "train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz] and/or the t10k-* pair"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _load_idx_folder(folder: str, name: str, class_names: tuple[str, ...] | None, latent_dim: int) -> ImageDataset:
+    path = Path(folder)
+    train = _read_pair(path, "train")
+    test = _read_pair(path, "t10k")
+    if train is not None and test is not None:
+        (train_x, train_y), (test_x, test_y) = train, test
+        source = f"IDX files in {path}: train pair ({len(train_y)}) and t10k pair ({len(test_y)}) as given"
+    elif train is not None or test is not None:
+        which = "train" if train is not None else "t10k"
+        images, labels = train if train is not None else test
+        train_x, train_y, test_x, test_y = stratified_split(images, labels)
+        how = "stratified" if split_is_stratified(labels) else "not stratified: too few images per class"
+        source = (
+            f"IDX files in {path}: only the {which} pair, split into {len(train_y)} train / {len(test_y)} test "
+            f"({how}, seed {SPLIT_SEED})"
+        )
+    else:
+        raise DataError(f"{path}: no train-* or t10k-* IDX image/label pair found")
+    num_classes = int(max(train_y.max(), test_y.max())) + 1
+    if class_names is None:
+        names_file = path / "classes.txt"
+        if names_file.is_file():
+            class_names = tuple(line.strip() for line in names_file.read_text().splitlines() if line.strip())
+        else:
+            class_names = tuple(str(i) for i in range(num_classes))
+    if len(class_names) < num_classes:
+        raise DataError(f"{path}: labels go up to {num_classes - 1} but only {len(class_names)} class names are known")
+    train_images, train_labels = _to_tensors(train_x, train_y, 255.0)
+    test_images, test_labels = _to_tensors(test_x, test_y, 255.0)
+    return ImageDataset(
+        name=name,
+        train_images=train_images,
+        train_labels=train_labels,
+        test_images=test_images,
+        test_labels=test_labels,
+        class_names=tuple(class_names),
+        source=source,
+        default_latent_dim=latent_dim,
+    )
+
+
+# --- registry -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What the registry knows about a data set before loading it."""
+
+    name: str
+    description: str
+    needs_folder: bool
+    loader: Callable[[Path | None], ImageDataset]
+
+
+def _idx_loader(name: str, class_names: Sequence[str] | None, latent_dim: int) -> Callable[[Path | None], ImageDataset]:
+    def load(data_dir: Path | None) -> ImageDataset:
+        folder = resolve_data_folder(name, data_dir)
+        return _load_idx_folder(str(folder.resolve()), name, tuple(class_names) if class_names else None, latent_dim)
+
+    return load
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    "digits": DatasetInfo(
+        "digits", "scikit-learn's embedded 8x8 handwritten digits (default, offline)", False,
+        lambda _dir: load_digits_dataset(),
+    ),
+    "mnist": DatasetInfo(
+        "mnist", "MNIST 28x28 digits from IDX files in a folder you name", True,
+        _idx_loader("mnist", None, 5),
+    ),
+    "fashion-mnist": DatasetInfo(
+        "fashion-mnist", "Fashion-MNIST 28x28 clothing from IDX files in a folder you name", True,
+        _idx_loader("fashion-mnist", FASHION_MNIST_CLASSES, 5),
+    ),
+    "idx": DatasetInfo(
+        "idx", "any IDX image/label set in a folder (class names from classes.txt if present)", True,
+        _idx_loader("idx", None, 8),
+    ),
+}
+
+DEFAULT_DATASET = "digits"
+
+
+def list_datasets() -> list[DatasetInfo]:
+    """All registered data sets."""
+    return list(DATASETS.values())
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None) -> ImageDataset:
+    """Load a data set by registry name.
+
+    Parameters
+    ----------
+    name : str
+        ``digits``, ``mnist``, ``fashion-mnist`` or ``idx``; a class-subset view
+        is written ``NAME[keep=0,1,3]`` or ``NAME[drop=5]``.
+    data_dir : str or Path, optional
+        Folder with IDX files for the folder-based sets (default ``$PROBE_DATA_DIR``).
+
+    Raises
+    ------
+    DataError
+        For an unknown name, a missing folder or malformed files.
+    """
+    base, _, view = name.partition("[")
+    info = DATASETS.get(base)
+    if info is None:
+        raise DataError(f"unknown data set {base!r}; known: {', '.join(DATASETS)}")
+    dataset = info.loader(Path(data_dir) if data_dir is not None else None)
+    if view:
+        key, _, values = view.rstrip("]").partition("=")
+        if key not in ("keep", "drop") or not values:
+            raise DataError(f"bad subset {view.rstrip(']')!r}: write NAME[keep=0,1,3] or NAME[drop=5]")
+        classes = [dataset.class_index(v) for v in values.split(",")]
+        dataset = dataset.subset(**{key: classes})
+    return dataset

@@ -1,0 +1,205 @@
+"""Model zoo architectures: a small CNN classifier, a VAE and a DCGAN-style GAN.
+
+All are sized from the image shape (C, H, W); H and W must be multiples of 4
+(8x8 digits, 28x28 MNIST, 32x32 and 48x48 scenes all are).
+
+Conventions
+-----------
+- Classifiers return **logits** from ``forward``; :func:`probe_core.models.ProbabilityModel`
+  wraps any classifier so that downstream code always sees probabilities.
+- Generators share one interface: ``latent_dim``, ``decode(z) -> images`` with z of
+  shape (B, latent_dim) and images (B, C, H, W) in [0, 1]; VAEs add
+  ``encode(x) -> (mu, logvar)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from probe_core.errors import ProbeError
+
+
+def _check_shape(image_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    channels, height, width = (int(v) for v in image_shape)
+    if height % 4 or width % 4:
+        raise ProbeError(f"zoo models need image height and width divisible by 4, got {height}x{width}")
+    return channels, height, width
+
+
+def _widths(height: int) -> tuple[int, int, int]:
+    """Conv widths and hidden size: small images get small nets (fast on 2 cores)."""
+    return (16, 32, 128) if height <= 16 else (32, 64, 256)
+
+
+class ConvClassifier(nn.Module):
+    """Two conv blocks (conv, ReLU, conv, ReLU, max-pool) and a two-layer head.
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        (C, H, W) of the inputs.
+    num_classes : int
+        K, the number of outputs.
+    """
+
+    output_kind = "logits"
+
+    def __init__(self, image_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        channels, height, width = _check_shape(image_shape)
+        c1, c2, hidden = _widths(height)
+        self.image_shape = (channels, height, width)
+        self.num_classes = int(num_classes)
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, c1, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(c1, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(c2 * (height // 4) * (width // 4), hidden), nn.ReLU(),
+        )
+        self.head = nn.Linear(hidden, self.num_classes)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Penultimate-layer features, shape (B, hidden)."""
+        return self.body(images)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
+        return self.head(self.body(images))
+
+
+class VAE(nn.Module):
+    """Convolutional VAE with a unit-Gaussian prior and a Bernoulli decoder.
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        (C, H, W).
+    latent_dim : int
+        Size of z.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], latent_dim: int) -> None:
+        super().__init__()
+        channels, height, width = _check_shape(image_shape)
+        c1, c2, hidden = _widths(height)
+        self.image_shape = (channels, height, width)
+        self.latent_dim = int(latent_dim)
+        self._base = (c2, height // 4, width // 4)
+        flat = c2 * (height // 4) * (width // 4)
+        self.encoder = nn.Sequential(
+            nn.Conv2d(channels, c1, 4, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(c1, c2, 4, stride=2, padding=1), nn.ReLU(),
+            nn.Flatten(), nn.Linear(flat, hidden), nn.ReLU(),
+        )
+        self.to_mu = nn.Linear(hidden, self.latent_dim)
+        self.to_logvar = nn.Linear(hidden, self.latent_dim)
+        self.decoder_fc = nn.Sequential(
+            nn.Linear(self.latent_dim, hidden), nn.ReLU(), nn.Linear(hidden, flat), nn.ReLU()
+        )
+        self.decoder_conv = nn.Sequential(
+            nn.ConvTranspose2d(c2, c1, 4, stride=2, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(c1, channels, 4, stride=2, padding=1),
+        )
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mu, logvar) of q(z | x), each of shape (B, latent_dim)."""
+        hidden = self.encoder(images)
+        return self.to_mu(hidden), self.to_logvar(hidden).clamp(-12.0, 8.0)
+
+    def decode_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """Bernoulli logits of shape (B, C, H, W) for z of shape (B, latent_dim)."""
+        return self.decoder_conv(self.decoder_fc(z).view(-1, *self._base))
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images of shape (B, C, H, W) in [0, 1] (the Bernoulli means)."""
+        return torch.sigmoid(self.decode_logits(z))
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Reparameterised pass: (reconstruction logits, mu, logvar)."""
+        mu, logvar = self.encode(images)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        return self.decode_logits(z), mu, logvar
+
+
+class GANGenerator(nn.Module):
+    """DCGAN-style generator: linear to (2c, H/4, W/4), two transposed convs, sigmoid.
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        (C, H, W).
+    latent_dim : int
+        Size of z ~ N(0, I).
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], latent_dim: int) -> None:
+        super().__init__()
+        channels, height, width = _check_shape(image_shape)
+        c1, c2, _ = _widths(height)
+        self.image_shape = (channels, height, width)
+        self.latent_dim = int(latent_dim)
+        self._base = (2 * c2, height // 4, width // 4)
+        self.project = nn.Sequential(
+            nn.Linear(self.latent_dim, 2 * c2 * (height // 4) * (width // 4)),
+            nn.BatchNorm1d(2 * c2 * (height // 4) * (width // 4)), nn.ReLU(),
+        )
+        self.upsample = nn.Sequential(
+            nn.ConvTranspose2d(2 * c2, c2, 4, stride=2, padding=1), nn.BatchNorm2d(c2), nn.ReLU(),
+            nn.ConvTranspose2d(c2, channels, 4, stride=2, padding=1),
+        )
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images of shape (B, C, H, W) in [0, 1] for z of shape (B, latent_dim)."""
+        return torch.sigmoid(self.upsample(self.project(z).view(-1, *self._base)))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.decode(z)
+
+
+class GANDiscriminator(nn.Module):
+    """DCGAN-style discriminator: two strided convs with LeakyReLU, one logit."""
+
+    def __init__(self, image_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        channels, height, width = _check_shape(image_shape)
+        c1, c2, _ = _widths(height)
+        self.net = nn.Sequential(
+            nn.Conv2d(channels, c1, 4, stride=2, padding=1), nn.LeakyReLU(0.2),
+            nn.Conv2d(c1, c2, 4, stride=2, padding=1), nn.BatchNorm2d(c2), nn.LeakyReLU(0.2),
+            nn.Flatten(), nn.Linear(c2 * (height // 4) * (width // 4), 1),
+        )
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Real/fake logits of shape (B,)."""
+        return self.net(images).squeeze(1)
+
+
+class ProbabilityModel(nn.Module):
+    """Wraps a classifier so that ``forward`` returns probabilities.
+
+    Parameters
+    ----------
+    net : nn.Module
+        Maps images (B, C, H, W) in [0, 1] to (B, K) logits or probabilities.
+    output_kind : {"logits", "probabilities"}
+        What ``net`` returns.
+    """
+
+    def __init__(self, net: nn.Module, output_kind: str = "logits") -> None:
+        super().__init__()
+        if output_kind not in ("logits", "probabilities"):
+            raise ProbeError(f"output_kind must be 'logits' or 'probabilities', got {output_kind!r}")
+        self.net = net
+        self.output_kind = output_kind
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Class probabilities of shape (B, K)."""
+        out = self.net(images)
+        return torch.softmax(out, dim=-1) if self.output_kind == "logits" else out
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Penultimate features if the wrapped net has them, else its raw outputs."""
+        feature_fn = getattr(self.net, "features", None)
+        return feature_fn(images) if callable(feature_fn) else self.net(images)

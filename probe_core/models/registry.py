@@ -1,0 +1,290 @@
+"""The model registry: trained models as ``state_dict`` files plus metadata in the workspace.
+
+A model is identified by its :class:`ModelSpec` (data set, kind, class subset,
+variant, hyperparameters, seed). :meth:`ModelRegistry.get_or_train` returns the
+stored model for a spec when there is one and trains it otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
+from probe_core.errors import ModelNotFoundError, ProbeError
+from probe_core.models.architectures import VAE, ConvClassifier, GANGenerator, ProbabilityModel
+from probe_core.models.plugins import PluginError, load_plugin
+from probe_core.models.training import (
+    ProgressCallback,
+    feature_frechet_distance,
+    train_classifier,
+    train_gan,
+    train_vae,
+)
+from probe_core.workspace import Workspace, resolve_device
+
+KINDS = ("classifier", "vae", "gan")
+GENERATOR_KINDS = ("vae", "gan")
+_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "VAE": VAE, "GANGenerator": GANGenerator}
+FD_METRIC = "fd_classifier_features"
+FD_HELP = (
+    "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
+    "penultimate-layer features (lower is better). A stand-in for FID, whose Inception weights "
+    "are not available offline; compare only generators of the same data set."
+)
+
+
+def default_epochs(kind: str, image_shape: tuple[int, int, int]) -> int:
+    """Epochs that train well within minutes on 2 CPU cores for this image size."""
+    small = image_shape[1] <= 16
+    return {"classifier": 20 if small else 4, "vae": 150 if small else 15, "gan": 150 if small else 15}[kind]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything that determines a trained zoo model.
+
+    Parameters
+    ----------
+    dataset : str
+        Base data set name (``digits``, ``mnist``, ...).
+    kind : {"classifier", "vae", "gan"}
+    classes : tuple of int, optional
+        Train only on these classes of the data set (None: all).
+    ambiguous : bool
+        Classifier only: the "always ambiguous" variant.
+    latent_dim : int, optional
+        Generators only; default from the data set.
+    epochs : int, optional
+        Default from :func:`default_epochs`.
+    seed : int
+    """
+
+    dataset: str = DEFAULT_DATASET
+    kind: str = "classifier"
+    classes: tuple[int, ...] | None = None
+    ambiguous: bool = False
+    latent_dim: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ProbeError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
+        if self.ambiguous and self.kind != "classifier":
+            raise ProbeError("--ambiguous applies to classifiers only")
+        if self.latent_dim is not None and (self.kind == "classifier" or self.latent_dim < 1):
+            raise ProbeError("latent_dim applies to generators (vae, gan) and must be >= 1")
+        if self.epochs is not None and self.epochs < 1:
+            raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
+        if self.classes is not None:
+            object.__setattr__(self, "classes", tuple(sorted({int(c) for c in self.classes})))
+
+    def dataset_view(self) -> str:
+        """The data set name with the class subset, as :func:`load_dataset` reads it."""
+        return self.dataset if self.classes is None else f"{self.dataset}[keep={','.join(map(str, self.classes))}]"
+
+    def resolved(self, dataset: ImageDataset) -> "ModelSpec":
+        """This spec with epochs and latent size filled in from the data set."""
+        epochs = self.epochs or default_epochs(self.kind, dataset.image_shape)
+        latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
+        return replace(self, epochs=epochs, latent_dim=latent)
+
+    def model_id(self) -> str:
+        """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
+        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:6]
+        variant = "-ambiguous" if self.ambiguous else ""
+        if self.classes is not None:
+            variant += "-k" + ("".join(map(str, self.classes)) if max(self.classes) < 10 else str(len(self.classes)))
+        return f"{self.dataset}-{self.kind}{variant}-s{self.seed}-{digest}"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to use.
+
+    ``module`` is a :class:`ProbabilityModel` (probabilities out) for classifiers
+    and the generator (``latent_dim``, ``decode``) for VAEs and GANs.
+    """
+
+    id: str
+    kind: str
+    module: nn.Module
+    class_names: tuple[str, ...]
+    record: dict = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict:
+        return self.record.get("metrics", {})
+
+    @property
+    def is_generator(self) -> bool:
+        return self.kind in GENERATOR_KINDS or self.kind == "plugin-generator"
+
+
+class ModelRegistry:
+    """Trained models of one workspace.
+
+    Parameters
+    ----------
+    workspace : Workspace
+    data_dir : str or Path, optional
+        Folder for IDX data sets (default ``$PROBE_DATA_DIR``).
+    """
+
+    def __init__(self, workspace: Workspace, data_dir: str | Path | None = None) -> None:
+        self.workspace = workspace
+        self.data_dir = data_dir
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- queries -------------------------------------------------------------------------
+    def list(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
+        """Metadata of stored models, newest first."""
+        return self.workspace.store.list_models(dataset=dataset, kind=kind)
+
+    def exists(self, model_id: str) -> bool:
+        record = self.workspace.store.get_model(model_id)
+        return record is not None and Path(record["path"]).is_file()
+
+    def load(self, model_id: str, device: str | torch.device | None = "cpu") -> LoadedModel:
+        """Load a stored model by id (weights with ``torch.load(weights_only=True)``).
+
+        Raises
+        ------
+        ModelNotFoundError
+            If the id is unknown or its file is missing.
+        """
+        record = self.workspace.store.get_model(model_id)
+        if record is None:
+            known = ", ".join(m["id"] for m in self.list()[:8]) or "none yet"
+            raise ModelNotFoundError(f"no model {model_id!r} in {self.workspace.root} (known: {known})")
+        path = Path(record["path"])
+        if not path.is_file():
+            raise ModelNotFoundError(f"model {model_id!r} is registered but its file {path} is missing")
+        arch = record["spec"]["architecture"]
+        module = _ARCHITECTURES[arch["class"]](**arch["args"])
+        device = resolve_device(device)
+        module.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+        module.to(device).eval()
+        if record["kind"] == "classifier":
+            module = ProbabilityModel(module, "logits").eval()
+        return LoadedModel(model_id, record["kind"], module, tuple(record["spec"]["class_names"]), record)
+
+    # -- training ------------------------------------------------------------------------
+    def _lock(self, model_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(model_id, threading.Lock())
+
+    def get_or_train(self, spec: ModelSpec, progress: ProgressCallback | None = None,
+                     device: str | torch.device | None = "cpu") -> LoadedModel:
+        """The stored model for ``spec``, training and registering it first if needed."""
+        dataset = load_dataset(spec.dataset_view(), self.data_dir)
+        spec = spec.resolved(dataset)
+        model_id = spec.model_id()
+        with self._lock(model_id):
+            if not self.exists(model_id):
+                self._train_and_register(spec, dataset, progress, resolve_device(device))
+        return self.load(model_id, device)
+
+    def _train_and_register(self, spec: ModelSpec, dataset: ImageDataset, progress: ProgressCallback | None,
+                            device: torch.device) -> None:
+        started = time.perf_counter()
+        common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "progress": progress}
+        if spec.kind == "classifier":
+            module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, **common)
+            args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
+        elif spec.kind == "vae":
+            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, **common)
+            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
+        else:
+            module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)
+            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
+        metrics["train_seconds"] = round(time.perf_counter() - started, 2)
+        if spec.kind in GENERATOR_KINDS:
+            reference_spec = ModelSpec(dataset=spec.dataset, kind="classifier", seed=spec.seed)
+            reference = self.get_or_train(reference_spec, device=device)
+            metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, module, dataset.test_images)
+            metrics["fd_reference_classifier"] = reference.id
+        record = asdict(spec)
+        record.update(
+            architecture={"class": type(module).__name__, "args": args},
+            class_names=list(dataset.class_names),
+            original_classes=list(dataset.original_classes),
+            dataset_view=dataset.name,
+            image_shape=list(dataset.image_shape),
+        )
+        self.register(module, record, metrics, spec.model_id())
+
+    def register(self, module: nn.Module, record: dict, metrics: dict, model_id: str) -> str:
+        """Store a module's weights and metadata under ``model_id`` (atomic file write).
+
+        ``record`` must hold ``dataset``, ``kind``, ``architecture`` ({class, args})
+        and ``class_names``; anything else (parent model, hyperparameters) is kept as is.
+        """
+        for key in ("dataset", "kind", "architecture", "class_names"):
+            if key not in record:
+                raise ProbeError(f"model metadata needs {key!r}")
+        path = self.workspace.models_dir / f"{model_id}.pt"
+        temporary = path.with_suffix(".pt.tmp")
+        torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, temporary)
+        os.replace(temporary, path)
+        self.workspace.store.put_model(model_id, record["kind"], record["dataset"], str(path), record, metrics)
+        return model_id
+
+    # -- defaults and references ------------------------------------------------------------
+    @staticmethod
+    def default_specs(dataset: str = DEFAULT_DATASET, seed: int = 0) -> list[ModelSpec]:
+        """The default set for a data set: classifier (trained first, it scores generators), VAE, GAN."""
+        return [ModelSpec(dataset=dataset, kind=kind, seed=seed) for kind in KINDS]
+
+    def missing_defaults(self, dataset: str = DEFAULT_DATASET) -> list[ModelSpec]:
+        """Default specs of a data set that are not trained yet."""
+        loaded = load_dataset(dataset, self.data_dir)
+        return [s for s in self.default_specs(dataset) if not self.exists(s.resolved(loaded).model_id())]
+
+    def default_id(self, dataset: str, kind: str) -> str:
+        """Id of the default model of a kind for a data set (trained or not)."""
+        loaded = load_dataset(dataset, self.data_dir)
+        return ModelSpec(dataset=dataset, kind=kind).resolved(loaded).model_id()
+
+    def resolve(self, reference: str | None, kind: str, dataset: str = DEFAULT_DATASET,
+                device: str | torch.device | None = "cpu",
+                progress: Callable | None = None) -> LoadedModel:
+        """A classifier or generator from an id, ``default``, or a plugin ``.py`` path.
+
+        Parameters
+        ----------
+        reference : str or None
+            Model id, ``default`` / None (the data set's default, trained if needed),
+            or a path to a plugin file.
+        kind : {"classifier", "generator"}
+            What is wanted; a generator reference may name a VAE or a GAN.
+        """
+        if kind not in ("classifier", "generator"):
+            raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
+        if reference is None or reference == "default":
+            spec = ModelSpec(dataset=dataset, kind="classifier" if kind == "classifier" else "vae")
+            return self.get_or_train(spec, progress=progress, device=device)
+        if reference.endswith(".py") or Path(reference).is_file():
+            image_shape = load_dataset(dataset, self.data_dir).image_shape if kind == "classifier" else None
+            plugin = load_plugin(reference, image_shape=image_shape)
+            module = plugin.classifier if kind == "classifier" else plugin.generator
+            if module is None:
+                raise PluginError(f"plugin {reference} defines no {kind}() function")
+            names = plugin.class_names or ()
+            return LoadedModel(f"plugin:{plugin.path}", f"plugin-{kind}", module.to(resolve_device(device)), names,
+                               {"path": str(plugin.path), "metrics": {}})
+        loaded = self.load(reference, device)
+        if (kind == "classifier") != (loaded.kind == "classifier"):
+            raise ProbeError(f"model {reference!r} is a {loaded.kind}, not a {kind}")
+        return loaded

@@ -1,0 +1,300 @@
+"""Training for the model zoo, deterministic for a seed, with a progress callback.
+
+Each ``train_*`` function returns ``(module, metrics)``. The callback receives a
+:class:`TrainingProgress` after every epoch; raising from it (for instance
+:class:`probe_core.errors.CancelledError`) stops training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from probe_core.data import ImageDataset
+from probe_core.models.architectures import VAE, ConvClassifier, GANDiscriminator, GANGenerator
+
+
+@dataclass(frozen=True)
+class TrainingProgress:
+    """One epoch's report: ``metric`` is named by ``metric_name`` (e.g. test accuracy)."""
+
+    kind: str
+    epoch: int
+    epochs: int
+    loss: float
+    metric_name: str
+    metric: float
+
+    @property
+    def fraction(self) -> float:
+        return self.epoch / max(self.epochs, 1)
+
+
+ProgressCallback = Callable[[TrainingProgress], None]
+
+
+def _batches(num_items: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    order = torch.randperm(num_items, generator=generator)
+    for start in range(0, num_items, batch_size):
+        yield order[start:start + batch_size]
+
+
+def ambiguous_soft_targets(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Soft targets with 0.5 on y and 0.5 on (y + 1) mod K, shape (N, K)."""
+    targets = torch.zeros(len(labels), num_classes)
+    targets[torch.arange(len(labels)), labels] = 0.5
+    targets[torch.arange(len(labels)), (labels + 1) % num_classes] += 0.5
+    return targets
+
+
+@torch.no_grad()
+def classifier_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 2048) -> float:
+    """Top-1 accuracy of a classifier (logits or probabilities) on (N, C, H, W) images."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    for start in range(0, len(images), batch_size):
+        out = model(images[start:start + batch_size].to(device))
+        correct += int((out.argmax(1).cpu() == labels[start:start + batch_size]).sum())
+    model.train(was_training)
+    return correct / max(len(images), 1)
+
+
+def train_classifier(
+    dataset: ImageDataset,
+    *,
+    epochs: int = 20,
+    batch_size: int = 64,
+    learning_rate: float = 2e-3,
+    ambiguous: bool = False,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: ProgressCallback | None = None,
+) -> tuple[ConvClassifier, dict]:
+    """Train the zoo CNN on a data set (or a class-subset view of it).
+
+    Parameters
+    ----------
+    dataset : ImageDataset
+        Train images (N, C, H, W) and labels (N,).
+    ambiguous : bool
+        Train the "always ambiguous" variant: KL divergence to soft targets with
+        0.5 on y and 0.5 on (y + 1) mod K, as in Bayes-TrEx Sec. 4.5.
+
+    Returns
+    -------
+    model : ConvClassifier
+        In eval mode; ``forward`` gives logits.
+    metrics : dict
+        ``test_accuracy`` (fraction) and, for the ambiguous variant,
+        ``test_mean_top2_mass`` (mean probability on the two target classes).
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ConvClassifier(dataset.image_shape, dataset.num_classes).to(device)
+        shuffler = torch.Generator().manual_seed(seed)
+        optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))
+        images, labels = dataset.train_images, dataset.train_labels
+        soft = ambiguous_soft_targets(labels, dataset.num_classes) if ambiguous else None
+        for epoch in range(1, epochs + 1):
+            model.train()
+            total, count = 0.0, 0
+            for index in _batches(len(images), batch_size, shuffler):
+                batch = images[index].to(device)
+                logits = model(batch)
+                if soft is not None:
+                    loss = F.kl_div(F.log_softmax(logits, 1), soft[index].to(device), reduction="batchmean")
+                else:
+                    loss = F.cross_entropy(logits, labels[index].to(device))
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                total += loss.item() * len(index)
+                count += len(index)
+            schedule.step()
+            accuracy = classifier_accuracy(model, dataset.test_images, dataset.test_labels)
+            if progress is not None:
+                progress(TrainingProgress("classifier", epoch, epochs, total / count, "test_accuracy", accuracy))
+    model.eval()
+    metrics = {"test_accuracy": classifier_accuracy(model, dataset.test_images, dataset.test_labels)}
+    if ambiguous:
+        with torch.no_grad():
+            probs = torch.softmax(model(dataset.test_images.to(device)), 1).cpu()
+        target = ambiguous_soft_targets(dataset.test_labels, dataset.num_classes)
+        metrics["test_mean_top2_mass"] = float((probs * (target > 0)).sum(1).mean())
+    return model, metrics
+
+
+def vae_loss(model: VAE, images: torch.Tensor, beta: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Negative ELBO per image (Bernoulli likelihood, nats) and reconstruction MSE per pixel.
+
+    Returns
+    -------
+    neg_elbo : torch.Tensor
+        Shape (B,).
+    mse : torch.Tensor
+        Shape (B,).
+    """
+    recon_logits, mu, logvar = model(images)
+    nll = F.binary_cross_entropy_with_logits(recon_logits, images, reduction="none").flatten(1).sum(1)
+    kl = 0.5 * (mu.pow(2) + logvar.exp() - 1.0 - logvar).sum(1)
+    mse = (torch.sigmoid(recon_logits) - images).pow(2).flatten(1).mean(1)
+    return nll + beta * kl, mse
+
+
+@torch.no_grad()
+def evaluate_vae(model: VAE, images: torch.Tensor, seed: int = 0) -> dict:
+    """Test ELBO (nats per image, higher is better) and reconstruction MSE per pixel."""
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        neg_elbo, mse = vae_loss(model, images.to(device))
+        mu, _ = model.encode(images.to(device))
+        mse_at_mean = (model.decode(mu) - images.to(device)).pow(2).flatten(1).mean(1)
+    return {
+        "test_elbo": -float(neg_elbo.mean()),
+        "test_reconstruction_mse": float(mse_at_mean.mean()),
+        "test_reconstruction_mse_sampled": float(mse.mean()),
+    }
+
+
+def train_vae(
+    dataset: ImageDataset,
+    *,
+    latent_dim: int | None = None,
+    epochs: int = 150,
+    batch_size: int = 64,
+    learning_rate: float = 2e-3,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: ProgressCallback | None = None,
+) -> tuple[VAE, dict]:
+    """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split."""
+    latent_dim = int(latent_dim or dataset.default_latent_dim)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = VAE(dataset.image_shape, latent_dim).to(device)
+        shuffler = torch.Generator().manual_seed(seed)
+        optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))
+        images = dataset.train_images
+        for epoch in range(1, epochs + 1):
+            model.train()
+            total, count = 0.0, 0
+            for index in _batches(len(images), batch_size, shuffler):
+                neg_elbo, _ = vae_loss(model, images[index].to(device))
+                loss = neg_elbo.mean()
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                total += loss.item() * len(index)
+                count += len(index)
+            schedule.step()
+            if progress is not None:
+                progress(TrainingProgress("vae", epoch, epochs, total / count, "train_elbo", -total / count))
+        metrics = evaluate_vae(model, dataset.test_images, seed)
+    model.eval()
+    return model, metrics
+
+
+def train_gan(
+    dataset: ImageDataset,
+    *,
+    latent_dim: int | None = None,
+    epochs: int = 150,
+    batch_size: int = 64,
+    learning_rate: float = 2e-4,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: ProgressCallback | None = None,
+) -> tuple[GANGenerator, dict]:
+    """Train a DCGAN-style GAN with the non-saturating loss; returns the generator.
+
+    The epoch metric is the share of generated images the discriminator calls real
+    (about 0.5 when the two are balanced). Quality metrics that need a classifier
+    are added by the registry (see :func:`feature_frechet_distance`).
+    """
+    latent_dim = int(latent_dim or dataset.default_latent_dim)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        generator = GANGenerator(dataset.image_shape, latent_dim).to(device)
+        discriminator = GANDiscriminator(dataset.image_shape).to(device)
+        shuffler = torch.Generator().manual_seed(seed)
+        opt_g = torch.optim.Adam(generator.parameters(), lr=learning_rate, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(discriminator.parameters(), lr=learning_rate, betas=(0.5, 0.999))
+        images = dataset.train_images
+        for epoch in range(1, epochs + 1):
+            generator.train()
+            discriminator.train()
+            total_g, fooled, count = 0.0, 0.0, 0
+            for index in _batches(len(images), batch_size, shuffler):
+                real = images[index].to(device)
+                z = torch.randn(len(index), latent_dim, device=device)
+                fake = generator.decode(z)
+                d_real, d_fake = discriminator(real), discriminator(fake.detach())
+                loss_d = F.binary_cross_entropy_with_logits(d_real, torch.full_like(d_real, 0.9)) + \
+                    F.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake))
+                opt_d.zero_grad(set_to_none=True)
+                loss_d.backward()
+                opt_d.step()
+                d_fake = discriminator(fake)
+                loss_g = F.binary_cross_entropy_with_logits(d_fake, torch.ones_like(d_fake))
+                opt_g.zero_grad(set_to_none=True)
+                loss_g.backward()
+                opt_g.step()
+                total_g += loss_g.item() * len(index)
+                fooled += float((d_fake > 0).float().sum())
+                count += len(index)
+            if progress is not None:
+                progress(TrainingProgress("gan", epoch, epochs, total_g / count, "fooled_fraction", fooled / count))
+    generator.eval()
+    return generator, {}
+
+
+@torch.no_grad()
+def _features(classifier: nn.Module, images: torch.Tensor, batch_size: int = 2048) -> np.ndarray:
+    device = next(classifier.parameters()).device
+    chunks = [classifier.features(images[s:s + batch_size].to(device)).cpu() for s in range(0, len(images), batch_size)]
+    return torch.cat(chunks).double().numpy()
+
+
+def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
+    """Fréchet distance between Gaussian fits of two feature sets, each (N, D)."""
+    from scipy import linalg
+
+    mu_a, mu_b = features_a.mean(0), features_b.mean(0)
+    # A small ridge keeps sqrtm stable when ReLU features have dead units (singular covariances).
+    ridge = 1e-6 * np.eye(features_a.shape[1])
+    cov_a = np.cov(features_a, rowvar=False) + ridge
+    cov_b = np.cov(features_b, rowvar=False) + ridge
+    covmean = linalg.sqrtm(cov_a @ cov_b)
+    covmean = np.real(covmean)
+    return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2.0 * covmean))
+
+
+@torch.no_grad()
+def feature_frechet_distance(
+    classifier: nn.Module, generator: nn.Module, real_images: torch.Tensor, num_samples: int = 2000, seed: int = 0
+) -> float:
+    """FD-clf: Fréchet distance of generated to real images on a classifier's penultimate features.
+
+    A stand-in for FID, which needs Inception weights that cannot be downloaded
+    here; values are comparable only between generators scored with the same
+    classifier on the same data set. Lower is better.
+    """
+    classifier.eval()
+    generator.eval()
+    device = next(generator.parameters()).device
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        z = torch.randn(num_samples, generator.latent_dim, device=device)
+    generated = torch.cat([generator.decode(z[s:s + 1024]).cpu() for s in range(0, num_samples, 1024)])
+    return frechet_distance(_features(classifier, real_images), _features(classifier, generated))

@@ -1,0 +1,500 @@
+"""The workspace database: SQLite in WAL mode with a versioned schema.
+
+Tables: ``models`` (registry metadata), ``runs`` (background work: kind, config,
+status, progress), ``samples`` (kept MCMC samples), ``clusters`` (failure
+clusters) and ``labels`` (human or oracle labels of clusters or samples).
+
+Every write is one transaction. Connections are per thread, so one
+:class:`Store` can be shared by background jobs and the UI. A run whose owning
+process has died is reported as ``interrupted`` rather than running forever.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from probe_core.errors import ProbeError
+
+SCHEMA_VERSION = 1
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE models (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        path TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        metrics TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        config TEXT NOT NULL,
+        status TEXT NOT NULL,
+        progress REAL NOT NULL DEFAULT 0,
+        message TEXT NOT NULL DEFAULT '',
+        details TEXT,
+        result TEXT,
+        error TEXT,
+        owner TEXT NOT NULL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        updated_at REAL NOT NULL,
+        finished_at REAL
+    );
+    CREATE INDEX runs_by_kind ON runs(kind, id);
+    CREATE TABLE samples (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        target_index INTEGER NOT NULL DEFAULT 0,
+        chain INTEGER NOT NULL,
+        step INTEGER NOT NULL,
+        z BLOB NOT NULL,
+        confidences BLOB NOT NULL,
+        image BLOB,
+        target_distance REAL,
+        hit INTEGER,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX samples_by_run ON samples(run_id, target_index, id);
+    CREATE TABLE clusters (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        cluster_index INTEGER NOT NULL,
+        weight REAL NOT NULL,
+        size INTEGER NOT NULL,
+        mean BLOB NOT NULL,
+        covariance BLOB NOT NULL,
+        info TEXT NOT NULL DEFAULT '{}',
+        UNIQUE(run_id, cluster_index)
+    );
+    CREATE TABLE labels (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        annotator TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'human',
+        cluster_id INTEGER REFERENCES clusters(id) ON DELETE CASCADE,
+        sample_id INTEGER REFERENCES samples(id) ON DELETE CASCADE,
+        label TEXT,
+        is_failure INTEGER,
+        created_at REAL NOT NULL,
+        CHECK ((cluster_id IS NULL) != (sample_id IS NULL))
+    );
+    CREATE UNIQUE INDEX labels_one_per_cluster ON labels(annotator, source, cluster_id) WHERE cluster_id IS NOT NULL;
+    CREATE UNIQUE INDEX labels_one_per_sample ON labels(annotator, source, sample_id) WHERE sample_id IS NOT NULL;
+    """,
+}
+
+ACTIVE_STATUSES = ("queued", "running")
+FINAL_STATUSES = ("done", "failed", "cancelled", "interrupted")
+
+
+def pack_array(array: Any) -> bytes:
+    """Serialise an array to ``.npy`` bytes (keeps dtype and shape)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def unpack_array(blob: bytes | None) -> np.ndarray | None:
+    """Inverse of :func:`pack_array`."""
+    return None if blob is None else np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def _process_start_ticks(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def current_owner() -> str:
+    """``host:pid:start`` naming this process, robust to PID reuse on Linux."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}"
+
+
+def owner_is_alive(owner: str) -> bool | None:
+    """Whether the process named by ``owner`` still runs; None if it is on another host."""
+    host, _, rest = owner.partition(":")
+    if host != socket.gethostname():
+        return None
+    pid_text, _, start = rest.partition(":")
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return start in ("?", _process_start_ticks(pid))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A row of the runs table with JSON columns decoded."""
+
+    id: int
+    kind: str
+    config: dict
+    status: str
+    progress: float
+    message: str
+    details: dict | None
+    result: dict | None
+    error: str | None
+    owner: str
+    cancel_requested: bool
+    created_at: float
+    started_at: float | None
+    updated_at: float
+    finished_at: float | None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Store:
+    """Thread-safe access to one workspace database.
+
+    Parameters
+    ----------
+    path : str or Path
+        The SQLite file; created with the current schema when missing.
+    stale_after_s : float
+        For runs owned by a process on another host (where liveness cannot be
+        checked), the heartbeat age after which they count as interrupted.
+    """
+
+    def __init__(self, path: str | Path, stale_after_s: float = 600.0) -> None:
+        self.path = Path(path)
+        self.stale_after_s = stale_after_s
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._migrate()
+
+    # -- connections -----------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute("PRAGMA foreign_keys=ON")
+            connection.execute("PRAGMA busy_timeout=60000")
+            self._local.connection = connection
+        return connection
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``), rolled back on any error."""
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return self._connection().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    def _migrate(self) -> None:
+        with self.transaction() as connection:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise ProbeError(
+                    f"workspace database {self.path} has schema version {version}, newer than this "
+                    f"Model Probe ({SCHEMA_VERSION}); upgrade Model Probe or use another workspace"
+                )
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {target}")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._query("PRAGMA user_version")[0][0])
+
+    # -- models ----------------------------------------------------------------------
+    def put_model(self, model_id: str, kind: str, dataset: str, path: str, spec: dict, metrics: dict) -> None:
+        """Insert or replace a model's metadata."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO models (id, kind, dataset, path, spec, metrics, created_at) VALUES (?,?,?,?,?,?,?)",
+                (model_id, kind, dataset, path, json.dumps(spec, sort_keys=True), json.dumps(metrics), time.time()),
+            )
+
+    def get_model(self, model_id: str) -> dict | None:
+        rows = self._query("SELECT * FROM models WHERE id = ?", (model_id,))
+        return self._model_row(rows[0]) if rows else None
+
+    def list_models(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
+        """Model metadata, newest first, optionally filtered."""
+        sql, params = "SELECT * FROM models WHERE 1=1", []
+        if dataset is not None:
+            sql += " AND dataset = ?"
+            params.append(dataset)
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return [self._model_row(r) for r in self._query(sql + " ORDER BY created_at DESC", params)]
+
+    @staticmethod
+    def _model_row(row: sqlite3.Row) -> dict:
+        return {
+            "id": row["id"], "kind": row["kind"], "dataset": row["dataset"], "path": row["path"],
+            "spec": json.loads(row["spec"]), "metrics": json.loads(row["metrics"]), "created_at": row["created_at"],
+        }
+
+    # -- runs ------------------------------------------------------------------------
+    def create_run(self, kind: str, config: dict, status: str = "queued") -> int:
+        """Record a new run owned by this process; returns its id."""
+        now = time.time()
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "INSERT INTO runs (kind, config, status, owner, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+                (kind, json.dumps(config, sort_keys=True, default=str), status, current_owner(), now, now),
+            )
+            return int(cursor.lastrowid)
+
+    def start_run(self, run_id: int) -> None:
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "UPDATE runs SET status='running', owner=?, started_at=?, updated_at=? WHERE id=?",
+                (current_owner(), now, now, run_id),
+            )
+
+    def update_run(self, run_id: int, progress: float | None = None, message: str | None = None,
+                   details: dict | None = None) -> bool:
+        """Record progress (and a heartbeat); returns whether cancellation was requested."""
+        with self.transaction() as connection:
+            connection.execute(
+                "UPDATE runs SET progress=COALESCE(?, progress), message=COALESCE(?, message), "
+                "details=COALESCE(?, details), updated_at=? WHERE id=?",
+                (progress, message, None if details is None else json.dumps(details, default=float), time.time(), run_id),
+            )
+            row = connection.execute("SELECT cancel_requested FROM runs WHERE id=?", (run_id,)).fetchone()
+        return bool(row and row[0])
+
+    def finish_run(self, run_id: int, status: str, result: dict | None = None, error: str | None = None) -> None:
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"final status must be one of {FINAL_STATUSES}, got {status!r}")
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "UPDATE runs SET status=?, result=?, error=?, finished_at=?, updated_at=?, "
+                "progress=CASE WHEN ?='done' THEN 1.0 ELSE progress END WHERE id=?",
+                (status, None if result is None else json.dumps(result, default=float), error, now, now, status, run_id),
+            )
+
+    def request_cancel(self, run_id: int) -> None:
+        """Ask a run to stop; the job sees it at its next progress report."""
+        with self.transaction() as connection:
+            connection.execute("UPDATE runs SET cancel_requested=1 WHERE id=?", (run_id,))
+
+    def get_run(self, run_id: int) -> Run | None:
+        self.reap_interrupted()
+        rows = self._query("SELECT * FROM runs WHERE id=?", (run_id,))
+        return self._run_row(rows[0]) if rows else None
+
+    def list_runs(self, kind: str | None = None, limit: int = 100, active_only: bool = False) -> list[Run]:
+        """Runs newest first."""
+        self.reap_interrupted()
+        sql, params = "SELECT * FROM runs WHERE 1=1", []
+        if kind is not None:
+            sql += " AND kind=?"
+            params.append(kind)
+        if active_only:
+            sql += f" AND status IN {ACTIVE_STATUSES}"
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        return [self._run_row(r) for r in self._query(sql, params)]
+
+    def reap_interrupted(self) -> int:
+        """Mark active runs whose owning process is gone as ``interrupted``; returns how many."""
+        rows = self._query(f"SELECT id, owner, updated_at FROM runs WHERE status IN {ACTIVE_STATUSES}")
+        now = time.time()
+        dead = []
+        for row in rows:
+            alive = owner_is_alive(row["owner"])
+            if alive is False or (alive is None and now - row["updated_at"] > self.stale_after_s):
+                dead.append(row["id"])
+        if dead:
+            with self.transaction() as connection:
+                connection.executemany(
+                    f"UPDATE runs SET status='interrupted', error='the process running it stopped', "
+                    f"finished_at=? WHERE id=? AND status IN {ACTIVE_STATUSES}",
+                    [(now, run_id) for run_id in dead],
+                )
+        return len(dead)
+
+    @staticmethod
+    def _run_row(row: sqlite3.Row) -> Run:
+        return Run(
+            id=row["id"], kind=row["kind"], config=json.loads(row["config"]), status=row["status"],
+            progress=row["progress"], message=row["message"], details=_loads(row["details"]),
+            result=_loads(row["result"]), error=row["error"], owner=row["owner"],
+            cancel_requested=bool(row["cancel_requested"]), created_at=row["created_at"],
+            started_at=row["started_at"], updated_at=row["updated_at"], finished_at=row["finished_at"],
+        )
+
+    # -- samples ---------------------------------------------------------------------
+    def add_samples(self, run_id: int, samples: Iterable[dict]) -> int:
+        """Append kept samples in one transaction.
+
+        Each dict has ``chain``, ``step``, ``z`` (latent_dim,), ``confidences`` (K,),
+        and optionally ``target_index``, ``image`` (C, H, W), ``target_distance``, ``hit``.
+        Returns the number written.
+        """
+        now = time.time()
+        rows = [
+            (
+                run_id, int(s.get("target_index", 0)), int(s["chain"]), int(s["step"]),
+                pack_array(np.asarray(s["z"], dtype=np.float32)),
+                pack_array(np.asarray(s["confidences"], dtype=np.float32)),
+                None if s.get("image") is None else pack_array(np.asarray(s["image"], dtype=np.float32)),
+                None if s.get("target_distance") is None else float(s["target_distance"]),
+                None if s.get("hit") is None else int(bool(s["hit"])),
+                now,
+            )
+            for s in samples
+        ]
+        with self.transaction() as connection:
+            connection.executemany(
+                "INSERT INTO samples (run_id, target_index, chain, step, z, confidences, image, target_distance, hit, "
+                "created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+        return len(rows)
+
+    def get_samples(self, run_id: int, target_index: int | None = None, limit: int | None = None,
+                    newest_first: bool = False) -> list[dict]:
+        """Stored samples of a run with arrays decoded."""
+        sql, params = "SELECT * FROM samples WHERE run_id=?", [run_id]
+        if target_index is not None:
+            sql += " AND target_index=?"
+            params.append(target_index)
+        sql += " ORDER BY id DESC" if newest_first else " ORDER BY id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [
+            {
+                "id": r["id"], "run_id": r["run_id"], "target_index": r["target_index"], "chain": r["chain"],
+                "step": r["step"], "z": unpack_array(r["z"]), "confidences": unpack_array(r["confidences"]),
+                "image": unpack_array(r["image"]), "target_distance": r["target_distance"],
+                "hit": None if r["hit"] is None else bool(r["hit"]),
+            }
+            for r in self._query(sql, params)
+        ]
+
+    def count_samples(self, run_id: int) -> int:
+        return int(self._query("SELECT COUNT(*) FROM samples WHERE run_id=?", (run_id,))[0][0])
+
+    # -- clusters --------------------------------------------------------------------
+    def add_clusters(self, run_id: int, clusters: Iterable[dict]) -> list[int]:
+        """Store clusters (``cluster_index``, ``weight``, ``size``, ``mean``, ``covariance``, ``info``)."""
+        ids = []
+        with self.transaction() as connection:
+            for c in clusters:
+                cursor = connection.execute(
+                    "INSERT INTO clusters (run_id, cluster_index, weight, size, mean, covariance, info) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (run_id, int(c["cluster_index"]), float(c["weight"]), int(c["size"]),
+                     pack_array(c["mean"]), pack_array(c["covariance"]), json.dumps(c.get("info", {}), default=float)),
+                )
+                ids.append(int(cursor.lastrowid))
+        return ids
+
+    def get_clusters(self, run_id: int) -> list[dict]:
+        return [
+            {
+                "id": r["id"], "run_id": r["run_id"], "cluster_index": r["cluster_index"], "weight": r["weight"],
+                "size": r["size"], "mean": unpack_array(r["mean"]), "covariance": unpack_array(r["covariance"]),
+                "info": json.loads(r["info"]),
+            }
+            for r in self._query("SELECT * FROM clusters WHERE run_id=? ORDER BY cluster_index", (run_id,))
+        ]
+
+    # -- labels ----------------------------------------------------------------------
+    def set_label(self, annotator: str, *, cluster_id: int | None = None, sample_id: int | None = None,
+                  label: str | None = None, is_failure: bool | None = None, source: str = "human") -> int:
+        """Write one label now, replacing this annotator's earlier label of the same item.
+
+        Parameters
+        ----------
+        annotator : str
+            Who labelled; must not be empty.
+        cluster_id, sample_id : int
+            Exactly one: what was labelled.
+        label : str, optional
+            The correct class name, or ``"none"`` for "none of the above".
+        is_failure : bool, optional
+            Whether the annotator judged it a failure of the classifier.
+        source : str
+            ``"human"``, or ``"oracle:MODEL"`` for automatic labels (kept apart).
+        """
+        annotator = (annotator or "").strip()
+        if not annotator:
+            raise ProbeError("an annotator name is required to store a label")
+        if (cluster_id is None) == (sample_id is None):
+            raise ProbeError("a label is for exactly one cluster or one sample")
+        column, item = ("cluster_id", cluster_id) if cluster_id is not None else ("sample_id", sample_id)
+        with self.transaction() as connection:
+            connection.execute(
+                f"DELETE FROM labels WHERE annotator=? AND source=? AND {column}=?", (annotator, source, item)
+            )
+            cursor = connection.execute(
+                f"INSERT INTO labels (annotator, source, {column}, label, is_failure, created_at) VALUES (?,?,?,?,?,?)",
+                (annotator, source, item, label, None if is_failure is None else int(bool(is_failure)), time.time()),
+            )
+            return int(cursor.lastrowid)
+
+    def get_labels(self, *, cluster_id: int | None = None, sample_id: int | None = None,
+                   source: str | None = None) -> list[dict]:
+        """Labels, optionally for one item and one source, oldest first."""
+        sql, params = "SELECT * FROM labels WHERE 1=1", []
+        for column, value in (("cluster_id", cluster_id), ("sample_id", sample_id), ("source", source)):
+            if value is not None:
+                sql += f" AND {column}=?"
+                params.append(value)
+        return [
+            {
+                "id": r["id"], "annotator": r["annotator"], "source": r["source"], "cluster_id": r["cluster_id"],
+                "sample_id": r["sample_id"], "label": r["label"],
+                "is_failure": None if r["is_failure"] is None else bool(r["is_failure"]), "created_at": r["created_at"],
+            }
+            for r in self._query(sql + " ORDER BY id", params)
+        ]

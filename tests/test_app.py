@@ -1,0 +1,53 @@
+"""AppTest of the dashboard's Home page against a workspace with the trained default models."""
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+@pytest.fixture
+def app_env(trained_workspace, monkeypatch):
+    monkeypatch.setenv("PROBE_WORKSPACE", str(trained_workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
+    return trained_workspace
+
+
+def test_home_shows_data_models_and_samples(app_env):
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert at.title[0].value.endswith("Model Probe")
+    table = at.dataframe[0].value
+    assert set(table["kind"]) >= {"classifier", "vae", "gan"}
+    assert table.loc[table["kind"] == "classifier", "test accuracy"].iloc[0] > 0.9
+    assert len(at.image) >= 3  # the test-image grid and one grid per generator
+
+
+def test_home_trains_a_model_from_the_form(app_env):
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.selectbox(key="train_kind").select("classifier")
+    at.radio(key="train_subset_mode").set_value("all except")
+    at.multiselect(key="train_classes").select("7")
+    at.number_input(key="train_epochs").set_value(2)
+    at.number_input(key="train_seed").set_value(5)
+    at.button(key="train_submit").click().run()
+    assert not at.exception
+    assert any("Training started" in s.value for s in at.success)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        models = [m for m in app_env.registry.list() if m["spec"].get("classes") == [0, 1, 2, 3, 4, 5, 6, 8, 9]]
+        if models:
+            break
+        time.sleep(0.5)
+    assert models and models[0]["spec"]["seed"] == 5
+
+
+def test_missing_data_folder_is_a_message_not_a_traceback(app_env, monkeypatch):
+    monkeypatch.delenv("PROBE_DATA_DIR", raising=False)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.selectbox(key="dataset").select("mnist").run()
+    assert not at.exception
+    assert any("PROBE_DATA_DIR" in e.value for e in at.error)

@@ -1,0 +1,43 @@
+import json
+import subprocess
+import sys
+
+from probe_core.cli import main
+
+
+def test_data_commands(capsys, tmp_path):
+    assert main(["--workspace", str(tmp_path), "data", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "digits" in out and "ready (embedded)" in out and "fashion-mnist" in out
+    assert main(["data", "info", "digits[drop=5]"]) == 0
+    out = capsys.readouterr().out
+    assert "classes (9)" in out and "train: " in out
+
+
+def test_errors_are_one_line_with_nonzero_exit(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBE_DATA_DIR", raising=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path), "data", "info", "mnist"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert "PROBE_DATA_DIR" in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path), "models", "train", "--kind", "vae",
+         "--ambiguous"], capture_output=True, text=True,
+    )
+    assert result.returncode == 2 and result.stderr.startswith("error: --ambiguous applies to classifiers only")
+
+
+def test_models_train_and_list(capsys, tmp_path):
+    args = ["--workspace", str(tmp_path), "--device", "cpu"]
+    assert main(args + ["models", "train", "--kind", "classifier", "--exclude", "5", "--epochs", "2"]) == 0
+    first = capsys.readouterr().out
+    assert ": trained; test acc" in first
+    assert main(args + ["models", "train", "--kind", "classifier", "--exclude", "5", "--epochs", "2"]) == 0
+    assert "already trained" in capsys.readouterr().out
+    assert main(args + ["models", "list", "--json"]) == 0
+    [model] = json.loads(capsys.readouterr().out)
+    assert model["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert model["metrics"]["test_accuracy"] > 0.5

@@ -1,0 +1,149 @@
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from probe_core.data import FASHION_MNIST_CLASSES, load_dataset, read_idx, write_idx
+from probe_core.errors import DataError
+from tests.conftest import SHARED_MNIST
+
+
+def make_idx_pair(folder, prefix, count, seed=0, size=8, gz=True):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    labels = np.arange(count, dtype=np.uint8) % 10
+    images = rng.integers(0, 256, size=(count, size, size), dtype=np.uint8)
+    suffix = ".gz" if gz else ""
+    write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", images)
+    write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", labels)
+    return images, labels
+
+
+@pytest.mark.parametrize("name", ["a-idx3-ubyte", "a-idx3-ubyte.gz"])
+def test_idx_round_trip_raw_and_gzip(tmp_path, name):
+    array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = write_idx(tmp_path / name, array)
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
+    np.testing.assert_array_equal(read_idx(path), array)
+
+
+def test_idx_reads_big_endian_int32(tmp_path):
+    array = np.array([1, -2, 70000], dtype=np.int32)
+    np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "x", array)), array)
+
+
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (b"", "not an IDX file"),
+        (b"\x08\x03\x00\x00", "not an IDX file"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02", r"header says shape \(5,\)"),
+        (b"\x00\x00\x08\x01\x00", "truncated header"),
+    ],
+)
+def test_idx_broken_files_name_the_file(tmp_path, payload, message):
+    path = tmp_path / "broken-idx1-ubyte"
+    path.write_bytes(payload)
+    with pytest.raises(DataError, match=message) as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+
+
+def test_idx_corrupt_gzip_and_wrong_dimensions(tmp_path):
+    path = tmp_path / "bad.gz"
+    path.write_bytes(gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02")[:-6])
+    with pytest.raises(DataError, match="corrupt gzip"):
+        read_idx(path)
+    labels = write_idx(tmp_path / "labels", np.zeros(3, dtype=np.uint8))
+    with pytest.raises(DataError, match="expected images"):
+        read_idx(labels, expected_ndim=3)
+
+
+def test_folder_with_both_pairs_is_used_as_given(tmp_path):
+    make_idx_pair(tmp_path, "train", 50)
+    make_idx_pair(tmp_path, "t10k", 20, seed=1, gz=False)
+    dataset = load_dataset("idx", tmp_path)
+    assert dataset.train_images.shape == (50, 1, 8, 8)
+    assert dataset.test_images.shape == (20, 1, 8, 8)
+    assert dataset.train_images.dtype == torch.float32
+    assert 0.0 <= float(dataset.train_images.min()) and float(dataset.train_images.max()) <= 1.0
+    assert "as given" in dataset.source
+
+
+def test_single_pair_is_split_stratified_and_says_so(tmp_path):
+    make_idx_pair(tmp_path, "t10k", 200)
+    dataset = load_dataset("idx", tmp_path)
+    assert len(dataset.train_labels) == 160 and len(dataset.test_labels) == 40
+    assert torch.bincount(dataset.test_labels, minlength=10).tolist() == [4] * 10
+    assert "only the t10k pair" in dataset.source and "stratified" in dataset.source
+    again = load_dataset("idx", str(tmp_path))
+    assert torch.equal(again.test_images, dataset.test_images)
+
+
+def test_fashion_mnist_uses_real_class_names_and_subfolder(tmp_path, monkeypatch):
+    make_idx_pair(tmp_path / "fashion-mnist", "train", 30)
+    monkeypatch.setenv("PROBE_DATA_DIR", str(tmp_path))
+    dataset = load_dataset("fashion-mnist")
+    assert dataset.class_names == FASHION_MNIST_CLASSES
+    assert dataset.class_index("bag") == 8
+    assert "not stratified: too few images per class" in dataset.source
+
+
+def test_missing_files_and_folders_give_clear_errors(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBE_DATA_DIR", raising=False)
+    with pytest.raises(DataError, match="PROBE_DATA_DIR"):
+        load_dataset("mnist")
+    with pytest.raises(DataError, match="does not exist"):
+        load_dataset("mnist", tmp_path / "nowhere")
+    with pytest.raises(DataError, match="no IDX files"):
+        load_dataset("mnist", tmp_path)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((3, 8, 8), dtype=np.uint8))
+    with pytest.raises(DataError, match="no train-labels-idx1-ubyte"):
+        load_dataset("mnist", tmp_path)
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.zeros(4, dtype=np.uint8))
+    with pytest.raises(DataError, match="3 images but train-labels-idx1-ubyte.gz has 4 labels"):
+        load_dataset("mnist", tmp_path)
+    with pytest.raises(DataError, match="unknown data set"):
+        load_dataset("cifar")
+
+
+def test_digits_default_split():
+    dataset = load_dataset("digits")
+    assert dataset.train_images.shape == (1437, 1, 8, 8)
+    assert dataset.test_images.shape == (360, 1, 8, 8)
+    assert float(dataset.train_images.max()) == 1.0 and float(dataset.train_images.min()) == 0.0
+    counts = torch.bincount(dataset.test_labels, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37
+
+
+def test_class_subset_views():
+    digits = load_dataset("digits")
+    kept = digits.subset(keep=[0, 1, 3, 6, 9])
+    assert kept.class_names == ("0", "1", "3", "6", "9")
+    assert kept.original_classes == (0, 1, 3, 6, 9)
+    assert set(kept.train_labels.tolist()) == {0, 1, 2, 3, 4}
+    assert len(kept.train_labels) == int(sum((digits.train_labels == c).sum() for c in (0, 1, 3, 6, 9)))
+    # The relabelled images are the parent's images of the mapped class.
+    parent_threes = digits.train_images[digits.train_labels == 3]
+    assert torch.equal(kept.train_images[kept.train_labels == 2], parent_threes)
+    dropped = load_dataset("digits[drop=5]")
+    assert "5" not in dropped.class_names and dropped.num_classes == 9
+    assert dropped.original_classes == (0, 1, 2, 3, 4, 6, 7, 8, 9)
+    with pytest.raises(DataError):
+        digits.subset(keep=[1], drop=[2])
+    with pytest.raises(DataError, match="do not exist"):
+        digits.subset(keep=[12])
+    with pytest.raises(DataError, match="bad subset"):
+        load_dataset("digits[take=1]")
+    with pytest.raises(DataError, match="unknown class"):
+        digits.class_index("eleven")
+
+
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="the shared MNIST t10k folder is not next to this checkout")
+def test_real_mnist_t10k_is_split():
+    dataset = load_dataset("mnist", SHARED_MNIST)
+    assert dataset.train_images.shape == (8000, 1, 28, 28)
+    assert dataset.test_images.shape == (2000, 1, 28, 28)
+    assert "only the t10k pair" in dataset.source
+    assert abs(float(dataset.train_images.mean()) - 0.133) < 0.01  # MNIST's well-known mean intensity

@@ -1,0 +1,55 @@
+import time
+
+from probe_core.errors import ProbeError
+from probe_core.jobs import JobManager, start_default_training
+
+
+def test_job_success_failure_and_cancel(workspace):
+    manager = JobManager(workspace.store)
+
+    def ok(context):
+        context.report(0.5, "halfway", force=True)
+        return {"answer": 42}
+
+    def bad(context):
+        raise ProbeError("target vector must sum to 1")
+
+    def crash(context):
+        raise RuntimeError("boom")
+
+    def slow(context):
+        for step in range(1000):
+            context.report(step / 1000, f"step {step}", force=True)
+            time.sleep(0.01)
+        return {}
+
+    done = manager.wait(manager.submit("t", {}, ok), timeout=10)
+    assert (done.status, done.result, done.progress) == ("done", {"answer": 42}, 1.0)
+    failed = manager.wait(manager.submit("t", {}, bad), timeout=10)
+    assert failed.status == "failed" and failed.error == "target vector must sum to 1"
+    assert manager.wait(manager.submit("t", {}, crash), timeout=10).error == "RuntimeError: boom"
+    run_id = manager.submit("t", {}, slow)
+    time.sleep(0.2)
+    manager.cancel(run_id)
+    cancelled = manager.wait(run_id, timeout=10)
+    assert cancelled.status == "cancelled" and 0 < cancelled.progress < 0.5
+
+
+def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspace):
+    manager = JobManager(trained_workspace.store)
+    assert start_default_training(manager, trained_workspace.registry, "digits") is None
+
+
+def test_training_job_reports_per_model_progress(workspace):
+    from probe_core.jobs import training_job
+    from probe_core.models import ModelSpec
+
+    manager = JobManager(workspace.store)
+    specs = [ModelSpec(kind="classifier", epochs=2), ModelSpec(kind="vae", epochs=2, latent_dim=2)]
+    first = manager.submit("train", {"x": 1}, training_job(workspace.registry, specs), dedupe=True)
+    assert manager.submit("train", {"x": 1}, training_job(workspace.registry, specs), dedupe=True) == first
+    run = manager.wait(first, timeout=120)
+    assert run.status == "done", run.error
+    models = run.details["models"]
+    assert [m["status"] for m in models.values()] == ["done", "done"]
+    assert all(workspace.registry.exists(model_id) for model_id in models)

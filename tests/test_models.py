@@ -1,0 +1,120 @@
+import pytest
+import torch
+
+from probe_core.data import load_dataset
+from probe_core.errors import ModelNotFoundError, ProbeError
+from probe_core.models import (
+    FD_METRIC,
+    ModelSpec,
+    ProbabilityModel,
+    classifier_accuracy,
+    feature_frechet_distance,
+    train_classifier,
+    train_gan,
+    train_vae,
+)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def test_tiny_classifier_beats_chance_by_far_and_reports_progress(digits):
+    reports = []
+    model, metrics = train_classifier(digits, epochs=3, progress=reports.append)
+    assert metrics["test_accuracy"] > 0.7  # chance is 0.1
+    assert [r.epoch for r in reports] == [1, 2, 3]
+    assert reports[-1].metric_name == "test_accuracy" and reports[-1].fraction == 1.0
+    assert reports[-1].loss < reports[0].loss
+
+
+def test_training_is_deterministic_for_a_seed(digits):
+    first, _ = train_classifier(digits, epochs=1, seed=3)
+    second, _ = train_classifier(digits, epochs=1, seed=3)
+    other, _ = train_classifier(digits, epochs=1, seed=4)
+    for key, value in first.state_dict().items():
+        assert torch.equal(value, second.state_dict()[key])
+    assert not torch.equal(first.head.weight, other.head.weight)
+
+
+def test_always_ambiguous_classifier_splits_mass_between_y_and_next(digits):
+    model, metrics = train_classifier(digits, epochs=8, ambiguous=True)
+    assert metrics["test_mean_top2_mass"] > 0.8
+    with torch.no_grad():
+        probs = torch.softmax(model(digits.test_images), 1)
+    labels = digits.test_labels
+    pair = probs[torch.arange(len(labels)), labels] + probs[torch.arange(len(labels)), (labels + 1) % 10]
+    assert float(pair.mean()) > 0.8
+    assert float(probs.max(1).values.mean()) < 0.7  # never confident in one class
+
+
+def test_generators_share_one_interface(digits):
+    vae, vae_metrics = train_vae(digits, latent_dim=4, epochs=2)
+    gan, _ = train_gan(digits, latent_dim=3, epochs=1)
+    for generator, latent in ((vae, 4), (gan, 3)):
+        assert generator.latent_dim == latent
+        images = generator.decode(torch.randn(5, latent))
+        assert images.shape == (5, 1, 8, 8) and 0 <= float(images.min().detach()) and float(images.max().detach()) <= 1
+    mu, logvar = vae.encode(digits.test_images[:7])
+    assert mu.shape == logvar.shape == (7, 4)
+    assert vae_metrics["test_elbo"] < 0 and vae_metrics["test_reconstruction_mse"] > 0
+
+
+def test_registry_returns_stored_model_instead_of_retraining(workspace):
+    spec = ModelSpec(dataset="digits", kind="classifier", epochs=2, seed=1)
+    first = workspace.registry.get_or_train(spec)
+    path = workspace.models_dir / f"{first.id}.pt"
+    stamp = path.stat().st_mtime_ns
+    calls = []
+    second = workspace.registry.get_or_train(spec, progress=calls.append)
+    assert second.id == first.id and calls == [] and path.stat().st_mtime_ns == stamp
+    assert isinstance(second.module, ProbabilityModel)
+    probs = second.module(torch.rand(3, 1, 8, 8))
+    assert torch.allclose(probs.sum(1), torch.ones(3), atol=1e-5)
+    record = workspace.store.get_model(first.id)
+    assert record["spec"]["seed"] == 1 and record["spec"]["epochs"] == 2
+    assert record["metrics"]["test_accuracy"] == second.metrics["test_accuracy"] > 0.5
+    # A fresh registry over the same folder (a new process) finds it too.
+    from probe_core.workspace import Workspace
+
+    assert Workspace(workspace.root).registry.exists(first.id)
+
+
+def test_registry_variants_and_metrics(trained_workspace):
+    registry = trained_workspace.registry
+    models = {m["kind"]: m for m in registry.list(dataset="digits")}
+    assert set(models) >= {"classifier", "vae", "gan"}
+    assert models["classifier"]["metrics"]["test_accuracy"] > 0.93
+    assert models["vae"]["metrics"]["test_elbo"] < 0
+    for kind in ("vae", "gan"):
+        assert models[kind]["metrics"][FD_METRIC] > 0
+    subset = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", classes=(0, 1, 2, 3, 4, 6, 7, 8, 9), epochs=2))
+    assert "-k012346789" in subset.id
+    assert registry.load(subset.id).record["spec"]["dataset_view"] == "digits[keep=0,1,2,3,4,6,7,8,9]"
+
+
+def test_fd_ranks_real_data_above_noise(trained_workspace):
+    digits = load_dataset("digits")
+    classifier = trained_workspace.registry.resolve("default", "classifier").module.net
+    generator = trained_workspace.registry.load(trained_workspace.registry.default_id("digits", "gan")).module
+
+    class Noise(torch.nn.Module):
+        latent_dim = 8
+
+        def decode(self, z):
+            return torch.rand(len(z), 1, 8, 8)
+
+    noise = Noise()
+    noise.register_parameter("dummy", torch.nn.Parameter(torch.zeros(1)))
+    assert feature_frechet_distance(classifier, generator, digits.test_images) < \
+        feature_frechet_distance(classifier, noise, digits.test_images) / 3
+
+
+def test_bad_specs_and_unknown_models(workspace):
+    with pytest.raises(ProbeError, match="classifiers only"):
+        ModelSpec(kind="vae", ambiguous=True)
+    with pytest.raises(ProbeError, match="unknown model kind"):
+        ModelSpec(kind="svm")
+    with pytest.raises(ModelNotFoundError, match="no model"):
+        workspace.registry.load("digits-vae-nope")

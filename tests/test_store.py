@@ -1,0 +1,115 @@
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from probe_core.errors import ProbeError
+from probe_core.store import SCHEMA_VERSION, Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "probe.sqlite")
+
+
+def test_schema_is_versioned_and_wal(store, tmp_path):
+    assert store.schema_version == SCHEMA_VERSION
+    connection = sqlite3.connect(tmp_path / "probe.sqlite")
+    assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.commit()
+    connection.close()
+    with pytest.raises(ProbeError, match="newer than this"):
+        Store(tmp_path / "probe.sqlite")
+
+
+def test_eight_threads_writing_100_labels_each_lose_nothing(store):
+    run_id = store.create_run("defuse", {})
+    cluster_ids = store.add_clusters(run_id, [
+        {"cluster_index": i, "weight": 0.01, "size": 1, "mean": np.zeros(2), "covariance": np.eye(2)}
+        for i in range(100)
+    ])
+    errors = []
+
+    def annotate(worker: int) -> None:
+        try:
+            for cluster_id in cluster_ids:
+                store.set_label(f"annotator-{worker}", cluster_id=cluster_id, label=str(worker % 10),
+                                is_failure=worker % 2 == 0)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=annotate, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    labels = store.get_labels()
+    assert len(labels) == 800
+    assert {(l["annotator"], l["cluster_id"]) for l in labels} == {
+        (f"annotator-{w}", c) for w in range(8) for c in cluster_ids
+    }
+
+
+def test_relabelling_replaces_and_sources_stay_apart(store):
+    run_id = store.create_run("defuse", {})
+    [cluster] = store.add_clusters(run_id, [{"cluster_index": 0, "weight": 0.5, "size": 3,
+                                             "mean": np.zeros(2), "covariance": np.eye(2)}])
+    store.set_label("ana", cluster_id=cluster, label="4", is_failure=True)
+    store.set_label("ana", cluster_id=cluster, label="none", is_failure=False)
+    store.set_label("ana", cluster_id=cluster, label="9", is_failure=True, source="oracle:clf")
+    human = store.get_labels(cluster_id=cluster, source="human")
+    assert [(l["label"], l["is_failure"]) for l in human] == [("none", False)]
+    assert len(store.get_labels(cluster_id=cluster)) == 2
+    with pytest.raises(ProbeError, match="annotator"):
+        store.set_label("  ", cluster_id=cluster, label="1")
+    with pytest.raises(ProbeError, match="exactly one"):
+        store.set_label("ana", label="1")
+
+
+def test_samples_round_trip(store):
+    run_id = store.create_run("sample", {"target": "high:3"})
+    store.add_samples(run_id, [
+        {"chain": c, "step": 5, "z": np.arange(4) + c, "confidences": np.full(10, 0.1),
+         "image": np.ones((1, 8, 8)), "target_distance": 0.02, "hit": c == 0, "target_index": 1}
+        for c in range(3)
+    ])
+    samples = store.get_samples(run_id, target_index=1)
+    assert store.count_samples(run_id) == 3
+    np.testing.assert_array_equal(samples[2]["z"], np.arange(4) + 2)
+    assert samples[0]["image"].shape == (1, 8, 8) and samples[0]["hit"] is True and samples[1]["hit"] is False
+    assert store.get_samples(run_id, newest_first=True, limit=1)[0]["chain"] == 2
+
+
+def test_run_lifecycle_and_cancel_flag(store):
+    run_id = store.create_run("sample", {"a": 1})
+    assert store.get_run(run_id).status == "queued"
+    store.start_run(run_id)
+    assert store.update_run(run_id, 0.5, "half", {"step": 10}) is False
+    store.request_cancel(run_id)
+    assert store.update_run(run_id, 0.6) is True
+    store.finish_run(run_id, "cancelled")
+    run = store.get_run(run_id)
+    assert (run.status, run.progress, run.message, run.details) == ("cancelled", 0.6, "half", {"step": 10})
+    with pytest.raises(ValueError):
+        store.finish_run(run_id, "running")
+
+
+def test_run_of_a_dead_process_shows_as_interrupted(tmp_path):
+    path = tmp_path / "probe.sqlite"
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from probe_core.store import Store\n"
+        "s = Store(%r); r = s.create_run('sample', {}); s.start_run(r); print(r)\n"
+    ) % (str(__import__("pathlib").Path(__file__).resolve().parents[1]), str(path))
+    run_id = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    store = Store(path)
+    live = store.create_run("sample", {})
+    store.start_run(live)
+    run = store.get_run(run_id)
+    assert run.status == "interrupted" and "stopped" in run.error
+    assert store.get_run(live).status == "running"
