@@ -186,7 +186,96 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     defaults.set_defaults(handler=_models_defaults)
 
 
-COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [add_data_commands, add_model_commands]
+# --- sample ---------------------------------------------------------------------------
+
+def _sample(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from probe_core.bayestrex import sample, table2
+    from probe_core.data import load_dataset
+    from probe_core.jobs import JobContext
+    from probe_core.targets import parse_targets
+
+    workspace = _workspace(args)
+    dataset = load_dataset(args.dataset, args.data_dir)
+    classifier = workspace.registry.resolve(args.classifier, "classifier", args.dataset, device=args.device)
+    generator = workspace.registry.resolve(args.generator, "generator", args.dataset, device=args.device)
+    class_names = classifier.class_names or dataset.class_names
+    targets = parse_targets(args.target, class_names)
+    config = {"dataset": args.dataset, "classifier": classifier.id, "generator": generator.id, "target": args.target,
+              "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
+              "sampler": args.sampler, "seed": args.seed}
+    store = workspace.store
+    run_id = store.create_run("sample", config)
+    store.start_run(run_id)
+    context = JobContext(store, run_id)
+    total = args.warmup + args.samples
+    bar = tqdm(total=total if args.sampler != "nuts" else None, desc=f"sampling {len(targets)} target(s)",
+               unit="it", file=sys.stderr)
+
+    def on_progress(p) -> None:
+        bar.update(p.iteration - bar.n)
+        bar.set_postfix(stage=p.stage, accept=f"{float(p.acceptance.mean()):.2f}", sigma=f"{p.sigma:.3g}")
+        context.report(p.iteration / p.total, f"{p.stage} {p.iteration}/{p.total}",
+                       {"acceptance": float(p.acceptance.mean()), "step_size": float(p.step_size.median())})
+
+    try:
+        result = sample(classifier.module, generator.module, targets, class_names=class_names, chains=args.chains,
+                        warmup=args.warmup, samples=args.samples, sigma=args.sigma, sampler=args.sampler,
+                        seed=args.seed, dataset=dataset if classifier.kind == "classifier" else None,
+                        store=store, run_id=run_id, progress=on_progress, keep_every=args.keep_every)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "cancelled")
+        raise
+    except Exception as exc:
+        store.finish_run(run_id, "failed", error=str(exc))
+        raise
+    finally:
+        bar.close()
+    result.update(dataset=args.dataset, classifier=classifier.id, generator=generator.id, run_id=run_id)
+    summary = {k: v for k, v in result.items() if k != "targets"}
+    summary["targets"] = [{k: v for k, v in t.items() if k != "samples"} for t in result["targets"]]
+    store.finish_run(run_id, "done", result=summary)
+    print(table2(result))
+    print(f"{sum(not t['failed'] for t in result['targets'])}/{len(result['targets'])} targets reached in "
+          f"{result['wall_seconds']:.1f} s; samples stored as run {run_id} in {workspace.root}")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=1)
+    if args.npz:
+        import numpy as np
+
+        stored = store.get_samples(run_id)
+        np.savez_compressed(args.npz, z=np.stack([s["z"] for s in stored]),
+                            confidences=np.stack([s["confidences"] for s in stored]),
+                            images=np.stack([s["image"] for s in stored]),
+                            target_index=np.array([s["target_index"] for s in stored]),
+                            chain=np.array([s["chain"] for s in stored]), hit=np.array([s["hit"] for s in stored]))
+    return 0
+
+
+def add_sample_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("sample", help="Bayes-TrEx: sample inputs at a target confidence")
+    parser.add_argument("--dataset", default="digits")
+    parser.add_argument("--target", required=True,
+                        help="high:3 | ambiguous:4,9 | uniform | probs:8=0.7,9=0.3 | path:8->9:11 | ambiguous-matrix")
+    parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
+    parser.add_argument("--generator", default="default", help="model id, 'default' (the VAE) or a plugin .py")
+    parser.add_argument("--chains", type=int, default=64, help="chains per target")
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--sigma", type=float, default=0.05)
+    parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-every", type=int, default=1, help="store every n-th sample in the workspace")
+    parser.add_argument("--out", help="write the result as JSON")
+    parser.add_argument("--npz", help="write stored latents, images and confidences as .npz")
+    parser.set_defaults(handler=_sample)
+
+
+COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_data_commands, add_model_commands, add_sample_command,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

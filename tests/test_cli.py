@@ -41,3 +41,22 @@ def test_models_train_and_list(capsys, tmp_path):
     [model] = json.loads(capsys.readouterr().out)
     assert model["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
     assert model["metrics"]["test_accuracy"] > 0.5
+
+
+def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    code = main(["--workspace", str(trained_workspace.root), "sample", "--target", "high:7", "--chains", "4",
+                 "--warmup", "40", "--samples", "20", "--out", str(out), "--npz", str(tmp_path / "s.npz")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "high:7" in printed and "targets reached" in printed
+    result = json.loads(out.read_text())
+    assert {"dataset", "classifier", "generator", "sampler", "seed", "wall_seconds", "targets"} <= set(result)
+    [target] = result["targets"]
+    assert target["spec"] == "high:7" and len(target["samples"]) == 4 * 20
+    assert len(target["samples"][0]["confidences"]) == 10
+    import numpy as np
+
+    assert np.load(tmp_path / "s.npz")["z"].shape == (80, 8)
+    assert main(["--workspace", str(trained_workspace.root), "sample", "--target", "probs:1=0.5"]) == 2
+    assert "sum to 1" in capsys.readouterr().err

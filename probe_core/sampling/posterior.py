@@ -1,0 +1,111 @@
+"""The Bayes-TrEx posterior p(z | u = u*) ∝ N(z; 0, I) · Π_s N(u*_s; u_s(f(g(z))), σ²), as a Pyro model.
+
+The model is written once over a plate of chains; the batched log density used
+by our own kernels is read off the same model with ``poutine`` (so the reference
+Pyro NUTS and the fast sampler target exactly the same density).
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+
+from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch
+
+
+class BayesTrExPosterior:
+    """Posterior over latent codes for a batch of chains and their targets.
+
+    Parameters
+    ----------
+    classifier : nn.Module
+        Images (B, C, H, W) -> probabilities (B, K).
+    generator : nn.Module
+        ``latent_dim`` and ``decode(z)`` with z (B, D) -> images (B, C, H, W).
+    targets : TargetBatch
+        Which target each chain serves.
+    sigma : float
+        Likelihood scale σ (default 0.05, as in the paper).
+    """
+
+    def __init__(self, classifier: nn.Module, generator: nn.Module, targets: TargetBatch,
+                 sigma: float = DEFAULT_SIGMA) -> None:
+        if not sigma > 0:
+            raise ValueError(f"sigma must be positive, got {sigma}")
+        self.classifier = classifier.eval()
+        self.generator = generator.eval()
+        self.targets = targets
+        self.sigma = float(sigma)
+        self.latent_dim = int(generator.latent_dim)
+        for module in (self.classifier, self.generator):
+            for parameter in module.parameters():
+                parameter.requires_grad_(False)
+
+    @property
+    def num_chains(self) -> int:
+        return self.targets.num_chains
+
+    @property
+    def device(self) -> torch.device:
+        parameter = next(self.generator.parameters(), None)
+        return parameter.device if parameter is not None else torch.device("cpu")
+
+    def probabilities(self, z: torch.Tensor) -> torch.Tensor:
+        """f(g(z)): (B, D) -> (B, K)."""
+        return self.classifier(self.generator.decode(z))
+
+    def model(self, sigma: float | None = None, temperature: float = 1.0) -> torch.Tensor:
+        """The Pyro model: z ~ N(0, I) per chain, each target's sites observed at u*.
+
+        ``temperature`` scales the likelihood (β in tempered sampling; 1 is the posterior).
+        """
+        sigma = self.sigma if sigma is None else sigma
+        with pyro.plate("chains", self.num_chains):
+            z = pyro.sample(
+                "z", dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0).to_event(1)
+            )
+            probs = pyro.deterministic("probs", self.probabilities(z), event_dim=1)
+            u = self.targets.statistics(probs)
+            observed = self.targets.observed.to(u)
+            likelihood = dist.Normal(u, sigma).mask(self.targets.mask.to(u.device)).to_event(1)
+            with poutine.scale(scale=temperature):
+                pyro.sample("u", likelihood, obs=observed)
+        return probs
+
+    def logdensity(self, z: torch.Tensor, sigma: float | None = None,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unnormalised log posterior per chain, read from the Pyro model.
+
+        Parameters
+        ----------
+        z : torch.Tensor
+            Shape (num_chains, D).
+
+        Returns
+        -------
+        logp : torch.Tensor
+            Shape (num_chains,).
+        probs : torch.Tensor
+            The classifier's confidences, shape (num_chains, K).
+        """
+        trace = poutine.trace(poutine.condition(self.model, data={"z": z})).get_trace(sigma, temperature)
+        log_prior = trace.nodes["z"]["fn"].log_prob(z)
+        site = trace.nodes["u"]
+        log_likelihood = site["fn"].log_prob(site["value"]) * temperature
+        return log_prior + log_likelihood, trace.nodes["probs"]["value"]
+
+    def logdensity_and_grad(self, z: torch.Tensor, sigma: float | None = None,
+                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log density (B,), its gradient (B, D) and the confidences (B, K)."""
+        with torch.enable_grad():
+            z = z.detach().requires_grad_(True)
+            logp, probs = self.logdensity(z, sigma, temperature)
+            (grad,) = torch.autograd.grad(logp.sum(), z)
+        return logp.detach(), grad, probs.detach()
+
+    def for_target(self, target: Target, num_chains: int = 1) -> "BayesTrExPosterior":
+        """The same posterior restricted to one target (e.g. for the one-chain Pyro NUTS reference)."""
+        return BayesTrExPosterior(self.classifier, self.generator, TargetBatch([target], num_chains), self.sigma)

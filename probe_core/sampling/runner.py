@@ -1,0 +1,325 @@
+"""Run loops: warm-up, then sampling, with a progress hook, cancellation and a sample sink.
+
+Kernels (``hmc``, ``rwm``) and adaptation (``adaptation``) know nothing of this
+module; this module knows nothing of the store: it hands kept samples to a sink.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from probe_core.sampling import adaptation, hmc, rwm
+from probe_core.sampling.posterior import BayesTrExPosterior
+
+INIT_MODES = ("optimize", "prior", "uniform")
+SURROGATE_SHARPNESS = 30.0
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Settings of a sampling run.
+
+    Parameters
+    ----------
+    num_warmup, num_samples : int
+        Iterations per chain.
+    max_integration_steps : int
+        HMC leapfrog steps; each iteration draws L uniformly from [L/2, L] (jittered trajectories).
+    target_accept : float
+        Dual-averaging target.
+    init : {"optimize", "prior", "uniform"}
+        Starting points: a short Adam run on the surrogate exp(-A·CE(soft target)) · prior
+        from prior draws, prior draws, or Uniform(-2, 2) per dimension as in the paper.
+    anneal_sigma_from : float or None
+        Anneal σ geometrically from this value to the target σ over the first half
+        of warm-up (None: no annealing).
+    report_every : int
+        Iterations between hook calls and sink flushes.
+    """
+
+    num_warmup: int = 300
+    num_samples: int = 300
+    max_integration_steps: int = 10
+    target_accept: float = 0.75
+    initial_step_size: float = 0.1
+    init: str = "optimize"
+    init_steps: int = 150
+    anneal_sigma_from: float | None = 0.5
+    rwm_initial_scale: float = 0.3
+    seed: int = 0
+    report_every: int = 10
+
+    def __post_init__(self) -> None:
+        if self.num_warmup < 0 or self.num_samples < 1:
+            raise ValueError("num_warmup must be >= 0 and num_samples >= 1")
+        if self.init not in INIT_MODES:
+            raise ValueError(f"init must be one of {INIT_MODES}, got {self.init!r}")
+        if not 0 < self.target_accept < 1:
+            raise ValueError("target_accept must be in (0, 1)")
+        if self.max_integration_steps < 1:
+            raise ValueError("max_integration_steps must be >= 1")
+
+
+@dataclass
+class Progress:
+    """Handed to the hook every ``report_every`` iterations."""
+
+    stage: str  # "warmup" or "sampling"
+    iteration: int
+    total: int
+    acceptance: torch.Tensor  # (B,) mean acceptance since the last report
+    step_size: torch.Tensor  # (B,)
+    probs: torch.Tensor  # (B, K) current confidences
+    logdensity: torch.Tensor  # (B,)
+    position: torch.Tensor  # (B, D)
+    sigma: float
+    divergences: torch.Tensor  # (B,) so far
+
+
+@dataclass
+class ChainResult:
+    """Kept samples of all chains: positions (B, S, D), probs (B, S, K), per-step diagnostics (B, S)."""
+
+    positions: torch.Tensor
+    probs: torch.Tensor
+    logdensity: torch.Tensor
+    acceptance: torch.Tensor
+    divergent: torch.Tensor
+    step_size: torch.Tensor
+    wall_seconds: float
+    gradient_evaluations: int
+    cancelled: bool = False
+    warmup_divergences: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+
+Hook = Callable[[Progress], None]
+Sink = Callable[[int, torch.Tensor, torch.Tensor], None]  # (first step index, z (B, n, D), probs (B, n, K))
+StopFn = Callable[[], bool]
+
+
+def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
+                      generator: torch.Generator) -> torch.Tensor:
+    """Starting latent codes (B, D) for the configured init mode."""
+    shape = (posterior.num_chains, posterior.latent_dim)
+    if config.init == "uniform":
+        return (torch.rand(shape, generator=generator) * 4 - 2).to(posterior.device)
+    z = torch.randn(shape, generator=generator).to(posterior.device)
+    if config.init == "prior" or config.init_steps == 0:
+        return z
+    soft = posterior.targets.soft_labels().to(posterior.device)
+    z = z.requires_grad_(True)
+    optimiser = torch.optim.Adam([z], lr=0.05)
+    with torch.enable_grad():
+        for _ in range(config.init_steps):
+            probs = posterior.probabilities(z)
+            cross_entropy = -(soft * probs.clamp_min(1e-8).log()).sum(1)
+            loss = (SURROGATE_SHARPNESS * cross_entropy + 0.5 * z.pow(2).sum(1)).sum()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+    return z.detach()
+
+
+def _sigma_schedule(config: SamplerConfig, sigma: float, iteration: int) -> float:
+    if config.anneal_sigma_from is None or config.anneal_sigma_from <= sigma or config.num_warmup == 0:
+        return sigma
+    fraction = min(1.0, iteration / max(1.0, 0.5 * config.num_warmup))
+    return float(config.anneal_sigma_from * (sigma / config.anneal_sigma_from) ** fraction)
+
+
+def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
+            sink: Sink | None = None, should_stop: StopFn | None = None,
+            initial: torch.Tensor | None = None) -> ChainResult:
+    """Batched HMC with per-chain warm-up adaptation; returns all kept samples.
+
+    Cancellation (``should_stop`` returning True, checked at every report) ends the
+    run early; what was kept so far is returned (and was already given to the sink).
+    """
+    started = time.perf_counter()
+    generator = torch.Generator().manual_seed(config.seed)
+    position = initial if initial is not None else initial_positions(posterior, config, generator)
+    chains, dim = position.shape
+    evaluations = [0]
+
+    def make_fn(sigma: float):
+        def fn(z):
+            evaluations[0] += 1
+            return posterior.logdensity_and_grad(z, sigma=sigma)
+        return fn
+
+    sigma = _sigma_schedule(config, posterior.sigma, 0)
+    state = hmc.init(position, make_fn(sigma))
+    step_size = torch.full((chains,), config.initial_step_size, device=position.device)
+    inverse_mass = torch.ones(chains, dim, device=position.device)
+    averaging = adaptation.dual_averaging_init(step_size)
+    welford = adaptation.welford_init((chains, dim), position.device)
+    windows = set(adaptation.mass_matrix_windows(config.num_warmup))
+    divergences = torch.zeros(chains, dtype=torch.long)
+    window_accept = torch.zeros(chains)
+    kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
+    flushed = 0
+    cancelled = False
+    total = config.num_warmup + config.num_samples
+    low_steps = max(1, config.max_integration_steps // 2)
+
+    for iteration in range(total):
+        warming = iteration < config.num_warmup
+        if warming:
+            new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
+            if new_sigma != sigma:
+                sigma = new_sigma
+                state = hmc.init(state.position, make_fn(sigma))
+        steps = int(torch.randint(low_steps, config.max_integration_steps + 1, (1,), generator=generator))
+        state, info = hmc.step(generator, state, make_fn(sigma), step_size, inverse_mass, steps)
+        divergences += info.is_divergent.long().cpu()
+        window_accept += info.acceptance_rate.cpu()
+        if warming:
+            averaging = adaptation.dual_averaging_update(averaging, info.acceptance_rate, config.target_accept)
+            step_size = averaging.log_step.exp()
+            welford = adaptation.welford_update(welford, state.position)
+            if iteration + 1 in windows:
+                inverse_mass = adaptation.welford_variance(welford)
+                welford = adaptation.welford_init((chains, dim), position.device)
+                averaging = adaptation.restart_dual_averaging(averaging)
+            if iteration + 1 == config.num_warmup:
+                step_size = averaging.log_step_average.exp()
+        else:
+            kept["z"].append(state.position.cpu())
+            kept["probs"].append(state.aux.cpu())
+            kept["logp"].append(state.logdensity.cpu())
+            kept["accept"].append(info.acceptance_rate.cpu())
+            kept["divergent"].append(info.is_divergent.cpu())
+        last = iteration == total - 1
+        if (iteration + 1) % config.report_every == 0 or last:
+            if sink is not None and len(kept["z"]) > flushed:
+                sink(flushed, torch.stack(kept["z"][flushed:], 1), torch.stack(kept["probs"][flushed:], 1))
+                flushed = len(kept["z"])
+            if hook is not None:
+                done = (iteration % config.report_every) + 1
+                hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
+                              step_size.cpu(), state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(),
+                              sigma, divergences.clone()))
+            window_accept.zero_()
+            if should_stop is not None and not last and should_stop():
+                cancelled = True
+                break
+    return _result(kept, step_size, started, evaluations[0], cancelled, chains, dim, posterior)
+
+
+def _result(kept: dict, step_size: torch.Tensor, started: float, evaluations: int, cancelled: bool,
+            chains: int, dim: int, posterior) -> ChainResult:
+    def stack(key: str, shape: tuple) -> torch.Tensor:
+        return torch.stack(kept[key], 1) if kept[key] else torch.zeros(shape)
+
+    num_classes = posterior.targets.num_classes
+    return ChainResult(
+        positions=stack("z", (chains, 0, dim)),
+        probs=stack("probs", (chains, 0, num_classes)),
+        logdensity=stack("logp", (chains, 0)),
+        acceptance=stack("accept", (chains, 0)),
+        divergent=stack("divergent", (chains, 0)).bool(),
+        step_size=step_size.cpu(),
+        wall_seconds=time.perf_counter() - started,
+        gradient_evaluations=evaluations,
+        cancelled=cancelled,
+    )
+
+
+def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
+            sink: Sink | None = None, should_stop: StopFn | None = None,
+            initial: torch.Tensor | None = None, target_accept: float = 0.234) -> ChainResult:
+    """Random-walk Metropolis over z with per-chain Gaussian scales adapted in warm-up (no gradients used).
+
+    For generators that cannot be differentiated. Starting points come from
+    ``config.init`` as for HMC, except that ``optimize`` falls back to prior draws.
+    """
+    started = time.perf_counter()
+    generator = torch.Generator().manual_seed(config.seed)
+    if initial is None:
+        fallback = config if config.init != "optimize" else SamplerConfig(init="prior", seed=config.seed)
+        initial = initial_positions(posterior, fallback, generator)
+    chains, dim = initial.shape
+    evaluations = [0]
+
+    def logdensity_fn(z):
+        evaluations[0] += 1
+        return posterior.logdensity(z, sigma=sigma)
+
+    sigma = _sigma_schedule(config, posterior.sigma, 0)
+    state = rwm.init(initial, logdensity_fn)
+    log_scale = torch.full((chains, 1), math.log(config.rwm_initial_scale))
+    divergences = torch.zeros(chains, dtype=torch.long)
+    window_accept = torch.zeros(chains)
+    kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
+    flushed, cancelled = 0, False
+    total = config.num_warmup + config.num_samples
+    for iteration in range(total):
+        warming = iteration < config.num_warmup
+        if warming:
+            new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
+            if new_sigma != sigma:
+                sigma = new_sigma
+                state = rwm.init(state.position, logdensity_fn)
+        proposal = rwm.GaussianProposal(log_scale.exp().to(initial.device))
+        state, info = rwm.step(generator, state, logdensity_fn, proposal)
+        window_accept += info.acceptance_rate.cpu()
+        if warming:  # Robbins-Monro on the log scale towards the target acceptance
+            log_scale += (info.acceptance_rate.cpu().unsqueeze(1) - target_accept) / math.sqrt(iteration + 1)
+        else:
+            kept["z"].append(state.position.cpu())
+            kept["probs"].append(state.aux.cpu())
+            kept["logp"].append(state.logdensity.cpu())
+            kept["accept"].append(info.acceptance_rate.cpu())
+            kept["divergent"].append(torch.zeros(chains, dtype=torch.bool))
+        last = iteration == total - 1
+        if (iteration + 1) % config.report_every == 0 or last:
+            if sink is not None and len(kept["z"]) > flushed:
+                sink(flushed, torch.stack(kept["z"][flushed:], 1), torch.stack(kept["probs"][flushed:], 1))
+                flushed = len(kept["z"])
+            if hook is not None:
+                done = (iteration % config.report_every) + 1
+                hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
+                              log_scale.exp().squeeze(1), state.aux.cpu(), state.logdensity.cpu(),
+                              state.position.cpu(), sigma, divergences.clone()))
+            window_accept.zero_()
+            if should_stop is not None and not last and should_stop():
+                cancelled = True
+                break
+    return _result(kept, log_scale.exp().squeeze(1), started, evaluations[0], cancelled, chains, dim, posterior)
+
+
+def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_samples: int = 1000, seed: int = 0,
+                  hook: Callable[[int], None] | None = None) -> ChainResult:
+    """The paper's reference sampler: Pyro NUTS with default settings, one chain, z0 ~ Uniform(-2, 2).
+
+    ``posterior`` must hold exactly one chain (see :meth:`BayesTrExPosterior.for_target`).
+    """
+    import pyro
+    from pyro.infer import MCMC, NUTS
+
+    if posterior.num_chains != 1:
+        raise ValueError("the Pyro NUTS reference runs one chain; use posterior.for_target(target)")
+    started = time.perf_counter()
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    initial = (torch.rand(1, posterior.latent_dim, generator=generator) * 4 - 2).to(posterior.device)
+    kernel = NUTS(posterior.model, target_accept_prob=0.8, adapt_step_size=True, adapt_mass_matrix=True,
+                  max_tree_depth=10)
+    hook_fn = None if hook is None else (lambda kernel, params, stage, i: hook(i))
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_warmup, initial_params={"z": initial},
+                num_chains=1, disable_progbar=True, hook_fn=hook_fn)
+    mcmc.run()
+    z = mcmc.get_samples()["z"].reshape(num_samples, 1, posterior.latent_dim).transpose(0, 1)  # (1, S, D)
+    with torch.no_grad():
+        logp, probs = posterior.for_target(posterior.targets.targets[0], num_samples).logdensity(z[0])
+    return ChainResult(
+        positions=z.cpu(), probs=probs.unsqueeze(0).cpu(), logdensity=logp.unsqueeze(0).cpu(),
+        acceptance=torch.full((1, num_samples), float("nan")), divergent=torch.zeros(1, num_samples, dtype=torch.bool),
+        step_size=torch.tensor([float(kernel.step_size)]), wall_seconds=time.perf_counter() - started,
+        gradient_evaluations=-1,
+    )

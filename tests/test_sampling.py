@@ -1,0 +1,139 @@
+import math
+
+import pytest
+import torch
+
+from probe_core.bayestrex import sample
+from probe_core.data import load_dataset
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, hmc, run_hmc, rwm
+from probe_core.targets import TargetBatch, parse_targets
+
+MEAN = torch.tensor([1.0, -2.0, 0.5])
+SD = torch.tensor([0.5, 2.0, 1.0])
+
+
+def gaussian_logdensity_and_grad(z):
+    logp = (-0.5 * ((z - MEAN) / SD) ** 2).sum(1)
+    return logp, -(z - MEAN) / SD ** 2, z[:, :1]
+
+
+def test_hmc_kernel_reproduces_a_gaussian_posterior():
+    generator = torch.Generator().manual_seed(0)
+    chains = 512
+    state = hmc.init(torch.randn(chains, 3, generator=generator), gaussian_logdensity_and_grad)
+    step_size = torch.full((chains,), 0.3)
+    inverse_mass = (SD ** 2).expand(chains, 3).clone()
+    draws, accepted = [], []
+    for iteration in range(300):
+        steps = int(torch.randint(3, 8, (1,), generator=generator))
+        state, info = hmc.step(generator, state, gaussian_logdensity_and_grad, step_size, inverse_mass, steps)
+        if iteration >= 100:
+            draws.append(state.position)
+            accepted.append(info.is_accepted.float().mean())
+    samples = torch.stack(draws).reshape(-1, 3)
+    # Monte-Carlo error with ~512*200 correlated draws: a few per cent of the sd is generous.
+    assert torch.allclose(samples.mean(0), MEAN, atol=0.05 * float(SD.max()))
+    assert torch.allclose(samples.std(0), SD, rtol=0.05)
+    assert 0.6 < float(torch.stack(accepted).mean()) <= 1.0
+
+
+def test_rwm_kernel_reproduces_a_gaussian_posterior():
+    generator = torch.Generator().manual_seed(1)
+    chains = 512
+    logdensity = lambda z: (gaussian_logdensity_and_grad(z)[0], z[:, :1])  # noqa: E731
+    state = rwm.init(torch.randn(chains, 3, generator=generator), logdensity)
+    proposal = rwm.GaussianProposal(SD * 1.2)
+    draws = []
+    for iteration in range(1500):
+        state, info = rwm.step(generator, state, logdensity, proposal)
+        if iteration >= 500 and iteration % 5 == 0:
+            draws.append(state.position)
+    samples = torch.stack(draws).reshape(-1, 3)
+    assert torch.allclose(samples.mean(0), MEAN, atol=0.08 * float(SD.max()))
+    assert torch.allclose(samples.std(0), SD, rtol=0.08)
+
+
+def test_categorical_resampling_keeps_a_flat_prior_uniform():
+    generator = torch.Generator().manual_seed(2)
+    flat = lambda z: (torch.zeros(len(z)), z[:, :1])  # noqa: E731
+    state = rwm.init(torch.zeros(4000, 1), flat)
+    proposal = rwm.CategoricalResampleProposal([0], [3], rate=0.2)
+    for _ in range(40):
+        state, _ = rwm.step(generator, state, flat, proposal)
+    frequencies = torch.bincount(state.position[:, 0].long(), minlength=3).float() / 4000
+    assert torch.allclose(frequencies, torch.full((3,), 1 / 3), atol=0.03)
+
+
+@pytest.fixture(scope="module")
+def models(trained_workspace):
+    classifier = trained_workspace.registry.resolve("default", "classifier").module
+    generator = trained_workspace.registry.resolve("default", "generator").module
+    return classifier, generator, tuple(str(i) for i in range(10))
+
+
+def test_high_confidence_run_on_digits(models, trained_workspace):
+    classifier, generator, names = models
+    run_id = trained_workspace.store.create_run("sample", {"target": "high:3"})
+    result = sample(classifier, generator, "high:3", class_names=names, chains=16, warmup=150, samples=100,
+                    dataset=load_dataset("digits"), store=trained_workspace.store, run_id=run_id)
+    [entry] = result["targets"]
+    summary = entry["summary"]
+    assert not entry["failed"]
+    assert summary["achieved"]["3"]["mean"] >= 0.95
+    assert summary["chains_with_hits"] >= 12
+    assert summary["z_norm_hits"]["share_inside_prior_98"] > 0.9  # hits are in-distribution
+    assert entry["test_set_baseline"]["meeting_target"] > 20
+    stored = trained_workspace.store.get_samples(run_id)
+    assert len(stored) == 16 * 100 and stored[0]["image"].shape == (1, 8, 8)
+    assert sum(s["hit"] for s in stored) == summary["hits"]
+
+
+def test_ambiguous_run_on_an_easy_pair_hits(models):
+    classifier, generator, names = models
+    result = sample(classifier, generator, "ambiguous:4,9", class_names=names, chains=16, warmup=150, samples=100)
+    [entry] = result["targets"]
+    assert not entry["failed"] and entry["summary"]["chains_with_hits"] >= 2
+    hits = [s for s in entry["samples"] if s["hit"]]
+    assert hits and all(0.4 <= s["confidences"][4] <= 0.6 and 0.4 <= s["confidences"][9] <= 0.6 for s in hits)
+
+
+def test_cancelling_keeps_the_samples_found_so_far(models, trained_workspace):
+    classifier, generator, names = models
+    store = trained_workspace.store
+    run_id = store.create_run("sample", {"target": "high:1"})
+    calls = []
+
+    def stop_after_two_flushes():
+        calls.append(1)
+        return store.count_samples(run_id) >= 2 * 8 * 10
+
+    result = sample(classifier, generator, "high:1", class_names=names, chains=8, warmup=20, samples=500,
+                    store=store, run_id=run_id, should_stop=stop_after_two_flushes)
+    assert result["cancelled"]
+    kept = store.count_samples(run_id)
+    assert 2 * 8 * 10 <= kept < 8 * 500
+    assert result["targets"][0]["summary"]["kept"] == kept
+
+
+def test_same_pyro_model_gives_the_kernel_density(models):
+    classifier, generator, names = models
+    batch = TargetBatch(parse_targets("ambiguous:1,7;high:2", names), 3)
+    posterior = BayesTrExPosterior(classifier, generator, batch)
+    z = torch.randn(6, generator.latent_dim)
+    logp, grad, probs = posterior.logdensity_and_grad(z)
+    with torch.no_grad():
+        direct_probs = classifier(generator.decode(z))
+    expected = torch.distributions.Normal(0, 1).log_prob(z).sum(1) + batch.log_likelihood(direct_probs)
+    assert torch.allclose(logp, expected, atol=1e-4)
+    assert grad.shape == (6, generator.latent_dim) and torch.isfinite(grad).all()
+
+
+def test_pyro_nuts_reference_runs_one_chain(models):
+    from probe_core.sampling import run_pyro_nuts
+
+    classifier, generator, names = models
+    [target] = parse_targets("high:0", names)
+    posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], 1))
+    result = run_pyro_nuts(posterior, num_warmup=30, num_samples=20, seed=0)
+    assert result.positions.shape == (1, 20, generator.latent_dim)
+    assert result.probs.shape == (1, 20, 10) and math.isfinite(float(result.logdensity.mean()))

@@ -1,0 +1,77 @@
+import math
+
+import pytest
+import torch
+
+from probe_core.errors import ProbeError
+from probe_core.targets import TargetBatch, parse_targets
+
+NAMES = tuple(str(i) for i in range(4))
+FASHION = ("T-shirt/top", "Trouser", "Bag")
+
+
+def normal_logpdf(x, mean, sigma):
+    return -0.5 * ((x - mean) / sigma) ** 2 - math.log(sigma * math.sqrt(2 * math.pi))
+
+
+def test_likelihoods_match_the_paper_on_hand_values():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    sigma = 0.05
+    [high] = parse_targets("high:1", NAMES)
+    assert high.log_likelihood(probs, sigma).item() == pytest.approx(normal_logpdf(1.0, 0.3, sigma), rel=1e-5)
+    [ambiguous] = parse_targets("ambiguous:0,1", NAMES)
+    # u1 = |0.5 - 0.3| = 0.2 -> 0; u2 = min(0.5, 0.3) - max(0.15, 0.05) = 0.15 -> 0.5
+    expected = normal_logpdf(0.0, 0.2, sigma) + normal_logpdf(0.5, 0.15, sigma)
+    assert ambiguous.log_likelihood(probs, sigma).item() == pytest.approx(expected, rel=1e-5)
+    [uniform] = parse_targets("uniform", NAMES)
+    assert uniform.log_likelihood(probs, sigma).item() == pytest.approx(normal_logpdf(0.0, 0.45, sigma), rel=1e-5)
+    [vector] = parse_targets("probs:0=0.7,1=0.3", NAMES)
+    expected = sum(normal_logpdf(t, p, sigma) for t, p in zip([0.7, 0.3, 0, 0], [0.5, 0.3, 0.15, 0.05]))
+    assert vector.log_likelihood(probs, sigma).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_batch_matches_single_targets_and_hits():
+    targets = parse_targets("ambiguous:0,1;high:2;probs:3=1", NAMES)
+    batch = TargetBatch(targets, 2)
+    probs = torch.tensor([[0.45, 0.45, 0.05, 0.05], [0.5, 0.1, 0.3, 0.1],
+                          [0.0, 0.05, 0.95, 0.0], [0.2, 0.2, 0.4, 0.2],
+                          [0.0, 0.0, 0.05, 0.95], [0.3, 0.3, 0.2, 0.2]])
+    expected = torch.cat([t.log_likelihood(probs[2 * i:2 * i + 2]) for i, t in enumerate(targets)])
+    assert torch.allclose(batch.log_likelihood(probs), expected)
+    assert batch.is_hit(probs).tolist() == [True, False, True, False, True, False]
+    assert batch.is_hit(probs.unsqueeze(1).repeat(1, 3, 1)).shape == (6, 3)
+
+
+def test_ambiguous_hit_requires_no_other_class_above():
+    [target] = parse_targets("ambiguous:0,1", NAMES)
+    assert target.is_hit(torch.tensor([[0.42, 0.42, 0.16, 0.0]])).item()
+    assert not target.is_hit(torch.tensor([[0.3, 0.3, 0.4, 0.0]])).item()
+    assert not target.is_hit(torch.tensor([[0.65, 0.35, 0.0, 0.0]])).item()
+
+
+def test_spec_language():
+    assert [t.spec for t in parse_targets("path:0->3:5", NAMES)] == [
+        "probs:0=1", "probs:0=0.75,3=0.25", "probs:0=0.5,3=0.5", "probs:0=0.25,3=0.75", "probs:3=1"]
+    assert len(parse_targets("ambiguous-matrix", tuple(str(i) for i in range(10)))) == 45
+    assert parse_targets("high:bag", FASHION)[0].classes == (2,)
+    assert parse_targets("ambiguous:Trouser,T-shirt/top", FASHION)[0].spec == "ambiguous:0,1"
+    assert parse_targets("uniform", NAMES)[0].target_probs == (0.25,) * 4
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("high:9", "unknown class '9'"),
+    ("high:", "unknown class"),
+    ("ambiguous:1", "two classes"),
+    ("ambiguous:2,2", "must differ"),
+    ("probs:0=0.7,1=0.4", "sum to 1"),
+    ("probs:0=-0.5,1=1.5", "non-negative"),
+    ("probs:0=abc", "not a number"),
+    ("probs:0", "CLASS=PROBABILITY"),
+    ("path:0-1:3", "path:A->B:STEPS"),
+    ("path:0->1:1", "integer >= 2"),
+    ("sideways:1", "unknown target kind"),
+    ("", "unknown target kind"),
+])
+def test_bad_specs_raise_one_clear_error(spec, message):
+    with pytest.raises(ProbeError, match=message):
+        parse_targets(spec, NAMES)
