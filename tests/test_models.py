@@ -90,7 +90,7 @@ def test_registry_variants_and_metrics(trained_workspace):
     for kind in ("vae", "gan"):
         assert models[kind]["metrics"][FD_METRIC] > 0
     subset = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", classes=(0, 1, 2, 3, 4, 6, 7, 8, 9), epochs=2))
-    assert "-k012346789" in subset.id
+    assert "-k012346789" in subset.id and subset.record["spec"]["architecture"]["class"] == "MLPVAE"
     assert registry.load(subset.id).record["spec"]["dataset_view"] == "digits[keep=0,1,2,3,4,6,7,8,9]"
 
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
-from probe_core.models.architectures import VAE, ConvClassifier, GANGenerator, ProbabilityModel
+from probe_core.models.architectures import VAE, ConvClassifier, GANGenerator, MLPVAE, ProbabilityModel
 from probe_core.models.plugins import PluginError, load_plugin
 from probe_core.models.training import (
     ProgressCallback,
@@ -34,7 +34,7 @@ from probe_core.workspace import Workspace, resolve_device
 
 KINDS = ("classifier", "vae", "gan")
 GENERATOR_KINDS = ("vae", "gan")
-_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "VAE": VAE, "GANGenerator": GANGenerator}
+_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "VAE": VAE, "MLPVAE": MLPVAE, "GANGenerator": GANGenerator}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
     "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
@@ -47,6 +47,15 @@ def default_epochs(kind: str, image_shape: tuple[int, int, int]) -> int:
     """Epochs that train well within minutes on 2 CPU cores for this image size."""
     small = image_shape[1] <= 16
     return {"classifier": 20 if small else 4, "vae": 150 if small else 15, "gan": 150 if small else 15}[kind]
+
+
+def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
+    """Architecture class name used by the zoo for a kind and image size."""
+    if kind == "classifier":
+        return "ConvClassifier"
+    if kind == "gan":
+        return "GANGenerator"
+    return "MLPVAE" if image_shape[1] <= 16 else "VAE"
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class ModelSpec:
     latent_dim: int | None = None
     epochs: int | None = None
     seed: int = 0
+    architecture: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -84,6 +94,9 @@ class ModelSpec:
             raise ProbeError("--ambiguous applies to classifiers only")
         if self.latent_dim is not None and (self.kind == "classifier" or self.latent_dim < 1):
             raise ProbeError("latent_dim applies to generators (vae, gan) and must be >= 1")
+        allowed = {"classifier": ("ConvClassifier",), "vae": ("MLPVAE", "VAE"), "gan": ("GANGenerator",)}[self.kind]
+        if self.architecture is not None and self.architecture not in allowed:
+            raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -97,7 +110,8 @@ class ModelSpec:
         """This spec with epochs and latent size filled in from the data set."""
         epochs = self.epochs or default_epochs(self.kind, dataset.image_shape)
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
-        return replace(self, epochs=epochs, latent_dim=latent)
+        return replace(self, epochs=epochs, latent_dim=latent,
+                       architecture=self.architecture or default_architecture(self.kind, dataset.image_shape))
 
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
@@ -204,7 +218,7 @@ class ModelRegistry:
             module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, **common)
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "vae":
-            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, **common)
+            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture, **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
         else:
             module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from probe_core.data import ImageDataset
-from probe_core.models.architectures import VAE, ConvClassifier, GANDiscriminator, GANGenerator
+from probe_core.models.architectures import VAE, ConvClassifier, GANDiscriminator, GANGenerator, make_vae
 
 
 @dataclass(frozen=True)
@@ -176,12 +176,22 @@ def train_vae(
     seed: int = 0,
     device: str | torch.device = "cpu",
     progress: ProgressCallback | None = None,
+    architecture: str | None = None,
 ) -> tuple[VAE, dict]:
-    """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split."""
+    """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split.
+
+    ``architecture`` is ``"MLPVAE"`` or ``"VAE"`` (convolutional); default by image size.
+    """
+    from probe_core.models.architectures import MLPVAE
+
     latent_dim = int(latent_dim or dataset.default_latent_dim)
+    classes = {"VAE": VAE, "MLPVAE": MLPVAE}
+    if architecture is not None and architecture not in classes:
+        raise ValueError(f"unknown VAE architecture {architecture!r}; use one of {', '.join(classes)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = VAE(dataset.image_shape, latent_dim).to(device)
+        model = (classes[architecture](dataset.image_shape, latent_dim) if architecture
+                 else make_vae(dataset.image_shape, latent_dim)).to(device)
         shuffler = torch.Generator().manual_seed(seed)
         optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))

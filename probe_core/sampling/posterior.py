@@ -75,6 +75,13 @@ class BayesTrExPosterior:
                 pyro.sample("u", likelihood, obs=observed)
         return probs
 
+    def log_terms(self, z: torch.Tensor, sigma: float | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log prior (B,), log likelihood (B,) and confidences (B, K), read from the Pyro model."""
+        trace = poutine.trace(poutine.condition(self.model, data={"z": z})).get_trace(sigma, 1.0)
+        site = trace.nodes["u"]
+        return trace.nodes["z"]["fn"].log_prob(z), site["fn"].log_prob(site["value"]), trace.nodes["probs"]["value"]
+
     def logdensity(self, z: torch.Tensor, sigma: float | None = None,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Unnormalised log posterior per chain, read from the Pyro model.
@@ -91,11 +98,8 @@ class BayesTrExPosterior:
         probs : torch.Tensor
             The classifier's confidences, shape (num_chains, K).
         """
-        trace = poutine.trace(poutine.condition(self.model, data={"z": z})).get_trace(sigma, temperature)
-        log_prior = trace.nodes["z"]["fn"].log_prob(z)
-        site = trace.nodes["u"]
-        log_likelihood = site["fn"].log_prob(site["value"]) * temperature
-        return log_prior + log_likelihood, trace.nodes["probs"]["value"]
+        log_prior, log_likelihood, probs = self.log_terms(z, sigma)
+        return log_prior + temperature * log_likelihood, probs
 
     def logdensity_and_grad(self, z: torch.Tensor, sigma: float | None = None,
                             temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ import torch
 from probe_core.sampling import adaptation, hmc, rwm
 from probe_core.sampling.posterior import BayesTrExPosterior
 
-INIT_MODES = ("optimize", "prior", "uniform")
+INIT_MODES = ("smc", "optimize", "prior", "uniform")
 SURROGATE_SHARPNESS = 30.0
 
 
@@ -32,9 +32,11 @@ class SamplerConfig:
         HMC leapfrog steps; each iteration draws L uniformly from [L/2, L] (jittered trajectories).
     target_accept : float
         Dual-averaging target.
-    init : {"optimize", "prior", "uniform"}
-        Starting points: a short Adam run on the surrogate exp(-A·CE(soft target)) · prior
-        from prior draws, prior draws, or Uniform(-2, 2) per dimension as in the paper.
+    init : {"smc", "optimize", "prior", "uniform"}
+        Starting points: particles of the surrogate-bridged tempered SMC (with their step
+        sizes and mass matrices; see :mod:`probe_core.sampling.smc`), a short Adam run on the
+        surrogate exp(-A·CE(soft target)) · prior from prior draws, prior draws, or
+        Uniform(-2, 2) per dimension as in the paper.
     anneal_sigma_from : float or None
         Anneal σ geometrically from this value to the target σ over the first half
         of warm-up (None: no annealing).
@@ -142,9 +144,16 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
     """
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(config.seed)
+    evaluations = [0]
+    step_size = inverse_mass = None
+    if initial is None and config.init == "smc":
+        from probe_core.sampling.smc import SMCConfig, run_smc
+
+        particles = run_smc(posterior, SMCConfig(seed=config.seed), should_stop=should_stop)
+        initial, step_size, inverse_mass = particles.positions, particles.step_size, particles.inverse_mass
+        evaluations[0] += particles.gradient_evaluations
     position = initial if initial is not None else initial_positions(posterior, config, generator)
     chains, dim = position.shape
-    evaluations = [0]
 
     def make_fn(sigma: float):
         def fn(z):
@@ -154,8 +163,9 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
 
     sigma = _sigma_schedule(config, posterior.sigma, 0)
     state = hmc.init(position, make_fn(sigma))
-    step_size = torch.full((chains,), config.initial_step_size, device=position.device)
-    inverse_mass = torch.ones(chains, dim, device=position.device)
+    if step_size is None:
+        step_size = torch.full((chains,), config.initial_step_size, device=position.device)
+        inverse_mass = torch.ones(chains, dim, device=position.device)
     averaging = adaptation.dual_averaging_init(step_size)
     welford = adaptation.welford_init((chains, dim), position.device)
     windows = set(adaptation.mass_matrix_windows(config.num_warmup))
