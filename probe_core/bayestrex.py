@@ -114,7 +114,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
-           keep_every: int = 1) -> dict:
+           keep_every: int = 1, target_index_offset: int = 0) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
     Parameters
@@ -136,6 +136,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Polled at every report; returning True stops the run (what was kept is returned).
     keep_every : int
         Store every n-th kept sample (thinning for the database; summaries use all).
+    target_index_offset : int
+        Added to the stored ``target_index`` (to keep several calls apart in one run).
     init : str
         Chain starts (see :class:`SamplerConfig`); "auto" uses tempered SMC when the batch has an
         ambiguous or vector target (all 45 digit pairs: 33 covered, 72 % hits, about 12 s for the
@@ -164,7 +166,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
             results.append((posterior, run_pyro_nuts(posterior, warmup, samples, seed + index)))
             if store is not None and run_id is not None:
                 _store_chunk(store, run_id, posterior, 0, results[-1][1].positions, results[-1][1].probs,
-                             index_offset=index, keep_every=keep_every)
+                             index_offset=index + target_index_offset, keep_every=keep_every)
             if should_stop is not None and should_stop():
                 break
         per_target = [(t, r) for t, (_, r) in zip(targets, results)]
@@ -175,7 +177,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
                                anneal_sigma_from=anneal_sigma_from)
         sink = None
         if store is not None and run_id is not None:
-            sink = lambda first, z, p: _store_chunk(store, run_id, posterior, first, z, p, keep_every=keep_every)  # noqa: E731
+            def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
+                _store_chunk(store, run_id, posterior, first, z, p, target_index_offset, keep_every)
         runner = run_hmc if sampler == "hmc" else run_rwm
         result = runner(posterior, config, hook=progress, sink=sink, should_stop=should_stop)
         per_target = []

@@ -9,7 +9,9 @@ Spec language (several specs may be joined with ``;``):
 ``path:A->B:N``                N vector targets from p_A = 1 to p_B = 1 (p_A = 1 - t, p_B = t)
 ``ambiguous-matrix``           ``ambiguous:A,B`` for every class pair
 
-Classes may be given by index or by name (``high:Bag``). Each observation site is
+Classes may be given by index or by name (``high:Bag``); a name wins over an index, so
+for a classifier whose classes are named ``0, 1, 3, 6, 9``, ``high:3`` means the class named
+"3". Canonical specs (``Target.spec``) use indices. Each observation site is
 Normal(u, sigma) observed at u* (sigma = 0.05 by default), as in the paper.
 """
 

@@ -60,3 +60,17 @@ def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     assert np.load(tmp_path / "s.npz")["z"].shape == (80, 8)
     assert main(["--workspace", str(trained_workspace.root), "sample", "--target", "probs:1=0.5"]) == 2
     assert "sum to 1" in capsys.readouterr().err
+
+
+def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
+    base = ["--workspace", str(trained_workspace.root)]
+    short = ["--chains", "4", "--warmup", "30", "--samples", "10"]
+    assert main(base + ["recipe", "misclassification", "--exclude", "5"] + short + ["--out", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["use_case"]["excluded_class"] == "5"
+    assert main(base + ["recipe", "misclassification"] + short) == 2
+    assert "needs --exclude" in capsys.readouterr().err
+    run = trained_workspace.store.list_runs(kind="sample", limit=1)[0]
+    sample_id = trained_workspace.store.get_samples(run.id, limit=1)[0]["id"]
+    assert main(base + ["label", "sample", str(sample_id), "--annotator", "bo", "--label", "5", "--failure"]) == 0
+    [label] = trained_workspace.store.get_labels(sample_id=sample_id)
+    assert (label["annotator"], label["label"], label["is_failure"]) == ("bo", "5", True)

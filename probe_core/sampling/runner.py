@@ -46,7 +46,7 @@ class SamplerConfig:
 
     num_warmup: int = 300
     num_samples: int = 300
-    max_integration_steps: int = 10
+    max_integration_steps: int = 25
     target_accept: float = 0.75
     initial_step_size: float = 0.1
     init: str = "optimize"
