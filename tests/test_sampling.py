@@ -137,3 +137,21 @@ def test_pyro_nuts_reference_runs_one_chain(models):
     result = run_pyro_nuts(posterior, num_warmup=30, num_samples=20, seed=0)
     assert result.positions.shape == (1, 20, generator.latent_dim)
     assert result.probs.shape == (1, 20, 10) and math.isfinite(float(result.logdensity.mean()))
+
+
+def test_progress_hook_reports_confidences_and_images(models):
+    classifier, generator, names = models
+    reports = []
+    result = sample(classifier, generator, "path:8->9:3;uniform", class_names=names, chains=4, warmup=20,
+                    samples=20, progress=reports.append)
+    assert [t["spec"] for t in result["targets"]] == ["probs:8=1", "probs:8=0.5,9=0.5", "probs:9=1", "uniform"]
+    assert {r.stage for r in reports} == {"warmup", "sampling"}
+    last = reports[-1]
+    assert last.iteration == last.total == 40
+    assert last.probs.shape == (16, 10) and last.images.shape == (8, 1, 8, 8)
+    assert last.acceptance.shape == last.step_size.shape == (16,)
+    # Endpoints of a path are high-confidence targets and are reached; failures carry a nearest miss.
+    assert not result["targets"][0]["failed"] and not result["targets"][2]["failed"]
+    for entry in result["targets"]:
+        assert entry["failed"] == (entry["summary"]["hits"] == 0)
+        assert entry["failed"] == ("nearest_miss" in entry["summary"])

@@ -46,7 +46,7 @@ FD_HELP = (
 def default_epochs(kind: str, image_shape: tuple[int, int, int]) -> int:
     """Epochs that train well within minutes on 2 CPU cores for this image size."""
     small = image_shape[1] <= 16
-    return {"classifier": 20 if small else 4, "vae": 150 if small else 15, "gan": 150 if small else 15}[kind]
+    return {"classifier": 20 if small else 4, "vae": 400 if small else 15, "gan": 150 if small else 15}[kind]
 
 
 def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:

@@ -17,6 +17,13 @@ from probe_core.sampling import adaptation, hmc, rwm
 from probe_core.sampling.posterior import BayesTrExPosterior
 
 INIT_MODES = ("smc", "optimize", "prior", "uniform")
+PREVIEW_CHAINS = 8
+
+
+def _preview(posterior: BayesTrExPosterior, position: torch.Tensor) -> torch.Tensor:
+    """Decoded images of the first few chains, for live views."""
+    with torch.no_grad():
+        return posterior.generator.decode(position[:PREVIEW_CHAINS].to(posterior.device)).cpu()
 SURROGATE_SHARPNESS = 30.0
 
 
@@ -81,6 +88,7 @@ class Progress:
     position: torch.Tensor  # (B, D)
     sigma: float
     divergences: torch.Tensor  # (B,) so far
+    images: torch.Tensor | None = None  # (n, C, H, W) decoded current positions of the first few chains
 
 
 @dataclass
@@ -152,6 +160,8 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         particles = run_smc(posterior, SMCConfig(seed=config.seed), should_stop=should_stop)
         initial, step_size, inverse_mass = particles.positions, particles.step_size, particles.inverse_mass
         evaluations[0] += particles.gradient_evaluations
+    if initial is None and config.init == "optimize":
+        evaluations[0] += config.init_steps  # each Adam step is one batched forward+backward
     position = initial if initial is not None else initial_positions(posterior, config, generator)
     chains, dim = position.shape
 
@@ -213,7 +223,7 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
                 done = (iteration % config.report_every) + 1
                 hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
                               step_size.cpu(), state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(),
-                              sigma, divergences.clone()))
+                              sigma, divergences.clone(), _preview(posterior, state.position)))
             window_accept.zero_()
             if should_stop is not None and not last and should_stop():
                 cancelled = True
@@ -295,7 +305,7 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
                 done = (iteration % config.report_every) + 1
                 hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
                               log_scale.exp().squeeze(1), state.aux.cpu(), state.logdensity.cpu(),
-                              state.position.cpu(), sigma, divergences.clone()))
+                              state.position.cpu(), sigma, divergences.clone(), _preview(posterior, state.position)))
             window_accept.zero_()
             if should_stop is not None and not last and should_stop():
                 cancelled = True
