@@ -84,8 +84,8 @@ def main() -> None:
         print(f"{spec:<15} fast sampler: {evals_per_s:,.0f} gradient evals/s = {evals_per_s / roof:.0%} of the "
               f"{roof:,.0f}/s forward+backward ceiling at batch {fast_chains}")
 
-    chains, steps = (8, 30) if args.quick else (32, 100)
-    result = sample(classifier, generator, "ambiguous-matrix", class_names=names, chains=chains, warmup=steps,
+    chains, warmup, steps = (8, 20, 30) if args.quick else (32, 50, 100)
+    result = sample(classifier, generator, "ambiguous-matrix", class_names=names, chains=chains, warmup=warmup,
                     samples=steps)
     targets = result["targets"]
     covered = [t for t in targets if t["summary"]["chains_with_hits"] >= 2]
@@ -94,7 +94,7 @@ def main() -> None:
     mean = lambda values, key: sum(v[key] for v in values if v[key] is not None) / max(len(values), 1)  # noqa: E731
     print(f"\nambiguity matrix: {len(covered)}/45 pairs hit by >= 2 independent chains, "
           f"hit rate {sum(t['summary']['hits'] for t in targets) / sum(t['summary']['kept'] for t in targets):.0%}, "
-          f"{result['wall_seconds']:.0f} s ({chains} chains per pair, {steps} warm-up + {steps} samples)")
+          f"{result['wall_seconds']:.0f} s ({chains} chains per pair, {warmup} warm-up + {steps} samples)")
     print(f"achieved confidences of hits: {mean(hits_a, 'hits_mean'):.3f} ± {mean(hits_a, 'hits_sd'):.3f} / "
           f"{mean(hits_b, 'hits_mean'):.3f} ± {mean(hits_b, 'hits_sd'):.3f} (paper: 0.49 ± .02, 0.49 ± .03)")
     for t in targets:

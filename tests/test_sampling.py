@@ -155,3 +155,24 @@ def test_progress_hook_reports_confidences_and_images(models):
     for entry in result["targets"]:
         assert entry["failed"] == (entry["summary"]["hits"] == 0)
         assert entry["failed"] == ("nearest_miss" in entry["summary"])
+
+
+def test_random_walk_metropolis_reaches_high_confidence_without_gradients(models):
+    classifier, generator, names = models
+
+    class NoGradients(torch.nn.Module):
+        """A generator whose decode cannot be differentiated (as a renderer would be)."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.latent_dim = inner, inner.latent_dim
+
+        def decode(self, z):
+            with torch.no_grad():
+                return self.inner.decode(z).detach()
+
+    result = sample(classifier, NoGradients(generator), "high:0", class_names=names, chains=16, warmup=150,
+                    samples=100, sampler="rwm")
+    [entry] = result["targets"]
+    assert not entry["failed"] and entry["summary"]["achieved"]["0"]["mean"] > 0.8
+    assert 0.05 < entry["summary"]["acceptance"] < 0.6

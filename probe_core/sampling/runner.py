@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -104,7 +104,6 @@ class ChainResult:
     wall_seconds: float
     gradient_evaluations: int
     cancelled: bool = False
-    warmup_divergences: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
 
 
 Hook = Callable[[Progress], None]
@@ -140,6 +139,72 @@ def _sigma_schedule(config: SamplerConfig, sigma: float, iteration: int) -> floa
         return sigma
     fraction = min(1.0, iteration / max(1.0, 0.5 * config.num_warmup))
     return float(config.anneal_sigma_from * (sigma / config.anneal_sigma_from) ** fraction)
+
+
+class _Recorder:
+    """The part of a run loop that kernels share: keep post-warm-up samples, flush them to the
+    sink, report to the hook and poll for cancellation every ``report_every`` iterations."""
+
+    def __init__(self, posterior: BayesTrExPosterior, config: SamplerConfig, hook: Hook | None,
+                 sink: Sink | None, should_stop: StopFn | None, chains: int, dim: int, started: float) -> None:
+        self.posterior, self.config = posterior, config
+        self.hook, self.sink, self.should_stop = hook, sink, should_stop
+        self.chains, self.dim = chains, dim
+        self.total = config.num_warmup + config.num_samples
+        self.kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
+        self.flushed = 0
+        self.window_accept = torch.zeros(chains)
+        self.divergences = torch.zeros(chains, dtype=torch.long)
+        self.cancelled = False
+        self.started = started
+
+    def record(self, iteration: int, state, acceptance_rate: torch.Tensor, divergent: torch.Tensor) -> None:
+        """Account one transition; keep it if warm-up is over."""
+        self.divergences += divergent.long().cpu()
+        self.window_accept += acceptance_rate.cpu()
+        if iteration >= self.config.num_warmup:
+            self.kept["z"].append(state.position.cpu())
+            self.kept["probs"].append(state.aux.cpu())
+            self.kept["logp"].append(state.logdensity.cpu())
+            self.kept["accept"].append(acceptance_rate.cpu())
+            self.kept["divergent"].append(divergent.cpu())
+
+    def report(self, iteration: int, state, step_size: torch.Tensor, sigma: float) -> bool:
+        """Flush, report and poll when a report is due; returns whether the run must stop."""
+        last = iteration == self.total - 1
+        if (iteration + 1) % self.config.report_every and not last:
+            return False
+        kept = self.kept
+        if self.sink is not None and len(kept["z"]) > self.flushed:
+            self.sink(self.flushed, torch.stack(kept["z"][self.flushed:], 1),
+                      torch.stack(kept["probs"][self.flushed:], 1))
+            self.flushed = len(kept["z"])
+        if self.hook is not None:
+            done = (iteration % self.config.report_every) + 1
+            stage = "warmup" if iteration < self.config.num_warmup else "sampling"
+            self.hook(Progress(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
+                               state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
+                               self.divergences.clone(), _preview(self.posterior, state.position)))
+        self.window_accept.zero_()
+        self.cancelled = self.should_stop is not None and not last and bool(self.should_stop())
+        return self.cancelled
+
+    def result(self, step_size: torch.Tensor, evaluations: int) -> ChainResult:
+        def stack(key: str, shape: tuple) -> torch.Tensor:
+            return torch.stack(self.kept[key], 1) if self.kept[key] else torch.zeros(shape)
+
+        chains, dim, num_classes = self.chains, self.dim, self.posterior.targets.num_classes
+        return ChainResult(
+            positions=stack("z", (chains, 0, dim)),
+            probs=stack("probs", (chains, 0, num_classes)),
+            logdensity=stack("logp", (chains, 0)),
+            acceptance=stack("accept", (chains, 0)),
+            divergent=stack("divergent", (chains, 0)).bool(),
+            step_size=step_size.cpu(),
+            wall_seconds=time.perf_counter() - self.started,
+            gradient_evaluations=evaluations,
+            cancelled=self.cancelled,
+        )
 
 
 def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
@@ -179,15 +244,10 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
     averaging = adaptation.dual_averaging_init(step_size)
     welford = adaptation.welford_init((chains, dim), position.device)
     windows = set(adaptation.mass_matrix_windows(config.num_warmup))
-    divergences = torch.zeros(chains, dtype=torch.long)
-    window_accept = torch.zeros(chains)
-    kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
-    flushed = 0
-    cancelled = False
-    total = config.num_warmup + config.num_samples
+    recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
     low_steps = max(1, config.max_integration_steps // 2)
 
-    for iteration in range(total):
+    for iteration in range(recorder.total):
         warming = iteration < config.num_warmup
         if warming:
             new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
@@ -196,8 +256,7 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
                 state = hmc.init(state.position, make_fn(sigma))
         steps = int(torch.randint(low_steps, config.max_integration_steps + 1, (1,), generator=generator))
         state, info = hmc.step(generator, state, make_fn(sigma), step_size, inverse_mass, steps)
-        divergences += info.is_divergent.long().cpu()
-        window_accept += info.acceptance_rate.cpu()
+        recorder.record(iteration, state, info.acceptance_rate, info.is_divergent)
         if warming:
             averaging = adaptation.dual_averaging_update(averaging, info.acceptance_rate, config.target_accept)
             step_size = averaging.log_step.exp()
@@ -208,46 +267,9 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
                 averaging = adaptation.restart_dual_averaging(averaging)
             if iteration + 1 == config.num_warmup:
                 step_size = averaging.log_step_average.exp()
-        else:
-            kept["z"].append(state.position.cpu())
-            kept["probs"].append(state.aux.cpu())
-            kept["logp"].append(state.logdensity.cpu())
-            kept["accept"].append(info.acceptance_rate.cpu())
-            kept["divergent"].append(info.is_divergent.cpu())
-        last = iteration == total - 1
-        if (iteration + 1) % config.report_every == 0 or last:
-            if sink is not None and len(kept["z"]) > flushed:
-                sink(flushed, torch.stack(kept["z"][flushed:], 1), torch.stack(kept["probs"][flushed:], 1))
-                flushed = len(kept["z"])
-            if hook is not None:
-                done = (iteration % config.report_every) + 1
-                hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
-                              step_size.cpu(), state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(),
-                              sigma, divergences.clone(), _preview(posterior, state.position)))
-            window_accept.zero_()
-            if should_stop is not None and not last and should_stop():
-                cancelled = True
-                break
-    return _result(kept, step_size, started, evaluations[0], cancelled, chains, dim, posterior)
-
-
-def _result(kept: dict, step_size: torch.Tensor, started: float, evaluations: int, cancelled: bool,
-            chains: int, dim: int, posterior) -> ChainResult:
-    def stack(key: str, shape: tuple) -> torch.Tensor:
-        return torch.stack(kept[key], 1) if kept[key] else torch.zeros(shape)
-
-    num_classes = posterior.targets.num_classes
-    return ChainResult(
-        positions=stack("z", (chains, 0, dim)),
-        probs=stack("probs", (chains, 0, num_classes)),
-        logdensity=stack("logp", (chains, 0)),
-        acceptance=stack("accept", (chains, 0)),
-        divergent=stack("divergent", (chains, 0)).bool(),
-        step_size=step_size.cpu(),
-        wall_seconds=time.perf_counter() - started,
-        gradient_evaluations=evaluations,
-        cancelled=cancelled,
-    )
+        if recorder.report(iteration, state, step_size, sigma):
+            break
+    return recorder.result(step_size, evaluations[0])
 
 
 def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
@@ -273,12 +295,9 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
     sigma = _sigma_schedule(config, posterior.sigma, 0)
     state = rwm.init(initial, logdensity_fn)
     log_scale = torch.full((chains, 1), math.log(config.rwm_initial_scale))
-    divergences = torch.zeros(chains, dtype=torch.long)
-    window_accept = torch.zeros(chains)
-    kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
-    flushed, cancelled = 0, False
-    total = config.num_warmup + config.num_samples
-    for iteration in range(total):
+    recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
+    no_divergence = torch.zeros(chains, dtype=torch.bool)
+    for iteration in range(recorder.total):
         warming = iteration < config.num_warmup
         if warming:
             new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
@@ -287,30 +306,12 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
                 state = rwm.init(state.position, logdensity_fn)
         proposal = rwm.GaussianProposal(log_scale.exp().to(initial.device))
         state, info = rwm.step(generator, state, logdensity_fn, proposal)
-        window_accept += info.acceptance_rate.cpu()
+        recorder.record(iteration, state, info.acceptance_rate, no_divergence)
         if warming:  # Robbins-Monro on the log scale towards the target acceptance
             log_scale += (info.acceptance_rate.cpu().unsqueeze(1) - target_accept) / math.sqrt(iteration + 1)
-        else:
-            kept["z"].append(state.position.cpu())
-            kept["probs"].append(state.aux.cpu())
-            kept["logp"].append(state.logdensity.cpu())
-            kept["accept"].append(info.acceptance_rate.cpu())
-            kept["divergent"].append(torch.zeros(chains, dtype=torch.bool))
-        last = iteration == total - 1
-        if (iteration + 1) % config.report_every == 0 or last:
-            if sink is not None and len(kept["z"]) > flushed:
-                sink(flushed, torch.stack(kept["z"][flushed:], 1), torch.stack(kept["probs"][flushed:], 1))
-                flushed = len(kept["z"])
-            if hook is not None:
-                done = (iteration % config.report_every) + 1
-                hook(Progress("warmup" if warming else "sampling", iteration + 1, total, window_accept / done,
-                              log_scale.exp().squeeze(1), state.aux.cpu(), state.logdensity.cpu(),
-                              state.position.cpu(), sigma, divergences.clone(), _preview(posterior, state.position)))
-            window_accept.zero_()
-            if should_stop is not None and not last and should_stop():
-                cancelled = True
-                break
-    return _result(kept, log_scale.exp().squeeze(1), started, evaluations[0], cancelled, chains, dim, posterior)
+        if recorder.report(iteration, state, log_scale.exp().squeeze(1), sigma):
+            break
+    return recorder.result(log_scale.exp().squeeze(1), evaluations[0])
 
 
 def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_samples: int = 1000, seed: int = 0,
