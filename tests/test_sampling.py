@@ -176,3 +176,17 @@ def test_random_walk_metropolis_reaches_high_confidence_without_gradients(models
     [entry] = result["targets"]
     assert not entry["failed"] and entry["summary"]["achieved"]["0"]["mean"] > 0.8
     assert 0.05 < entry["summary"]["acceptance"] < 0.6
+
+
+def test_ambiguity_matrix_runs_all_pairs_in_one_batch(models):
+    classifier, generator, names = models
+    result = sample(classifier, generator, "ambiguous-matrix", class_names=names, chains=8, warmup=10, samples=10,
+                    dataset=load_dataset("digits"))
+    targets = result["targets"]
+    assert len(targets) == 45 and targets[0]["spec"] == "ambiguous:0,1"
+    assert sum(not t["failed"] for t in targets) >= 15
+    from probe_core.bayestrex import table2
+
+    text = table2(result)
+    assert text.count("\n") == 46 and "test set" in text.splitlines()[0]
+    assert all(t["test_set_baseline"]["test_images"] == 360 for t in targets)

@@ -29,14 +29,15 @@ from probe_core.sampling import hmc
 from probe_core.sampling.posterior import BayesTrExPosterior
 
 SURROGATE_SHARPNESS = 30.0
+MIN_ISLAND_SIZE = 8  # fewer particles per island make resampling degenerate
 
 
 @dataclass(frozen=True)
 class SMCConfig:
     """Settings of the tempered SMC initialiser.
 
-    ``islands`` independent particle systems per target, each with
-    ``chains_per_target // islands`` particles (the posterior's chains).
+    Up to ``islands`` independent particle systems per target, each with
+    ``chains_per_target // islands`` (at least 8) particles (the posterior's chains).
     """
 
     islands: int = 4
@@ -92,7 +93,7 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
     batch = posterior.targets
     chains, dim = batch.num_chains, posterior.latent_dim
     per_target = batch.chains_per_target
-    islands = max(1, min(config.islands, per_target // 2))
+    islands = max(1, min(config.islands, per_target // MIN_ISLAND_SIZE))
     n = per_target // islands
     if n * islands != per_target:
         raise ValueError(f"chains per target ({per_target}) must be divisible by islands ({islands})")
