@@ -11,7 +11,7 @@ from probe_core.models import GENERATOR_KINDS, ModelSpec
 ws = _ui.workspace()
 manager = _ui.job_manager()
 
-st.title("🔬 Model Probe")
+st.title("Model Probe")
 st.markdown(
     "Find **how** an image classifier fails: sample inputs at any target confidence (Bayes-TrEx), "
     "distil failures into clusters, label them, and finetune the fix (Defuse)."

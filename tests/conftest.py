@@ -16,7 +16,7 @@ SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-
 
 @pytest.fixture(scope="session")
 def trained_workspace(tmp_path_factory):
-    """A workspace holding the default digits classifier, VAE and GAN (about 40 s on 2 cores)."""
+    """A workspace holding the default digits classifier, VAE and GAN (about 85 s on 2 cores)."""
     from probe_core.workspace import Workspace
 
     workspace = Workspace(tmp_path_factory.mktemp("trained-workspace"))
