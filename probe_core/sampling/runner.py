@@ -134,6 +134,16 @@ def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
     return z.detach()
 
 
+def _changed_sigma(config: SamplerConfig, posterior: BayesTrExPosterior, iteration: int,
+                   sigma: float) -> float | None:
+    """The annealed σ for a warm-up iteration when it differs from ``sigma`` (the state must then be
+    re-evaluated), else None."""
+    if iteration >= config.num_warmup:
+        return None
+    new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
+    return new_sigma if new_sigma != sigma else None
+
+
 def _sigma_schedule(config: SamplerConfig, sigma: float, iteration: int) -> float:
     if config.anneal_sigma_from is None or config.anneal_sigma_from <= sigma or config.num_warmup == 0:
         return sigma
@@ -249,11 +259,9 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
 
     for iteration in range(recorder.total):
         warming = iteration < config.num_warmup
-        if warming:
-            new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
-            if new_sigma != sigma:
-                sigma = new_sigma
-                state = hmc.init(state.position, make_fn(sigma))
+        if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
+            sigma = new_sigma
+            state = hmc.init(state.position, make_fn(sigma))
         steps = int(torch.randint(low_steps, config.max_integration_steps + 1, (1,), generator=generator))
         state, info = hmc.step(generator, state, make_fn(sigma), step_size, inverse_mass, steps)
         recorder.record(iteration, state, info.acceptance_rate, info.is_divergent)
@@ -299,11 +307,9 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
     no_divergence = torch.zeros(chains, dtype=torch.bool)
     for iteration in range(recorder.total):
         warming = iteration < config.num_warmup
-        if warming:
-            new_sigma = _sigma_schedule(config, posterior.sigma, iteration)
-            if new_sigma != sigma:
-                sigma = new_sigma
-                state = rwm.init(state.position, logdensity_fn)
+        if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
+            sigma = new_sigma
+            state = rwm.init(state.position, logdensity_fn)
         proposal = rwm.GaussianProposal(log_scale.exp().to(initial.device))
         state, info = rwm.step(generator, state, logdensity_fn, proposal)
         recorder.record(iteration, state, info.acceptance_rate, no_divergence)
