@@ -9,6 +9,7 @@ the UI; the dashboard polls the database.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -129,8 +130,7 @@ class JobManager:
 
 
 def _normalise(config: dict) -> dict:
-    import json
-
+    """A config as it reads back from the database (JSON round trip), for comparisons."""
     return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 

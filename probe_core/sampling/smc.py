@@ -111,6 +111,8 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
 
     tau = torch.zeros(groups, device=device)
 
+    # Reads the current ``tau`` of the enclosing loop at each call: the HMC moves of a stage
+    # target that stage's tempered density.
     def logdensity_and_grad(z: torch.Tensor):
         evaluations[0] += 1
         with torch.enable_grad():
