@@ -94,11 +94,15 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     store.start_run(run_id)
     spec = ";".join(f"high:{name}" for name in names)
     summaries = []
-    for side, clf in enumerate(sides):
-        result = sample(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
-                        samples=samples, store=store, run_id=run_id, keep_every=keep_every,
-                        target_index_offset=side * len(names), **sample_kwargs)
-        summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
+    try:
+        for side, clf in enumerate(sides):
+            result = sample(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
+                            samples=samples, store=store, run_id=run_id, keep_every=keep_every,
+                            target_index_offset=side * len(names), **sample_kwargs)
+            summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
+    except BaseException as exc:  # the run must not stay "running"; its stored samples are kept
+        store.finish_run(run_id, "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
+        raise
     store.finish_run(run_id, "done", result={"sides": summaries, "class_names": list(names)})
     return run_id
 
