@@ -147,9 +147,20 @@ class MLPVAE(VAE):
         return self.decoder(z).view(-1, *self.image_shape)
 
 
-def make_vae(image_shape: tuple[int, int, int], latent_dim: int) -> VAE:
-    """The zoo VAE for an image size: :class:`MLPVAE` up to 16x16, convolutional above."""
-    return MLPVAE(image_shape, latent_dim) if image_shape[1] <= 16 else VAE(image_shape, latent_dim)
+VAE_ARCHITECTURES = {"MLPVAE": MLPVAE, "VAE": VAE}
+
+
+def default_vae_architecture(image_shape: tuple[int, int, int]) -> str:
+    """The zoo VAE for an image size: ``MLPVAE`` up to 16x16, the convolutional ``VAE`` above."""
+    return "MLPVAE" if image_shape[1] <= 16 else "VAE"
+
+
+def make_vae(image_shape: tuple[int, int, int], latent_dim: int, architecture: str | None = None) -> VAE:
+    """Build a zoo VAE by architecture name (default: :func:`default_vae_architecture`)."""
+    name = architecture or default_vae_architecture(image_shape)
+    if name not in VAE_ARCHITECTURES:
+        raise ValueError(f"unknown VAE architecture {name!r}; use one of {', '.join(VAE_ARCHITECTURES)}")
+    return VAE_ARCHITECTURES[name](image_shape, latent_dim)
 
 
 class GANGenerator(nn.Module):

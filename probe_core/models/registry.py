@@ -21,7 +21,13 @@ from torch import nn
 
 from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
-from probe_core.models.architectures import VAE, ConvClassifier, GANGenerator, MLPVAE, ProbabilityModel
+from probe_core.models.architectures import (
+    VAE_ARCHITECTURES,
+    ConvClassifier,
+    GANGenerator,
+    ProbabilityModel,
+    default_vae_architecture,
+)
 from probe_core.models.plugins import PluginError, load_plugin
 from probe_core.models.training import (
     ProgressCallback,
@@ -34,7 +40,7 @@ from probe_core.workspace import Workspace, resolve_device
 
 KINDS = ("classifier", "vae", "gan")
 GENERATOR_KINDS = ("vae", "gan")
-_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "VAE": VAE, "MLPVAE": MLPVAE, "GANGenerator": GANGenerator}
+_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
     "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
@@ -55,7 +61,7 @@ def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
         return "ConvClassifier"
     if kind == "gan":
         return "GANGenerator"
-    return "MLPVAE" if image_shape[1] <= 16 else "VAE"
+    return default_vae_architecture(image_shape)
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class ModelSpec:
             raise ProbeError("--ambiguous applies to classifiers only")
         if self.latent_dim is not None and (self.kind == "classifier" or self.latent_dim < 1):
             raise ProbeError("latent_dim applies to generators (vae, gan) and must be >= 1")
-        allowed = {"classifier": ("ConvClassifier",), "vae": ("MLPVAE", "VAE"), "gan": ("GANGenerator",)}[self.kind]
+        allowed = {"classifier": ("ConvClassifier",), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.epochs is not None and self.epochs < 1:

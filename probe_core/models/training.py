@@ -182,16 +182,10 @@ def train_vae(
 
     ``architecture`` is ``"MLPVAE"`` or ``"VAE"`` (convolutional); default by image size.
     """
-    from probe_core.models.architectures import MLPVAE
-
     latent_dim = int(latent_dim or dataset.default_latent_dim)
-    classes = {"VAE": VAE, "MLPVAE": MLPVAE}
-    if architecture is not None and architecture not in classes:
-        raise ValueError(f"unknown VAE architecture {architecture!r}; use one of {', '.join(classes)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = (classes[architecture](dataset.image_shape, latent_dim) if architecture
-                 else make_vae(dataset.image_shape, latent_dim)).to(device)
+        model = make_vae(dataset.image_shape, latent_dim, architecture).to(device)
         shuffler = torch.Generator().manual_seed(seed)
         optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))
