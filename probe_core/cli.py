@@ -1,4 +1,4 @@
-"""The ``probe`` command line: data sets, models, and (in later commands) sampling and Defuse.
+"""The ``probe`` command line: data sets, models, Bayes-TrEx sampling and (``probe_core.defuse.commands``) Defuse.
 
 Each command group is a function that adds its sub-parsers; a handler gets the
 parsed arguments and returns an exit code. Errors print one line, no traceback
@@ -25,7 +25,7 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated class indices like 0,1,3, got {text!r}") from exc
 
 
-def _workspace(args: argparse.Namespace):
+def workspace_from_args(args: argparse.Namespace):
     from probe_core.workspace import Workspace
 
     workspace = Workspace(args.workspace)
@@ -33,7 +33,7 @@ def _workspace(args: argparse.Namespace):
     return workspace
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def format_table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
@@ -68,7 +68,7 @@ def _data_list(args: argparse.Namespace) -> int:
         else:
             status = "ready (embedded)"
         rows.append([info.name, info.description, status])
-    print(_table(rows, ["name", "description", "status"]))
+    print(format_table(rows, ["name", "description", "status"]))
     return 0
 
 
@@ -118,7 +118,7 @@ def _models_train(args: argparse.Namespace) -> int:
     from probe_core.data import load_dataset
     from probe_core.models import ModelSpec
 
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     dataset = load_dataset(args.dataset, args.data_dir)
     if args.classes and args.exclude:
         raise ProbeError("give --classes or --exclude, not both")
@@ -141,7 +141,7 @@ def _models_train(args: argparse.Namespace) -> int:
 
 
 def _models_list(args: argparse.Namespace) -> int:
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     models = workspace.registry.list(dataset=args.dataset)
     if args.json:
         print(json.dumps(models, indent=2))
@@ -151,12 +151,12 @@ def _models_list(args: argparse.Namespace) -> int:
         return 0
     rows = [[m["id"], m["kind"], m["spec"].get("dataset_view", m["dataset"]), format_metrics(m["metrics"])]
             for m in models]
-    print(_table(rows, ["id", "kind", "data", "metrics"]))
+    print(format_table(rows, ["id", "kind", "data", "metrics"]))
     return 0
 
 
 def _models_defaults(args: argparse.Namespace) -> int:
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     for spec in workspace.registry.default_specs(args.dataset):
         loaded = workspace.registry.get_or_train(spec, progress=_progress_bar(f"{spec.kind} on {args.dataset}"),
                                                  device=args.device)
@@ -256,7 +256,7 @@ def _sample(args: argparse.Namespace) -> int:
     from probe_core.targets import parse_targets
     from probe_core.usecases import probe_target
 
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     registry = workspace.registry
     classifier = registry.resolve(args.classifier, "classifier", args.dataset, device=args.device)
     parse_targets(args.target, classifier.class_names)  # a bad spec fails before anything is stored
@@ -282,7 +282,7 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 def _recipe(args: argparse.Namespace) -> int:
     from probe_core import usecases
 
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     registry = workspace.registry
     kwargs = _sampler_kwargs(args)
     if args.recipe == "compare":
@@ -318,7 +318,7 @@ def _recipe(args: argparse.Namespace) -> int:
 
 
 def _label(args: argparse.Namespace) -> int:
-    workspace = _workspace(args)
+    workspace = workspace_from_args(args)
     target = {"sample_id": args.id} if args.what == "sample" else {"cluster_id": args.id}
     label_id = workspace.store.set_label(args.annotator, label=args.label, is_failure=args.failure, **target)
     print(f"label {label_id} stored: {args.what} {args.id} = {args.label!r} by {args.annotator}")
@@ -367,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in COMMAND_GROUPS:
+    from probe_core.defuse.commands import add_defuse_commands  # imports probe_core.cli's helpers
+
+    for add in [*COMMAND_GROUPS, add_defuse_commands]:
         add(commands)
     return parser
 

@@ -32,12 +32,16 @@ class JobContext:
     min_interval_s : float
         Reports closer together than this are not written (the last one always is
         when ``force=True``), so tight loops can report freely.
+    listener : callable, optional
+        Also called with ``(progress, message)`` on every report (the CLI's progress bar).
     """
 
-    def __init__(self, store: Store, run_id: int, min_interval_s: float = 0.25) -> None:
+    def __init__(self, store: Store, run_id: int, min_interval_s: float = 0.25,
+                 listener: Callable[[float | None, str | None], None] | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.min_interval_s = min_interval_s
+        self.listener = listener
         self._last_write = 0.0
         self._cancelled = False
 
@@ -54,6 +58,8 @@ class JobContext:
         CancelledError
             If the run was asked to stop.
         """
+        if self.listener is not None:
+            self.listener(progress, message)
         now = time.monotonic()
         if force or now - self._last_write >= self.min_interval_s:
             self._last_write = now
@@ -127,6 +133,29 @@ class JobManager:
         if run is None:
             raise ProbeError(f"no run {run_id}")
         return run
+
+
+def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
+               listener: Callable[[float | None, str | None], None] | None = None) -> tuple[int, dict]:
+    """Run a job in the calling thread (the CLI's way), recorded like a background run.
+
+    Returns ``(run_id, result)``; ``listener`` sees every progress report.
+    Failures, cancellation and Ctrl-C finish the run accordingly (anything it
+    already stored is kept) and are raised again.
+    """
+    run_id = store.create_run(kind, config)
+    store.start_run(run_id)
+    try:
+        result = fn(JobContext(store, run_id, listener=listener)) or {}
+    except (CancelledError, KeyboardInterrupt):
+        store.finish_run(run_id, "cancelled")
+        raise
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, ProbeError) else f"{type(exc).__name__}: {exc}"
+        store.finish_run(run_id, "failed", error=message)
+        raise
+    store.finish_run(run_id, "done", result=result)
+    return run_id, result
 
 
 def _normalise(config: dict) -> dict:

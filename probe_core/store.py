@@ -2,7 +2,9 @@
 
 Tables: ``models`` (registry metadata), ``runs`` (background work: kind, config,
 status, progress), ``samples`` (kept MCMC samples), ``clusters`` (failure
-clusters) and ``labels`` (human or oracle labels of clusters or samples).
+clusters), ``labels`` (human or oracle labels of clusters or samples) and
+``arrays`` (named bundles of arrays belonging to a run: Defuse failures written
+batch by batch, cluster assignments, cached embeddings).
 
 Every write is one transaction. Connections are per thread, so one
 :class:`Store` can be shared by background jobs and the UI. A run whose owning
@@ -27,7 +29,7 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -97,6 +99,16 @@ _MIGRATIONS: dict[int, str] = {
     CREATE UNIQUE INDEX labels_one_per_cluster ON labels(annotator, source, cluster_id) WHERE cluster_id IS NOT NULL;
     CREATE UNIQUE INDEX labels_one_per_sample ON labels(annotator, source, sample_id) WHERE sample_id IS NOT NULL;
     """,
+    2: """
+    CREATE TABLE arrays (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        data BLOB NOT NULL,
+        rows INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (run_id, name)
+    );
+    """,
 }
 
 ACTIVE_STATUSES = ("queued", "running")
@@ -113,6 +125,19 @@ def pack_array(array: Any) -> bytes:
 def unpack_array(blob: bytes | None) -> np.ndarray | None:
     """Inverse of :func:`pack_array`."""
     return None if blob is None else np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def pack_arrays(arrays: dict[str, Any]) -> bytes:
+    """Serialise named arrays to ``.npz`` bytes (uncompressed: latents barely compress)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    return buffer.getvalue()
+
+
+def unpack_arrays(blob: bytes) -> dict[str, np.ndarray]:
+    """Inverse of :func:`pack_arrays`."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
 
 
 def _process_start_ticks(pid: int) -> str:
@@ -439,14 +464,21 @@ class Store:
         return ids
 
     def get_clusters(self, run_id: int) -> list[dict]:
-        return [
-            {
-                "id": r["id"], "run_id": r["run_id"], "cluster_index": r["cluster_index"], "weight": r["weight"],
-                "size": r["size"], "mean": unpack_array(r["mean"]), "covariance": unpack_array(r["covariance"]),
-                "info": json.loads(r["info"]),
-            }
-            for r in self._query("SELECT * FROM clusters WHERE run_id=? ORDER BY cluster_index", (run_id,))
-        ]
+        """A run's clusters in index order, arrays decoded."""
+        return [self._cluster_row(r)
+                for r in self._query("SELECT * FROM clusters WHERE run_id=? ORDER BY cluster_index", (run_id,))]
+
+    def get_cluster(self, cluster_id: int) -> dict | None:
+        rows = self._query("SELECT * FROM clusters WHERE id=?", (cluster_id,))
+        return self._cluster_row(rows[0]) if rows else None
+
+    @staticmethod
+    def _cluster_row(row: sqlite3.Row) -> dict:
+        return {
+            "id": row["id"], "run_id": row["run_id"], "cluster_index": row["cluster_index"], "weight": row["weight"],
+            "size": row["size"], "mean": unpack_array(row["mean"]), "covariance": unpack_array(row["covariance"]),
+            "info": json.loads(row["info"]),
+        }
 
     # -- labels ----------------------------------------------------------------------
     def set_label(self, annotator: str, *, cluster_id: int | None = None, sample_id: int | None = None,
@@ -498,3 +530,38 @@ class Store:
             }
             for r in self._query(sql + " ORDER BY id", params)
         ]
+
+    # -- arrays ----------------------------------------------------------------------
+    def put_arrays(self, run_id: int, name: str, arrays: dict[str, Any]) -> None:
+        """Store (or replace) a bundle of named arrays under ``(run_id, name)``.
+
+        All arrays should share their first dimension (rows); a bundle is written in
+        one transaction, so a reader sees either all of it or nothing.
+        """
+        if not arrays:
+            raise ProbeError("put_arrays needs at least one array")
+        rows = len(np.asarray(next(iter(arrays.values()))))
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO arrays (run_id, name, data, rows, created_at) VALUES (?,?,?,?,?)",
+                (run_id, name, pack_arrays(arrays), rows, time.time()),
+            )
+
+    def get_arrays(self, run_id: int, name: str) -> dict[str, np.ndarray] | None:
+        """The bundle stored under ``(run_id, name)``, or None."""
+        rows = self._query("SELECT data FROM arrays WHERE run_id=? AND name=?", (run_id, name))
+        return unpack_arrays(rows[0]["data"]) if rows else None
+
+    def concat_arrays(self, run_id: int, prefix: str) -> dict[str, np.ndarray] | None:
+        """All bundles whose name starts with ``prefix``, in name order, concatenated row-wise."""
+        rows = self._query("SELECT data FROM arrays WHERE run_id=? AND substr(name, 1, ?)=? ORDER BY name",
+                           (run_id, len(prefix), prefix))
+        if not rows:
+            return None
+        bundles = [unpack_arrays(r["data"]) for r in rows]
+        return {key: np.concatenate([b[key] for b in bundles]) for key in bundles[0]}
+
+    def count_array_rows(self, run_id: int, prefix: str) -> int:
+        """Total rows of the bundles whose name starts with ``prefix``."""
+        return int(self._query("SELECT COALESCE(SUM(rows), 0) FROM arrays WHERE run_id=? AND substr(name, 1, ?)=?",
+                               (run_id, len(prefix), prefix))[0][0])

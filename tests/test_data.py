@@ -134,7 +134,7 @@ def test_class_subset_views():
         digits.subset(keep=[1], drop=[2])
     with pytest.raises(DataError, match="do not exist"):
         digits.subset(keep=[12])
-    with pytest.raises(DataError, match="bad subset"):
+    with pytest.raises(DataError, match="bad view"):
         load_dataset("digits[take=1]")
     with pytest.raises(DataError, match="unknown class"):
         digits.class_index("eleven")
@@ -147,3 +147,26 @@ def test_real_mnist_t10k_is_split():
     assert dataset.test_images.shape == (2000, 1, 28, 28)
     assert "only the t10k pair" in dataset.source
     assert abs(float(dataset.train_images.mean()) - 0.133) < 0.01  # MNIST's well-known mean intensity
+
+
+def test_mislabel_view_relabels_the_training_images_nearest_the_other_class_only():
+    from probe_core.data import clean_dataset_name
+
+    clean = load_dataset("digits")
+    flawed = load_dataset("digits[mislabel=9->8:0.4]")
+    nines = int((clean.train_labels == 9).sum())
+    changed = flawed.train_labels != clean.train_labels
+    assert int(changed.sum()) == round(0.4 * nines)
+    assert (clean.train_labels[changed] == 9).all() and (flawed.train_labels[changed] == 8).all()
+    assert torch.equal(flawed.test_labels, clean.test_labels)
+    # the relabelled 9s are the ones closest to the mean 8
+    mean_eight = clean.train_images[clean.train_labels == 8].flatten(1).mean(0)
+    distance = (clean.train_images.flatten(1) - mean_eight).norm(dim=1)
+    kept_nines = (clean.train_labels == 9) & ~changed
+    assert distance[changed].max() <= distance[kept_nines].min()
+    assert flawed.name == "digits[mislabel=9->8:0.4]" and "labelled 8" in flawed.source
+    assert clean_dataset_name(flawed.name) == "digits" and clean_dataset_name("digits[drop=5]") == "digits[drop=5]"
+    with pytest.raises(DataError, match="mislabel"):
+        load_dataset("digits[mislabel=9:0.4]")
+    with pytest.raises(DataError, match="different classes"):
+        load_dataset("digits[mislabel=9->9:0.4]")

@@ -113,3 +113,34 @@ def test_run_of_a_dead_process_shows_as_interrupted(tmp_path):
     run = store.get_run(run_id)
     assert run.status == "interrupted" and "stopped" in run.error
     assert store.get_run(live).status == "running"
+
+
+def test_array_bundles_round_trip_concatenate_and_count(store):
+    run_id = store.create_run("defuse-identify", {})
+    for batch in range(3):
+        store.put_arrays(run_id, f"failures/{batch:06d}", {"z": np.full((batch + 1, 2), batch, np.float32),
+                                                           "label": np.arange(batch + 1)})
+    store.put_arrays(run_id, "assignments", {"cluster_index": np.array([0, -1])})
+    joined = store.concat_arrays(run_id, "failures/")
+    assert joined["z"].shape == (6, 2) and joined["z"][:, 0].tolist() == [0, 1, 1, 2, 2, 2]
+    assert store.count_array_rows(run_id, "failures/") == 6
+    assert store.get_arrays(run_id, "assignments")["cluster_index"].tolist() == [0, -1]
+    assert store.get_arrays(run_id, "missing") is None and store.concat_arrays(run_id, "nothing/") is None
+    store.put_arrays(run_id, "assignments", {"cluster_index": np.array([1])})  # a bundle is replaced whole
+    assert store.get_arrays(run_id, "assignments")["cluster_index"].tolist() == [1]
+
+
+def test_a_version_1_workspace_is_migrated_without_losing_anything(tmp_path):
+    from probe_core.store import _MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(_MIGRATIONS[1] + "PRAGMA user_version = 1;")
+    connection.execute("INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
+                       "VALUES ('sample', '{}', 'done', 'x', 0, 0)")
+    connection.commit()
+    connection.close()
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    assert store.get_run(1).kind == "sample"
+    store.put_arrays(1, "a", {"x": np.zeros(1)})

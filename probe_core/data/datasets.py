@@ -147,6 +147,48 @@ class ImageDataset:
         )
 
 
+    def mislabel(self, source: int, target: int, fraction: float) -> "ImageDataset":
+        """A view with systematic annotation errors in the training split (the test split stays clean).
+
+        The ``fraction`` of class ``source`` training images closest in pixel space to
+        the mean ``target`` image are labelled ``target``: a sub-style of one class
+        consistently mislabelled, the kind of flaw Defuse is meant to find and fix.
+        """
+        for c in (source, target):
+            if not 0 <= c < self.num_classes:
+                raise DataError(f"class {c} does not exist in {self.name} (0..{self.num_classes - 1})")
+        if source == target or not 0 < fraction <= 1:
+            raise DataError("mislabel needs two different classes and a fraction in (0, 1]")
+        labels = self.train_labels.clone()
+        members = (labels == source).nonzero().squeeze(1)
+        flat = self.train_images.flatten(1)
+        distance = (flat[members] - flat[labels == target].mean(0)).norm(dim=1)
+        flipped = members[distance.argsort()[:int(round(fraction * len(members)))]]
+        labels[flipped] = target
+        suffix = f"mislabel={source}->{target}:{fraction:g}"
+        return replace(self, name=f"{self.name}[{suffix}]", train_labels=labels,
+                       source=f"{self.source}; {len(flipped)} training images of class {self.class_names[source]} "
+                              f"labelled {self.class_names[target]}")
+
+
+def clean_dataset_name(name: str) -> str:
+    """The data set name without a ``mislabel`` view (labels matter to classifiers, not to generators)."""
+    base, _, view = name.partition("[")
+    return base if view.startswith("mislabel=") else name
+
+
+def _parse_mislabel(dataset: "ImageDataset", values: str) -> "ImageDataset":
+    pair, _, fraction_text = values.partition(":")
+    source, arrow, target = pair.partition("->")
+    try:
+        fraction = float(fraction_text)
+    except ValueError:
+        fraction = None
+    if not (arrow and source and target and fraction is not None):
+        raise DataError(f"bad mislabel view {values!r}: write NAME[mislabel=9->8:0.4]")
+    return dataset.mislabel(dataset.class_index(source), dataset.class_index(target), fraction)
+
+
 def stratified_split(
     images: np.ndarray, labels: np.ndarray, test_fraction: float = SPLIT_TEST_FRACTION, seed: int = SPLIT_SEED
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -365,7 +407,9 @@ def load_dataset(name: str, data_dir: str | Path | None = None) -> ImageDataset:
     ----------
     name : str
         ``digits``, ``mnist``, ``fashion-mnist`` or ``idx``; a class-subset view
-        is written ``NAME[keep=0,1,3]`` or ``NAME[drop=5]``.
+        is written ``NAME[keep=0,1,3]`` or ``NAME[drop=5]``, a view with
+        systematic training-label errors ``NAME[mislabel=9->8:0.4]``
+        (see :meth:`ImageDataset.mislabel`).
     data_dir : str or Path, optional
         Folder with IDX files for the folder-based sets (default ``$PROBE_DATA_DIR``).
 
@@ -381,8 +425,11 @@ def load_dataset(name: str, data_dir: str | Path | None = None) -> ImageDataset:
     dataset = info.loader(Path(data_dir) if data_dir is not None else None)
     if view:
         key, _, values = view.rstrip("]").partition("=")
+        if key == "mislabel" and values:
+            return _parse_mislabel(dataset, values)
         if key not in ("keep", "drop") or not values:
-            raise DataError(f"bad subset {view.rstrip(']')!r}: write NAME[keep=0,1,3] or NAME[drop=5]")
+            raise DataError(f"bad view {view.rstrip(']')!r}: write NAME[keep=0,1,3], NAME[drop=5] "
+                            f"or NAME[mislabel=9->8:0.4]")
         classes = [dataset.class_index(v) for v in values.split(",")]
         dataset = dataset.subset(**{key: classes})
     return dataset

@@ -8,6 +8,7 @@ stored model for a spec when there is one and trains it otherwise.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import os
 import threading
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
+from probe_core.data.datasets import clean_dataset_name
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import (
     VAE_ARCHITECTURES,
@@ -125,7 +127,8 @@ class ModelSpec:
         variant = "-ambiguous" if self.ambiguous else ""
         if self.classes is not None:
             variant += "-k" + ("".join(map(str, self.classes)) if max(self.classes) < 10 else str(len(self.classes)))
-        return f"{self.dataset}-{self.kind}{variant}-s{self.seed}-{digest}"
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.dataset).strip("-")
+        return f"{slug}-{self.kind}{variant}-s{self.seed}-{digest}"
 
 
 @dataclass
@@ -293,6 +296,8 @@ class ModelRegistry:
         if kind not in ("classifier", "generator"):
             raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
         if reference is None or reference == "default":
+            if kind == "generator":  # a generator ignores labels: a mislabelled view shares the clean default
+                dataset = clean_dataset_name(dataset)
             spec = ModelSpec(dataset=dataset, kind="classifier" if kind == "classifier" else "vae")
             return self.get_or_train(spec, progress=progress, device=device)
         if reference.endswith(".py") or Path(reference).is_file():

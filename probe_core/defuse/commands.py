@@ -1,0 +1,339 @@
+"""``probe defuse identify|distill|label|correct|run|runs``: Defuse from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from probe_core.defuse import labels as label_tools
+from probe_core.defuse import pipeline
+from probe_core.errors import ProbeError
+
+
+def _bar(description: str):
+    """A tqdm bar driven by job progress reports (fractions in [0, 1])."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=1000, desc=description, file=sys.stderr, bar_format="{l_bar}{bar}| {elapsed} {postfix}")
+
+    def listener(progress, message) -> None:
+        if progress is not None:
+            bar.update(int(progress * 1000) - bar.n)
+        if message:
+            bar.set_postfix_str(message, refresh=False)
+
+    return bar, listener
+
+
+def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
+    bar, listener = _bar(description)
+    try:
+        return pipeline.run_step(workspace.registry, workspace.store, settings, args.device, listener)
+    finally:
+        bar.close()
+
+
+def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
+    from probe_core.data import load_dataset
+
+    return load_dataset(pipeline.run_models(workspace.store, run_id)["dataset"], data_dir).class_names
+
+
+def _oracle(option: str) -> str:
+    kind, _, oracle = option.partition(":")
+    if kind != "oracle" or not oracle:
+        raise ProbeError(f"--auto-label wants oracle:MODEL_OR_PLUGIN, got {option!r}")
+    return oracle
+
+
+def _identify_settings(args) -> pipeline.IdentifySettings:
+    return pipeline.IdentifySettings(
+        dataset=args.dataset, classifier=args.classifier, vae=args.vae, samples_per_image=args.samples_per_image,
+        max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
+        seed=args.seed, max_images=args.max_images)
+
+
+def _print_identify(run_id: int, result: dict, class_names: tuple[str, ...]) -> None:
+    by_class = ", ".join(f"{class_names[c]}: {n}" for c, n in enumerate(result["failures_by_prediction"]) if n)
+    print(f"{result['failures']} failures from {result['images_with_failures']} of {result['images']} training "
+          f"images in {result['seconds']:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
+
+
+def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], source: str, rho: float) -> None:
+    rows = []
+    for r in label_tools.cluster_label_table(workspace.store, distill_run, source, rho):
+        failure = "-" if r["is_failure"] is None else ("yes" if r["is_failure"] else "no")
+        agreement = "-" if r["agreement"] is None else f"{r['agreement'] * 100:.0f}%"
+        rows.append([r["id"], r["cluster_index"], f"{r['weight']:.3f}", r["size"],
+                     f"{class_names[r['majority_prediction']]} ({r['prediction_share'] * 100:.0f}%)",
+                     f"{class_names[r['majority_true_label']]} ({r['true_label_share'] * 100:.0f}%)",
+                     failure, r["label"] or "-", agreement, r["annotators"]])
+    from probe_core.cli import format_table
+
+    print(format_table(rows, ["id", "#", "weight", "size", "predicted", "true label", "failure", "label", "agreement",
+                              "annotators"]))
+
+
+def _print_results(result: dict) -> None:
+    from probe_core.cli import format_table
+
+    rows = []
+    for name, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline (individual failures)")):
+        entry = result["results"][name]
+        chosen = f"λ={entry['lambda']:g}" if "lambda" in entry else ""
+        rows.append([title, f"{entry['test_accuracy'] * 100:.1f}%", f"{entry['failure_accuracy'] * 100:.1f}%", chosen])
+    print(format_table(rows, ["classifier", "test accuracy", "failure-region accuracy", "selected"]))
+    print(f"corrected classifier registered as {result['corrected_model']} (the original "
+          f"{result['original_model']} is kept); {len(result['regions'])} failure regions, {result['seconds']:.1f} s")
+
+
+def _identify(args) -> int:
+    from probe_core.cli import workspace_from_args
+
+    workspace = workspace_from_args(args)
+    run_id, result = _run_step(args, workspace, _identify_settings(args), "identify")
+    _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
+    print(f"next: probe defuse distill --run {run_id}")
+    return 0
+
+
+def _distill_settings(args, identify_run: int) -> pipeline.DistillSettings:
+    return pipeline.DistillSettings(identify_run=identify_run, n_components=args.components,
+                                    weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
+                                    seed=args.seed)
+
+
+def _distill(args) -> int:
+    from probe_core.cli import workspace_from_args
+
+    workspace = workspace_from_args(args)
+    run_id, result = _run_step(args, workspace, _distill_settings(args, args.run), "distill")
+    print(f"{result['clusters']} clusters kept from {result['failures']} failures in {result['seconds']:.1f} s "
+          f"(run {run_id})")
+    _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
+                    label_tools.DEFAULT_RHO)
+    print(f"next: label clusters, e.g. probe defuse label --run {run_id} --cluster ID --annotator YOU --failure "
+          f"--label CLASS (add --preview ID.png to see a cluster first)")
+    return 0
+
+
+def _label(args) -> int:
+    from probe_core.cli import workspace_from_args
+
+    workspace = workspace_from_args(args)
+    store = workspace.store
+    pipeline.require_run(store, args.run, pipeline.DISTILL)
+    class_names = _class_names(workspace, args.run, args.data_dir)
+    source = args.source
+    if args.preview:
+        _write_preview(workspace, args)
+    if args.auto_label:
+        source, written = pipeline.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
+                                              rho=args.rho, device=args.device)
+        print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
+    if args.cluster is not None:
+        if args.preview is None and args.failure is None and args.label is None:
+            raise ProbeError("give --failure/--no-failure and/or --label CLASS for the cluster")
+        if args.failure is not None or args.label is not None:
+            if not args.annotator:
+                raise ProbeError("--annotator NAME is required to store a label")
+            cluster = store.get_cluster(args.cluster)
+            if cluster is None or cluster["run_id"] != args.run:
+                raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
+            label_tools.label_cluster(store, args.cluster, args.annotator, is_failure=args.failure, label=args.label,
+                                      class_names=class_names)
+            print(f"stored: cluster {args.cluster} by {args.annotator}")
+    if args.export_csv:
+        count = label_tools.export_labels_csv(store, args.run, args.export_csv)
+        print(f"{count} labels written to {args.export_csv}")
+    if args.export_npz:
+        import numpy as np
+
+        chosen = pipeline.labelled_failure_set(store, args.run, class_names, source, args.rho)
+        np.savez_compressed(args.export_npz, **chosen, class_names=np.array(class_names))
+        print(f"{len(chosen['labels'])} labelled failures written to {args.export_npz}")
+    _print_clusters(workspace, args.run, class_names, source, args.rho)
+    return 0
+
+
+def _write_preview(workspace, args) -> None:
+    from probe_core.render import image_grid, png_bytes, upscale_for_display
+
+    if args.cluster is None:
+        raise ProbeError("--preview needs --cluster ID")
+    cluster = workspace.store.get_cluster(args.cluster)
+    if cluster is None:
+        raise ProbeError(f"no cluster {args.cluster}")
+    _, classifier, vae = pipeline.load_run_models(workspace.registry, workspace.store, args.run, args.device)
+    shown = pipeline.review_samples(vae, classifier, cluster, args.samples, pipeline.distill_tau(workspace.store,
+                                                                                                 args.run))
+    with open(args.preview, "wb") as handle:
+        handle.write(png_bytes(image_grid(shown["images"], columns=min(10, args.samples),
+                                          scale=upscale_for_display(shown["images"].shape[-2]))))
+    predictions = ", ".join(classifier.class_names[int(p)] for p in shown["probs"].argmax(1))
+    print(f"{args.samples} samples of cluster {args.cluster} written to {args.preview}; classifier says: {predictions}")
+
+
+def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSettings:
+    return pipeline.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
+                                    lambdas=tuple(args.lambdas), epochs=args.epochs,
+                                    samples_per_region=args.samples_per_region, seed=args.seed)
+
+
+def _correct(args) -> int:
+    from probe_core.cli import workspace_from_args
+
+    workspace = workspace_from_args(args)
+    run_id, result = _run_step(args, workspace, _correct_settings(args, args.run, args.source), "correct")
+    _print_results(result)
+    _write_out(args, workspace, args.run, args.source, run_id)
+    return 0
+
+
+def _write_out(args, workspace, distill_run: int, source: str, correct_run: int | None) -> None:
+    if not args.out:
+        return
+    summary = pipeline.report(workspace.store, distill_run, _class_names(workspace, distill_run, args.data_dir),
+                              source, args.rho, correct_run)
+    with open(args.out, "w") as handle:
+        json.dump(summary, handle, indent=1)
+    print(f"summary written to {args.out}")
+
+
+def _run_all(args) -> int:
+    from probe_core.cli import workspace_from_args
+
+    workspace = workspace_from_args(args)
+    identify_run, result = _run_step(args, workspace, _identify_settings(args), "identify")
+    class_names = _class_names(workspace, identify_run, args.data_dir)
+    _print_identify(identify_run, result, class_names)
+    if result["failures"] < 2:
+        raise ProbeError("identification found fewer than 2 failures, nothing to cluster (try more samples per "
+                         "image or a larger --noise-scale)")
+    distill_run, result = _run_step(args, workspace, _distill_settings(args, identify_run), "distill")
+    print(f"{result['clusters']} clusters kept from {result['failures']} failures in {result['seconds']:.1f} s "
+          f"(run {distill_run})")
+    source = label_tools.HUMAN
+    if args.auto_label:
+        source, _ = pipeline.auto_label(workspace.registry, workspace.store, distill_run, _oracle(args.auto_label),
+                                        rho=args.rho, device=args.device)
+    _print_clusters(workspace, distill_run, class_names, source, args.rho)
+    if not args.auto_label:
+        print(f"label the clusters (dashboard Label page, or probe defuse label --run {distill_run} ...), then run "
+              f"probe defuse correct --run {distill_run}")
+        _write_out(args, workspace, distill_run, source, None)
+        return 0
+    correct_run, result = _run_step(args, workspace, _correct_settings(args, distill_run, source), "correct")
+    _print_results(result)
+    _write_out(args, workspace, distill_run, source, correct_run)
+    return 0
+
+
+def _runs(args) -> int:
+    from probe_core.cli import format_table, workspace_from_args
+
+    workspace = workspace_from_args(args)
+    rows = []
+    for kind in (pipeline.IDENTIFY, pipeline.DISTILL, pipeline.CORRECT):
+        for run in workspace.store.list_runs(kind=kind, limit=args.limit):
+            parent = run.config.get("identify_run", run.config.get("distill_run", ""))
+            summary = run.result or {}
+            what = {pipeline.IDENTIFY: f"{summary.get('failures', '?')} failures",
+                    pipeline.DISTILL: f"{summary.get('clusters', '?')} clusters",
+                    pipeline.CORRECT: summary.get("corrected_model", "")}[kind]
+            rows.append([run.id, kind.removeprefix("defuse-"), run.status, parent, what if run.result else run.message])
+    rows.sort(key=lambda r: r[0], reverse=True)
+    print(format_table(rows, ["run", "step", "status", "parent", "summary"]) if rows else "no Defuse runs yet")
+    return 0
+
+
+def _add_identify_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="digits", help="e.g. digits, mnist, digits[mislabel=9->8:0.4]")
+    parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
+    parser.add_argument("--vae", default="default", help="VAE model id, 'default' or a plugin .py with an encoder")
+    parser.add_argument("--samples-per-image", type=int, default=500, help="Q, perturbations per image")
+    parser.add_argument("--max-per-image", type=int, default=100, help="M, failures kept per image")
+    parser.add_argument("--noise", choices=["centered", "paper"], default="centered")
+    parser.add_argument("--noise-scale", type=float, default=0.15, help="sd per dimension of centred noise")
+    parser.add_argument("--a", type=float, default=50.0, help="Beta(a, b) noise")
+    parser.add_argument("--b", type=float, default=50.0, help="Beta(a, b) noise")
+    parser.add_argument("--max-images", type=int, help="only the first N training images (quick looks)")
+
+
+def _add_distill_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--components", type=int, default=100, help="K, upper bound on mixture components")
+    parser.add_argument("--threshold", type=float, default=0.01, help="ε, drop clusters with weight ≤ ε")
+    parser.add_argument("--max-samples", type=int, default=10_000, help="fit on at most this many failures")
+    parser.add_argument("--tau", type=float, default=0.5, help="review samples from N(μ, τΣ)")
+
+
+def _lambda_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.1,1,10, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one λ")
+    return values
+
+
+def _add_correct_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lambdas", type=_lambda_list, default=list(pipeline.PAPER_LAMBDAS),
+                        help="comma-separated λ grid (default: the paper's 1e-10 … 1000)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--samples-per-region", type=int, default=256)
+    parser.add_argument("--out", help="write the summary as JSON")
+
+
+def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
+    defuse = commands.add_parser("defuse", help="Defuse: find failure clusters, label them, finetune the fix")
+    sub = defuse.add_subparsers(dest="action", required=True)
+
+    identify = sub.add_parser("identify", help="perturb VAE codes of the training data, keep misclassified decodings")
+    _add_identify_options(identify)
+    identify.add_argument("--seed", type=int, default=0)
+    identify.set_defaults(handler=_identify)
+
+    distill = sub.add_parser("distill", help="cluster an identification run's failures (Dirichlet-process GMM)")
+    distill.add_argument("--run", type=int, required=True, help="the identification run")
+    _add_distill_options(distill)
+    distill.add_argument("--seed", type=int, default=0)
+    distill.set_defaults(handler=_distill)
+
+    label = sub.add_parser("label", help="label clusters, auto-label with an oracle, show or export labels")
+    label.add_argument("--run", type=int, required=True, help="the distillation run")
+    label.add_argument("--cluster", type=int, help="cluster id (first column of the table)")
+    label.add_argument("--annotator")
+    label.add_argument("--failure", action=argparse.BooleanOptionalAction, default=None,
+                       help="whether the cluster is a failure of the classifier")
+    label.add_argument("--label", help="the correct class, or 'none' for none of the above")
+    label.add_argument("--preview", help="write a PNG grid of the cluster's review samples")
+    label.add_argument("--samples", type=int, default=10, help="review samples in --preview")
+    label.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN (demos and tests; stored apart from humans)")
+    label.add_argument("--source", default=label_tools.HUMAN, help="whose labels to show/export: human or oracle:ID")
+    label.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)
+    label.add_argument("--export-csv", help="write all labels of the run as CSV")
+    label.add_argument("--export-npz", help="write the labelled failures (images, latents, labels) as .npz")
+    label.set_defaults(handler=_label)
+
+    correct = sub.add_parser("correct", help="finetune on the labelled failure clusters over a sweep of λ")
+    correct.add_argument("--run", type=int, required=True, help="the distillation run")
+    correct.add_argument("--source", default=label_tools.HUMAN, help="labels to use: human or oracle:ID")
+    correct.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)
+    correct.add_argument("--seed", type=int, default=0)
+    _add_correct_options(correct)
+    correct.set_defaults(handler=_correct)
+
+    everything = sub.add_parser("run", help="identify, distill, (auto-)label and correct in one go")
+    _add_identify_options(everything)
+    _add_distill_options(everything)
+    _add_correct_options(everything)
+    everything.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN; without it the run stops for human labels")
+    everything.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)
+    everything.add_argument("--seed", type=int, default=0)
+    everything.set_defaults(handler=_run_all)
+
+    runs = sub.add_parser("runs", help="list Defuse runs")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.set_defaults(handler=_runs)

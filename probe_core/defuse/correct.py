@@ -1,0 +1,204 @@
+"""Defuse correction: finetune the classifier on L(D) + λ·CE(D_f) over a sweep of λ, and the baseline.
+
+D is the training split (less a validation slice); D_f holds samples of the
+labelled failure regions, z ~ N(μ_j, τ·Σ_j) decoded and labelled with the
+region's label. Every λ starts from the original classifier; each epoch is
+scored on validation data, and the best epoch of the best λ is selected. The
+selection score is the mean of validation accuracy on D and on held-out
+validation samples of the failure regions, so a λ that fixes the regions by
+breaking the rest is not chosen. The baseline runs the same sweep with D_f the
+individual failures found by identification (with the same labels) instead of
+samples of the regions.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from probe_core.defuse.cluster import sample_cluster_latents
+from probe_core.errors import ProbeError
+from probe_core.models.training import classifier_accuracy
+
+PAPER_LAMBDAS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 2.0, 5.0, 10.0, 20.0, 100.0, 1000.0)
+SPLITS = ("finetune", "validation", "test")
+
+
+@dataclass(frozen=True)
+class FailureRegion:
+    """A labelled failure cluster: N(mean, τ·covariance) decodes to images of class ``label``."""
+
+    cluster_id: int
+    mean: np.ndarray
+    covariance: np.ndarray
+    label: int
+
+
+@dataclass(frozen=True)
+class CorrectionProgress:
+    """Reported after every epoch of every λ."""
+
+    phase: str
+    lambda_index: int
+    lambda_count: int
+    lam: float
+    epoch: int
+    epochs: int
+    score: float
+
+    @property
+    def fraction(self) -> float:
+        return (self.lambda_index + self.epoch / self.epochs) / self.lambda_count
+
+
+@dataclass
+class LabelledImages:
+    """Images (N, C, H, W), labels (N,) and the failure region of each row (N,), -1 for data-set images."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    region: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@torch.no_grad()
+def sample_regions(vae: torch.nn.Module, regions: list[FailureRegion], tau: float, samples_per_region: int,
+                   rng: np.random.Generator) -> dict[str, LabelledImages]:
+    """Finetuning, validation and test samples of each region (the validation split is half the size)."""
+    device = next(vae.parameters()).device
+    sizes = {"finetune": samples_per_region, "validation": max(samples_per_region // 2, 1), "test": samples_per_region}
+    out = {}
+    for split, size in sizes.items():
+        images, labels, region_index = [], [], []
+        for index, region in enumerate(regions):
+            latents = sample_cluster_latents(region.mean, region.covariance, size, tau, rng)
+            images.append(vae.decode(torch.from_numpy(latents).to(device)).cpu())
+            labels.append(torch.full((size,), region.label, dtype=torch.long))
+            region_index.append(torch.full((size,), index, dtype=torch.long))
+        out[split] = LabelledImages(torch.cat(images), torch.cat(labels), torch.cat(region_index))
+    return out
+
+
+def _loss(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    net = getattr(model, "net", model)
+    if getattr(model, "output_kind", "logits") == "logits":
+        return F.cross_entropy(net(images), labels)
+    return F.nll_loss(torch.log(net(images).clamp_min(1e-12)), labels)
+
+
+def _accuracy(model: torch.nn.Module, data: LabelledImages) -> float | None:
+    return classifier_accuracy(model, data.images, data.labels) if len(data) else None
+
+
+def evaluate(model: torch.nn.Module, test: LabelledImages, failure_test: LabelledImages) -> dict:
+    """Test accuracy, failure-region accuracy (pooled) and per-region accuracy, as fractions."""
+    per_region = []
+    model.eval()
+    with torch.no_grad():
+        correct = (model(failure_test.images).argmax(1) == failure_test.labels).float() if len(failure_test) else None
+    for region in range(int(failure_test.region.max()) + 1 if len(failure_test) else 0):
+        members = failure_test.region == region
+        per_region.append(float(correct[members].mean()))
+    return {"test_accuracy": _accuracy(model, test),
+            "failure_accuracy": None if correct is None else float(correct.mean()),
+            "per_region": per_region}
+
+
+def finetune_sweep(
+    classifier: torch.nn.Module,
+    train: LabelledImages,
+    validation: LabelledImages,
+    failures: LabelledImages,
+    failure_validation: LabelledImages,
+    test: LabelledImages,
+    failure_test: LabelledImages,
+    *,
+    lambdas: tuple[float, ...] = PAPER_LAMBDAS,
+    epochs: int = 3,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+    phase: str = "defuse",
+    progress: Callable[[CorrectionProgress], None] | None = None,
+) -> tuple[torch.nn.Module, dict, list[dict]]:
+    """Finetune a copy of ``classifier`` for each λ; return the selected model, its λ and the sweep.
+
+    Parameters
+    ----------
+    classifier : nn.Module
+        A probability model (``forward`` gives (B, K) probabilities) whose ``net``
+        gives logits or probabilities (``output_kind``); it is not modified.
+    train, validation : LabelledImages
+        D and the validation slice of the data set.
+    failures, failure_validation : LabelledImages
+        D_f and held-out failure samples used for selection.
+    test, failure_test : LabelledImages
+        Reported for every λ (the trade-off curve); never used for selection.
+
+    Returns
+    -------
+    model : nn.Module
+        The best epoch of the best λ, in eval mode.
+    selected : dict
+        ``lambda``, ``epoch``, ``score``.
+    sweep : list of dict
+        Per λ: ``lambda``, best ``epoch``, ``score``, ``validation_accuracy``,
+        ``failure_validation_accuracy``, ``test_accuracy``, ``failure_accuracy``.
+    """
+    if not lambdas:
+        raise ProbeError("give at least one λ")
+    if any(lam < 0 for lam in lambdas):
+        raise ProbeError(f"λ must be non-negative, got {lambdas}")
+    if len(failures) == 0:
+        raise ProbeError("no failure samples to finetune on")
+    device = next(classifier.parameters()).device
+    best_model, best, sweep = None, None, []
+    for lambda_index, lam in enumerate(lambdas):
+        generator = torch.Generator().manual_seed(seed)
+        model = copy.deepcopy(classifier).to(device)
+        optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+        lambda_best = None
+        for epoch in range(1, epochs + 1):
+            model.train()
+            for index in torch.randperm(len(train), generator=generator).split(batch_size):
+                failure_index = torch.randint(len(failures), (batch_size,), generator=generator)
+                loss = _loss(model, train.images[index].to(device), train.labels[index].to(device))
+                loss = loss + lam * _loss(model, failures.images[failure_index].to(device),
+                                          failures.labels[failure_index].to(device))
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+            model.eval()
+            accuracy = _accuracy(model, validation)
+            failure_accuracy = _accuracy(model, failure_validation)
+            score = float(np.mean([a for a in (accuracy, failure_accuracy) if a is not None]))
+            if lambda_best is None or score > lambda_best["score"]:
+                lambda_best = {"lambda": lam, "epoch": epoch, "score": score, "validation_accuracy": accuracy,
+                               "failure_validation_accuracy": failure_accuracy, "state": copy.deepcopy(model.state_dict())}
+            if progress is not None:
+                progress(CorrectionProgress(phase, lambda_index, len(lambdas), lam, epoch, epochs, score))
+        model.load_state_dict(lambda_best.pop("state"))
+        model.eval()
+        lambda_best.update(evaluate(model, test, failure_test))
+        sweep.append(lambda_best)
+        if best is None or lambda_best["score"] > best["score"]:
+            best, best_model = lambda_best, model
+    return best_model, {"lambda": best["lambda"], "epoch": best["epoch"], "score": best["score"]}, sweep
+
+
+def split_validation(images: torch.Tensor, labels: torch.Tensor, fraction: float,
+                     seed: int) -> tuple[LabelledImages, LabelledImages]:
+    """Split data-set images into training and validation slices, deterministically."""
+    if not 0 < fraction < 1:
+        raise ProbeError(f"validation fraction must be in (0, 1), got {fraction}")
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    cut = max(1, int(round(len(labels) * fraction)))
+    pick = lambda rows: LabelledImages(images[rows], labels[rows], torch.full((len(rows),), -1))  # noqa: E731
+    return pick(order[cut:]), pick(order[:cut])

@@ -1,0 +1,275 @@
+"""Defuse on real (small) digits models: identification, distillation, labels, correction, CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from probe_core.data import load_dataset
+from probe_core.defuse import labels as label_tools
+from probe_core.defuse import pipeline
+from probe_core.defuse.cluster import FailureClusterer, embed_2d
+from probe_core.defuse.identify import FailureSet, identify_failures, perturbation_noise
+from probe_core.errors import CancelledError, ProbeError
+from probe_core.models import ModelSpec
+
+MISLABELLED = "digits[mislabel=9->8:0.4]"
+
+
+# --- identification ---------------------------------------------------------------------------
+
+def test_noise_modes_have_the_documented_moments():
+    rng = np.random.default_rng(0)
+    paper = perturbation_noise((20000, 8), "paper", 50, 50, 0.15, rng)
+    centered = perturbation_noise((20000, 8), "centered", 50, 50, 0.15, rng)
+    assert abs(paper.mean() - 0.5) < 0.002 and abs(paper.std() - 0.0498) < 0.002
+    assert abs(centered.mean()) < 0.003 and abs(centered.std() - 0.15) < 0.003
+    with pytest.raises(ProbeError, match="noise mode"):
+        perturbation_noise((2, 2), "gaussian", 50, 50, 0.15, rng)
+    with pytest.raises(ProbeError, match="a > 0"):
+        perturbation_noise((2, 2), "paper", 0, 50, 0.15, rng)
+
+
+def _models(workspace):
+    registry = workspace.registry
+    return registry.resolve("default", "classifier", "digits"), registry.resolve("default", "generator", "digits")
+
+
+def test_identification_keeps_only_misclassified_decodings_smallest_noise_first(trained_workspace):
+    classifier, vae = _models(trained_workspace)
+    dataset = load_dataset("digits")
+    images, labels = dataset.train_images[:120], dataset.train_labels[:120]
+    common = {"samples_per_image": 100, "noise_scale": 0.5, "seed": 3}
+    everything = identify_failures(classifier.module, vae.module, images, labels, max_per_image=100, **common)
+    smallest = identify_failures(classifier.module, vae.module, images, labels, max_per_image=1, **common)
+    assert len(everything) > 50
+    assert (everything.predictions != everything.true_labels).all()
+    assert (everything.true_labels == labels[everything.source_index].numpy()).all()
+    assert everything.images.dtype == np.uint8 and everything.images.shape[1:] == tuple(images.shape[1:])
+    # the decodings really are what the classifier got wrong
+    decoded = vae.module.decode(torch.from_numpy(everything.latents[:200]))
+    assert (classifier.module(decoded).argmax(1).numpy() == everything.predictions[:200]).all()
+    # M = 1 keeps, per image, exactly the failure with the smallest perturbation
+    assert len(smallest) == len(np.unique(everything.source_index))
+    for index, norm in zip(smallest.source_index, smallest.noise_norms):
+        assert norm == pytest.approx(everything.noise_norms[everything.source_index == index].min())
+
+
+def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_workspace):
+    from probe_core.jobs import run_inline
+
+    store = trained_workspace.store
+    settings = pipeline.IdentifySettings(samples_per_image=100, noise_scale=0.5, max_images=200)
+    job = pipeline.identify_job(trained_workspace.registry, settings)
+    reports = []
+
+    def stop_after_two_batches(progress, message):
+        reports.append(progress)
+        if progress and progress >= 32 / 200:
+            raise CancelledError("stop")
+
+    with pytest.raises(CancelledError):
+        run_inline(store, pipeline.IDENTIFY, pipeline.settings_dict(settings), job, stop_after_two_batches)
+    run = store.list_runs(kind=pipeline.IDENTIFY)[0]
+    assert run.status == "cancelled"
+    kept = FailureSet.from_store(store, run.id)
+    assert len(kept) > 0 and kept.source_index.max() < 48
+
+
+# --- distillation -----------------------------------------------------------------------------
+
+def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_clusters():
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0] * 4, [6.0] * 4, [-6.0, 6.0, -6.0, 6.0]])
+    truth = np.repeat([0, 1, 2], [600, 300, 100])
+    latents = centres[truth] + rng.normal(scale=0.5, size=(1000, 4))
+    clusterer = FailureClusterer(n_components=20, max_samples=800, random_state=0)
+    assert (clusterer.n_components, clusterer.max_samples) == (20, 800)  # arguments stored as given
+    with pytest.raises(ProbeError, match="not fitted"):
+        clusterer.predict(latents)
+    assert clusterer.fit(latents) is clusterer
+    assert clusterer.n_clusters_ == 3
+    assert clusterer.weights_ == pytest.approx([0.6, 0.3, 0.1], abs=0.03)
+    assert clusterer.means_.shape == (3, 4) and clusterer.covariances_.shape == (3, 4, 4)
+    assert adjusted_rand_score(truth, clusterer.labels_) > 0.95
+    assert (clusterer.predict(centres) == clusterer.predict(centres[[0, 1, 2]])).all()
+    with pytest.raises(ProbeError, match="NaN"):
+        FailureClusterer().fit(np.full((10, 2), np.nan))
+
+
+def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighbours():
+    rng = np.random.default_rng(1)
+    truth = np.repeat([0, 1], 400)
+    latents = np.array([[0.0] * 6, [8.0] * 6])[truth] + rng.normal(size=(800, 6))
+    xy = embed_2d(latents, max_fit=300, seed=0)
+    assert xy.shape == (800, 2) and np.isfinite(xy).all()
+    centre = [xy[truth == c].mean(0) for c in (0, 1)]
+    nearest = np.argmin([np.linalg.norm(xy - c, axis=1) for c in centre], axis=0)
+    assert (nearest == truth).mean() > 0.98
+
+
+# --- the whole loop on a classifier with a planted flaw ----------------------------------------
+
+@pytest.fixture(scope="module")
+def flawed_run(trained_workspace):
+    """A classifier trained with 40 % of its 9s labelled 8; identified and distilled with quick settings."""
+    registry, store = trained_workspace.registry, trained_workspace.store
+    flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
+    identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+        dataset=MISLABELLED, classifier=flawed.id, samples_per_image=200))
+    distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
+        identify_run=identify_run, max_samples=3000))
+    return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
+            "distill_run": distill_run, "distilled": distilled}
+
+
+def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_workspace, flawed_run):
+    store = trained_workspace.store
+    assert flawed_run["identified"]["failures"] > 1000
+    assert flawed_run["identified"]["vae"] == trained_workspace.registry.default_id("digits", "vae")
+    clusters = store.get_clusters(flawed_run["distill_run"])
+    assert len(clusters) == flawed_run["distilled"]["clusters"] >= 5
+    assert all(c["weight"] > 0.01 for c in clusters)
+    assignments = pipeline.assignments_of(store, flawed_run["distill_run"])
+    assert len(assignments) == flawed_run["identified"]["failures"]
+    assert sum(c["size"] for c in clusters) == int((assignments >= 0).sum())
+    # the planted flaw: a cluster of 9s called 8, whose review samples are still mostly called 8
+    dataset, classifier, vae = pipeline.load_run_models(trained_workspace.registry, store, flawed_run["distill_run"])
+    nine_as_eight = [c for c in clusters if c["info"]["majority_prediction"] == 8
+                     and c["info"]["majority_true_label"] == 9]
+    assert nine_as_eight
+    shown = pipeline.review_samples(vae, classifier, nine_as_eight[0], count=50, tau=0.5)
+    assert (shown["probs"].argmax(1) == 8).float().mean() > 0.5
+
+
+def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(trained_workspace, flawed_run, tmp_path):
+    registry, store = trained_workspace.registry, trained_workspace.store
+    distill_run = flawed_run["distill_run"]
+    source, written = pipeline.auto_label(registry, store, distill_run, "default")
+    assert source == label_tools.oracle_source(registry.default_id("digits", "classifier"))
+    assert any(w["is_failure"] and w["label"] == "9" for w in written)
+    assert not label_tools.cluster_label_table(store, distill_run)[0]["annotators"]  # human view untouched
+    run_id, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+        distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128))
+    before, after = result["results"]["before"], result["results"]["defuse"]
+    assert before["failure_accuracy"] < 0.5
+    assert after["failure_accuracy"] > before["failure_accuracy"] + 0.3
+    assert after["test_accuracy"] >= before["test_accuracy"] - 0.01
+    assert result["results"]["baseline"]["failure_accuracy"] is not None
+    assert len(result["sweep"]) == 3 and len(result["baseline_sweep"]) == 3
+    corrected = registry.load(result["corrected_model"])
+    assert registry.exists(flawed_run["classifier"])
+    assert corrected.record["spec"]["parent"] == flawed_run["classifier"]
+    dataset = load_dataset(MISLABELLED)
+    accuracy = (corrected.module(dataset.test_images).argmax(1) == dataset.test_labels).float().mean()
+    assert float(accuracy) == pytest.approx(after["test_accuracy"])
+    summary = pipeline.report(store, distill_run, dataset.class_names, source, correct_run=run_id)
+    assert summary["results"]["defuse"]["failure_accuracy"] == after["failure_accuracy"]
+    assert summary["corrected_model"] == result["corrected_model"]
+    # exports: every label as CSV, the labelled failures with their cluster's class as .npz
+    assert label_tools.export_labels_csv(store, distill_run, tmp_path / "labels.csv") == len(written)
+    rows = list(csv.DictReader(open(tmp_path / "labels.csv")))
+    assert {r["source"] for r in rows} == {source}
+    chosen = pipeline.labelled_failure_set(store, distill_run, dataset.class_names, source)
+    assert len(chosen["labels"]) > 0 and (chosen["labels"] == 9).mean() > 0.5
+    assert chosen["images"].shape[0] == chosen["latents"].shape[0] == len(chosen["labels"])
+
+
+def test_correction_without_usable_labels_says_what_to_do(trained_workspace, flawed_run):
+    with pytest.raises(ProbeError, match="label clusters first"):
+        pipeline.run_step(trained_workspace.registry, trained_workspace.store,
+                          pipeline.CorrectSettings(distill_run=flawed_run["distill_run"], source="human"))
+
+
+def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):
+    registry, store = trained_workspace.registry, trained_workspace.store
+    first = pipeline.embedding(registry, store, flawed_run["distill_run"], max_fit=600, max_points=3000)
+    assert first["failure_xy"].shape == (3000, 2) and first["train_xy"].shape[1] == 2
+    assert set(np.unique(first["failure_cluster"])) <= set(range(-1, flawed_run["distilled"]["clusters"]))
+    again = pipeline.embedding(registry, store, flawed_run["distill_run"])
+    assert np.array_equal(first["failure_xy"], again["failure_xy"])
+
+
+# --- labels from several annotators -------------------------------------------------------------
+
+def test_concurrent_annotators_aggregate_with_rho_majority_and_agreement(trained_workspace, flawed_run):
+    store = trained_workspace.store
+    cluster = store.get_clusters(flawed_run["distill_run"])[-1]
+    names = tuple(str(c) for c in range(10))
+    votes = {"ann": (True, "9"), "bea": (True, "9"), "cy": (True, "9"), "dee": (False, "8"), "eve": (False, "8")}
+    threads = [threading.Thread(target=label_tools.label_cluster, args=(store, cluster["id"], who),
+                                kwargs={"is_failure": failure, "label": label, "class_names": names})
+               for who, (failure, label) in votes.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    row = next(r for r in label_tools.cluster_label_table(store, flawed_run["distill_run"]) if r["id"] == cluster["id"])
+    assert row["annotators"] == 5 and row["failure_votes"] == 3
+    assert row["is_failure"] is True and row["label"] == "9" and row["agreement"] == pytest.approx(0.6)
+    # one annotator changing their mind replaces their label: now 2 of 5 say failure, a 2-3 split on the class
+    label_tools.label_cluster(store, cluster["id"], "cy", is_failure=False, label="8", class_names=names)
+    row = next(r for r in label_tools.cluster_label_table(store, flawed_run["distill_run"]) if r["id"] == cluster["id"])
+    assert row["annotators"] == 5 and row["is_failure"] is False and row["label"] == "8"
+    assert row["usable"] is False
+
+
+def test_aggregate_handles_ties_and_none_of_the_above():
+    def entry(who, failure, label):
+        return {"annotator": who, "is_failure": failure, "label": label}
+
+    tie = label_tools.aggregate([entry("a", True, "3"), entry("b", True, "5")])
+    assert tie["is_failure"] is True and tie["label"] is None and tie["agreement"] == 0.5 and not tie["usable"]
+    nothing = label_tools.aggregate([entry("a", True, "none"), entry("b", True, "none"), entry("c", True, "3")])
+    assert nothing["label"] == "none" and not nothing["usable"]
+    half = label_tools.aggregate([entry("a", True, "3"), entry("b", False, "3")])
+    assert half["is_failure"] is False  # exactly ρ = 0.5 is not more than half
+    assert label_tools.aggregate([])["is_failure"] is None
+    with pytest.raises(ProbeError, match="unknown class"):
+        label_tools.normalise_label("eleven", tuple("0123456789"))
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+def test_cli_defuse_run_end_to_end_writes_the_summary(trained_workspace, flawed_run, tmp_path, capsys):
+    from probe_core.cli import main
+
+    out = tmp_path / "run.json"
+    code = main(["--workspace", str(trained_workspace.root), "defuse", "run", "--dataset", MISLABELLED,
+                 "--classifier", flawed_run["classifier"], "--samples-per-image", "60", "--max-images", "600",
+                 "--max-samples", "2000", "--auto-label", "oracle:default", "--lambdas", "1", "--epochs", "1",
+                 "--samples-per-region", "64", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "failure-region accuracy" in printed and "registered as" in printed
+    summary = json.loads(out.read_text())
+    assert summary["failures"] > 0 and summary["clusters"]
+    assert set(summary["clusters"][0]) >= {"id", "weight", "size", "majority_prediction", "majority_true_label",
+                                           "is_failure", "label"}
+    for step in ("before", "defuse", "baseline"):
+        assert 0 <= summary["results"][step]["test_accuracy"] <= 1
+        assert 0 <= summary["results"][step]["failure_accuracy"] <= 1
+    assert trained_workspace.registry.exists(summary["corrected_model"])
+    assert all(summary["seconds"][k] > 0 for k in ("identify", "distill", "correct"))
+
+
+def test_cli_defuse_errors_are_one_line(trained_workspace, flawed_run, capsys):
+    from probe_core.cli import main
+
+    root = ["--workspace", str(trained_workspace.root), "defuse"]
+    assert main([*root, "distill", "--run", str(flawed_run["distill_run"])]) == 2
+    assert "expected a 'defuse-identify' run" in capsys.readouterr().err
+    assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--auto-label", "human"]) == 2
+    assert "oracle:MODEL" in capsys.readouterr().err
+    cluster_id = trained_workspace.store.get_clusters(flawed_run["distill_run"])[0]["id"]
+    assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--cluster", str(cluster_id),
+                 "--label", "9"]) == 2
+    error = capsys.readouterr().err
+    assert "--annotator" in error and error.count("\n") == 1
