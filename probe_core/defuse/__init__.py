@@ -1,0 +1,13 @@
+"""Defuse (Slack et al.): identify failures by perturbing VAE codes, distil them into clusters, label, correct.
+
+- :mod:`~probe_core.defuse.identify`: Algorithm 1 with ``paper`` or ``centered`` Beta noise.
+- :mod:`~probe_core.defuse.cluster`: :class:`FailureClusterer` (Dirichlet-process GMM) and the 2-D map.
+- :mod:`~probe_core.defuse.labels`: store, aggregate (ρ, agreement), oracle labels, CSV export.
+- :mod:`~probe_core.defuse.correct`: L(D) + λ·CE(D_f) finetuning over a λ sweep, and the baseline.
+- :mod:`~probe_core.defuse.pipeline`: the steps as stored runs, for the dashboard, the CLI and scripts.
+"""
+
+from probe_core.defuse.cluster import FailureClusterer
+from probe_core.defuse.identify import FailureSet, identify_failures
+
+__all__ = ["FailureClusterer", "FailureSet", "identify_failures"]
