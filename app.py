@@ -25,5 +25,12 @@ if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
     except ProbeError as exc:
         st.error(f"Could not start training the default models: {exc}")
 
-navigation = st.navigation([st.Page("pages/home.py", title="Home", icon="🏠", default=True)])
+PAGES = [
+    st.Page("pages/home.py", title="Models", icon="🏠", default=True),
+    st.Page("pages/probe.py", title="Probe", icon="🎯"),
+    st.Page("pages/failures.py", title="Failures", icon="🧩"),
+    st.Page("pages/label.py", title="Label", icon="🏷️"),
+    st.Page("pages/finetune.py", title="Finetune", icon="🛠️"),
+]
+navigation = st.navigation(PAGES)
 navigation.run()

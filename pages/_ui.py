@@ -115,3 +115,107 @@ MODELS_COLUMN_CONFIG = {
 def run_status_line(run) -> str:
     icon = {"running": "⏳", "queued": "🕒", "done": "✅", "failed": "❌", "cancelled": "⏹️", "interrupted": "⚠️"}
     return f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
+
+
+# --- models chosen for the session ------------------------------------------------------------
+
+@st.cache_resource(show_spinner="Loading model…", max_entries=16)
+def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None):
+    registry = get_workspace(root).registry
+    registry.data_dir = data_dir
+    return registry.resolve(reference, kind, dataset, device=device_name)
+
+
+def session_model(kind: str, dataset: str):
+    """The classifier or generator picked for this session (Models page), loaded and cached; None after an error.
+
+    Untrained defaults are not trained here (that is the Models page's job); the page says so instead.
+    """
+    reference = st.session_state.get(f"{kind}_ref") or "default"
+    ws = workspace()
+    if reference == "default":
+        from probe_core.data import clean_dataset_name
+
+        base = clean_dataset_name(dataset) if kind == "generator" else dataset
+        reference = ws.registry.default_id(base, "classifier" if kind == "classifier" else "vae")
+        if not ws.registry.exists(reference):
+            st.info(f"The default {kind} for {dataset} is not trained yet: it trains in the background on the "
+                    f"Models page (digits: about 85 s).")
+            return None
+    try:
+        return _load(str(ws.root.resolve()), reference, kind, dataset, device(), st.session_state.get("data_dir") or None)
+    except ProbeError as exc:
+        st.error(f"Cannot use the {kind} {reference!r}: {exc}")
+        return None
+
+
+def session_models(dataset: str):
+    """``(classifier, generator)`` for the session, or ``(None, None)`` after showing why not."""
+    classifier, generator = session_model("classifier", dataset), session_model("generator", dataset)
+    if classifier is None or generator is None:
+        return None, None
+    return classifier, generator
+
+
+def model_choice(kind: str, dataset: str) -> None:
+    """A picker for the session's classifier or generator: zoo models of the data set, or a plugin file."""
+    ws = workspace()
+    kinds = ("classifier",) if kind == "classifier" else ("vae", "gan")
+    base = dataset.partition("[")[0]
+    ids = [m["id"] for m in ws.registry.list() if m["kind"] in kinds and m["dataset"].partition("[")[0] == base]
+    options = ["default"] + ids + ["plugin file…"]
+    current = st.session_state.get(f"{kind}_ref", "default")
+    index = options.index(current) if current in options else len(options) - 1
+    choice = st.selectbox(f"{kind.capitalize()} for this session", options, index=index, key=f"{kind}_pick",
+                          help="'default' is the data set's default zoo model; a plugin is a .py file")
+    if choice == "plugin file…":
+        path = st.text_input(f"{kind.capitalize()} plugin path", value=current if current.endswith(".py") else "",
+                             key=f"{kind}_plugin_path", placeholder="/path/to/my_model.py")
+        st.session_state[f"{kind}_ref"] = path.strip() or "default"
+    else:
+        st.session_state[f"{kind}_ref"] = choice
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+def run_progress(run, cancel_key: str) -> None:
+    """A run's progress bar, status line and (while it is active) a Stop button."""
+    st.progress(min(max(run.progress, 0.0), 1.0), text=run_status_line(run))
+    if run.active:
+        if st.button("Stop", key=cancel_key, help="stops at the next progress report; what was found is kept"):
+            job_manager().cancel(run.id)
+    elif run.status == "failed":
+        st.error(f"Run {run.id} failed: {run.error}")
+    elif run.status == "interrupted":
+        st.warning(f"Run {run.id} was interrupted (the process running it stopped); what it stored is kept.")
+
+
+def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None):
+    """A select box over runs of a kind, newest first; returns the chosen run or None."""
+    runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
+    if not runs:
+        return None
+    describe = describe or (lambda r: f"run {r.id} · {r.status} · {time.strftime('%H:%M', time.localtime(r.created_at))}")
+    chosen = st.selectbox(label, runs, format_func=describe, key=key)
+    return chosen
+
+
+def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
+    """A small bar chart of one confidence vector (K,)."""
+    import plotly.graph_objects as go
+
+    values = [float(p) for p in probs]
+    figure = go.Figure(go.Bar(x=list(class_names), y=values, marker_color=[
+        "#d62728" if v == max(values) else "#1f77b4" for v in values]))
+    figure.update_layout(height=height, margin=dict(l=10, r=10, t=30 if title else 10, b=10), title=title,
+                         yaxis=dict(range=[0, 1], title=None), xaxis=dict(type="category"))
+    return figure
+
+
+def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:
+    """A download button for (N, C, H, W) images as one PNG grid."""
+    from probe_core.render import png_bytes
+
+    scale = upscale_for_display(images.shape[-2])
+    st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
+                       mime="image/png", key=key)

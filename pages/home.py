@@ -59,7 +59,7 @@ with st.expander("All data sets"):
                "needs a folder": "yes" if d.needs_folder else "no (embedded)"} for d in list_datasets()])
 
 st.header("Models")
-models = ws.registry.list(dataset=dataset.base_name)
+models = [m for m in ws.registry.list() if m["dataset"].partition("[")[0] == dataset.base_name]
 if not models:
     st.info("No models for this data set yet." +
             (" The defaults are training (see above)." if dataset.base_name == "digits" else ""))
@@ -79,6 +79,14 @@ else:
         for index, model in enumerate(generators):
             with columns[index % len(columns)]:
                 _ui.show_picture(_ui.generator_samples(root, model["id"]), caption=model["id"])
+
+st.subheader("Models for this session")
+st.caption("The Probe, Failures, Compare and Saliency pages use these. 'default' is the data set's default model.")
+pick_classifier, pick_generator = st.columns(2)
+with pick_classifier:
+    _ui.model_choice("classifier", dataset.name)
+with pick_generator:
+    _ui.model_choice("generator", dataset.name)
 
 st.header("Train a model")
 with st.form("train-model"):

@@ -271,3 +271,23 @@ def table2(result: dict) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def summary_rows(result: dict) -> list[dict]:
+    """One plain row per target of a :func:`sample` result (the dashboard's and the report's table)."""
+    rows = []
+    for entry in result["targets"]:
+        s = entry["summary"]
+        baseline = entry.get("test_set_baseline")
+        rows.append({
+            "target": entry["description"],
+            "achieved (mean ± sd)": ", ".join(f"{name}: {v['mean']:.2f} ± {v['sd']:.2f}"
+                                              for name, v in s["achieved"].items() if not math.isnan(v["mean"])),
+            "hit rate": entry["hit_rate"],
+            "chains hit": f"{s['chains_with_hits']}/{s['chains']}",
+            "test set": f"{baseline['meeting_target']}/{baseline['test_images']}" if baseline else "-",
+            "ESS": s["ess_min"], "R-hat": s["rhat_max"], "acceptance": s["acceptance"],
+            "divergences": s["divergences"],
+            "status": "FAILED" if entry["failed"] else "ok",
+        })
+    return rows

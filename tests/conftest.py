@@ -30,3 +30,22 @@ def workspace(tmp_path):
     from probe_core.workspace import Workspace
 
     return Workspace(tmp_path / "ws")
+
+
+MISLABELLED = "digits[mislabel=9->8:0.4]"
+
+
+@pytest.fixture(scope="session")
+def flawed_run(trained_workspace):
+    """A classifier trained with 40 % of its 9s labelled 8, identified and distilled with quick settings (~15 s)."""
+    from probe_core.defuse import pipeline
+    from probe_core.models import ModelSpec
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
+    identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+        dataset=MISLABELLED, classifier=flawed.id, samples_per_image=200))
+    distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
+        identify_run=identify_run, max_samples=3000))
+    return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
+            "distill_run": distill_run, "distilled": distilled}

@@ -16,9 +16,8 @@ from probe_core.defuse import pipeline
 from probe_core.defuse.cluster import FailureClusterer, embed_2d
 from probe_core.defuse.identify import FailureSet, identify_failures, perturbation_noise
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.models import ModelSpec
 
-MISLABELLED = "digits[mislabel=9->8:0.4]"
+from tests.conftest import MISLABELLED
 
 
 # --- identification ---------------------------------------------------------------------------
@@ -116,19 +115,6 @@ def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighb
 
 
 # --- the whole loop on a classifier with a planted flaw ----------------------------------------
-
-@pytest.fixture(scope="module")
-def flawed_run(trained_workspace):
-    """A classifier trained with 40 % of its 9s labelled 8; identified and distilled with quick settings."""
-    registry, store = trained_workspace.registry, trained_workspace.store
-    flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
-    identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
-        dataset=MISLABELLED, classifier=flawed.id, samples_per_image=200))
-    distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
-        identify_run=identify_run, max_samples=3000))
-    return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
-            "distill_run": distill_run, "distilled": distilled}
-
 
 def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_workspace, flawed_run):
     store = trained_workspace.store

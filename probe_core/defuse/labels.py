@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 from collections import Counter
 from pathlib import Path
 
@@ -148,18 +149,25 @@ def oracle_labels(oracle: torch.nn.Module, classifier: torch.nn.Module, images: 
             "disagreement": disagreement}
 
 
-def export_labels_csv(store, distill_run_id: int, path: str | Path) -> int:
-    """Write every stored label of a run's clusters (all sources) as CSV; returns the number of rows."""
+def labels_csv(store, distill_run_id: int) -> tuple[str, int]:
+    """Every stored label of a run's clusters (all sources) as CSV text, and the number of rows."""
     clusters = {c["id"]: c for c in store.get_clusters(distill_run_id)}
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["cluster_id", "cluster_index", "annotator", "source", "is_failure", "label", "labelled_at"])
     count = 0
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["cluster_id", "cluster_index", "annotator", "source", "is_failure", "label", "labelled_at"])
-        for cluster_id, cluster in clusters.items():
-            for label in store.get_labels(cluster_id=cluster_id):
-                failure = "" if label["is_failure"] is None else ("yes" if label["is_failure"] else "no")
-                when = dt.datetime.fromtimestamp(label["created_at"], dt.timezone.utc).isoformat(timespec="seconds")
-                writer.writerow([cluster_id, cluster["cluster_index"], label["annotator"], label["source"], failure,
-                                 label["label"] or "", when])
-                count += 1
+    for cluster_id, cluster in clusters.items():
+        for label in store.get_labels(cluster_id=cluster_id):
+            failure = "" if label["is_failure"] is None else ("yes" if label["is_failure"] else "no")
+            when = dt.datetime.fromtimestamp(label["created_at"], dt.timezone.utc).isoformat(timespec="seconds")
+            writer.writerow([cluster_id, cluster["cluster_index"], label["annotator"], label["source"], failure,
+                             label["label"] or "", when])
+            count += 1
+    return buffer.getvalue(), count
+
+
+def export_labels_csv(store, distill_run_id: int, path: str | Path) -> int:
+    """Write :func:`labels_csv` to a file; returns the number of label rows."""
+    text, count = labels_csv(store, distill_run_id)
+    Path(path).write_text(text)
     return count

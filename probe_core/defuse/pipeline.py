@@ -446,3 +446,29 @@ def report(store, distill_run: int, class_names: tuple[str, ...], source: str = 
             out["sweep"] = correct.result["sweep"]
             out["baseline_sweep"] = correct.result["baseline_sweep"]
     return out
+
+
+def find_failures_job(registry, identify: IdentifySettings, distill: dict | None = None,
+                      device: str = "cpu") -> JobFunction:
+    """Identification followed by distillation (the dashboard's one button).
+
+    The distillation is its own ``defuse-distill`` run, started when identification
+    ends; its id is in this run's result (``distill_run``). ``distill`` holds
+    :class:`DistillSettings` fields other than ``identify_run``.
+    """
+    identify_fn = identify_job(registry, identify, device)
+
+    def run(context: JobContext) -> dict:
+        from probe_core.jobs import run_inline
+
+        result = identify_fn(context)
+        if result["failures"] < 2:
+            return {**result, "distill_run": None}
+        settings = DistillSettings(identify_run=context.run_id, **(distill or {}))
+        # identification is finished; the distillation run's progress is its own
+        context.store.update_run(context.run_id, 1.0, "identified; distilling", {**result, "distilling": True})
+        distill_run, _ = run_inline(context.store, DISTILL, settings_dict(settings),
+                                    distill_job(registry, settings, device))
+        return {**result, "distill_run": distill_run}
+
+    return run

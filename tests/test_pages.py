@@ -1,0 +1,117 @@
+"""AppTest of every dashboard page: it renders without exception and its main path works."""
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from probe_core.defuse import labels as label_tools
+from probe_core.defuse import pipeline
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+@pytest.fixture
+def app_env(trained_workspace, monkeypatch):
+    monkeypatch.setenv("PROBE_WORKSPACE", str(trained_workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
+    return trained_workspace
+
+
+def open_page(page: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page(page).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def rerun_until(at: AppTest, condition, timeout: float = 120.0) -> AppTest:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        time.sleep(1.0)
+        at.run()
+        assert not at.exception, at.exception
+        if condition(at):
+            return at
+    raise AssertionError("the page never reached the expected state")
+
+
+def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
+    at = open_page("pages/probe.py")
+    at.selectbox(key="probe_high").select("3")
+    at.number_input(key="probe_chains").set_value(4)
+    at.number_input(key="probe_warmup").set_value(20)
+    at.number_input(key="probe_samples").set_value(20)
+    at.number_input(key="probe_keep").set_value(1)
+    at.button(key="probe_start").click().run()
+    assert not at.exception
+    run = app_env.store.list_runs(kind="sample")[0]
+    assert run.config["target"] == "high:3"
+    rerun_until(at, lambda a: any("Summary" in s.value for s in a.subheader))
+    assert app_env.store.count_samples(run.id) == 4 * 20
+    summary = at.dataframe[0].value
+    assert summary["status"].iloc[0] == "ok" and summary["hit rate"].iloc[0] > 0.5
+    assert any(s.value.startswith("Hits (") for s in at.subheader)
+    assert len(at.image) >= 2
+
+
+def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
+    at = open_page("pages/probe.py")
+    at.radio(key="probe_kind").set_value("Spec").run()
+    at.text_input(key="probe_spec").input("probs:8=0.7,9=0.2").run()
+    assert not at.exception
+    assert any("sum to 1" in e.value for e in at.error)
+    assert at.button(key="probe_start").disabled
+
+
+def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_run, monkeypatch):
+    at = open_page("pages/failures.py")
+    assert any(m.label == "Clusters kept" for m in at.metric)
+    assert len(at.image) >= 3
+    before = {r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL)}
+    at.number_input(key="defuse_q").set_value(10)
+    at.number_input(key="defuse_m").set_value(2)
+    at.number_input(key="defuse_max_samples").set_value(300)
+    next(b for b in at.button if b.label == "Find failures").click().run()
+    assert not at.exception
+    rerun_until(at, lambda a: {r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL)
+                               if r.status == "done"} - before != set())
+
+
+def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
+    at = open_page("pages/label.py")
+    at.selectbox(key="label_run_pick").select_index(
+        [r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL) if r.status == "done"].index(
+            flawed_run["distill_run"]))
+    at.text_input(key="annotator").input("page-tester").run()
+    cluster = app_env.store.get_clusters(flawed_run["distill_run"])[0]
+    at.radio(key=f"label_failure_{cluster['id']}").set_value("failure")
+    at.selectbox(key=f"label_class_{cluster['id']}").select("9")
+    submit = next(b for b in at.button if "Save label" in b.label)
+    submit.click().run()
+    assert not at.exception
+    stored = [label for label in app_env.store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "page-tester"]
+    assert len(stored) == 1 and stored[0]["is_failure"] is True and stored[0]["label"] == "9"
+    assert stored[0]["source"] == label_tools.HUMAN
+    assert any("Saved" in s.value for s in at.success)
+
+
+def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
+    source, _ = pipeline.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
+    at = open_page("pages/finetune.py")
+    runs = [r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL) if r.status == "done"]
+    at.selectbox(key="finetune_run_pick").select_index(runs.index(flawed_run["distill_run"])).run()
+    at.selectbox(key="finetune_source").select(source).run()
+    at.text_input(key="finetune_lambdas").input("1")
+    at.number_input(key="finetune_epochs").set_value(1)
+    at.number_input(key="finetune_per_region").set_value(32)
+    submit = next(b for b in at.button if b.label == "Finetune")
+    submit.click().run()
+    assert not at.exception
+    rerun_until(at, lambda a: any(s.value.startswith("Results") for s in a.subheader))
+    table = at.dataframe[-1].value
+    assert list(table["classifier"]) == ["before", "Defuse", "baseline: individual failures"]
+    assert table["failure-region accuracy"].iloc[1] > table["failure-region accuracy"].iloc[0]
+    at.button(key="finetune_promote").click().run()
+    assert at.session_state["classifier_ref"].endswith(f"-defuse-r{app_env.store.list_runs(kind=pipeline.CORRECT)[0].id}")
