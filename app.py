@@ -15,6 +15,7 @@ from probe_core.jobs import start_default_training
 st.set_page_config(page_title="Model Probe", page_icon="🔬", layout="wide")
 
 _ui.sidebar_settings()
+_ui.warm_heavy_imports()
 
 if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
     # First start: train the embedded data set's default models in the background
@@ -28,9 +29,13 @@ if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
 PAGES = [
     st.Page("pages/home.py", title="Models", icon="🏠", default=True),
     st.Page("pages/probe.py", title="Probe", icon="🎯"),
+    st.Page("pages/matrix.py", title="Ambiguity matrix", icon="🔢"),
+    st.Page("pages/interpolation.py", title="Interpolation", icon="↔️"),
     st.Page("pages/failures.py", title="Failures", icon="🧩"),
     st.Page("pages/label.py", title="Label", icon="🏷️"),
     st.Page("pages/finetune.py", title="Finetune", icon="🛠️"),
+    st.Page("pages/compare.py", title="Compare", icon="⚖️"),
+    st.Page("pages/saliency.py", title="Saliency", icon="🔥"),
 ]
 navigation = st.navigation(PAGES)
 navigation.run()

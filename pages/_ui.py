@@ -219,3 +219,65 @@ def png_download(images, label: str, file_name: str, key: str, columns: int = 8)
     scale = upscale_for_display(images.shape[-2])
     st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
                        mime="image/png", key=key)
+
+
+@st.cache_resource
+def warm_heavy_imports() -> None:
+    """Import UMAP, scikit-learn's mixtures and Captum in a background thread, once per server.
+
+    The first page must not wait for them (``import umap`` alone takes seconds, tens of seconds in a
+    new environment); by the time someone opens the failure map or a saliency view they are loaded.
+    """
+    import threading
+
+    def warm() -> None:
+        import captum.attr  # noqa: F401
+        import sklearn.mixture  # noqa: F401
+        import umap  # noqa: F401
+
+    threading.Thread(target=warm, name="probe-warm-imports", daemon=True).start()
+
+
+def page_models(need_generator: bool = True):
+    """The page preamble: data set and session models, or ``st.stop()`` after saying why not.
+
+    Returns ``(dataset, classifier, generator, class_names)``; ``generator`` is None when not needed.
+    """
+    dataset = current_dataset()
+    if dataset is None:
+        st.stop()
+    if need_generator:
+        classifier, generator = session_models(dataset.name)
+    else:
+        classifier, generator = session_model("classifier", dataset.name), None
+    if classifier is None:
+        st.stop()
+    return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
+
+
+@st.fragment(run_every=1.0)
+def active_runs(key: str, kinds: tuple[str, ...], predicate=None) -> None:
+    """Progress of this page's active runs, polled once a second; reruns the page once when they end.
+
+    ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind).
+    """
+    store = workspace().store
+    running = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10)
+               if r.active and (predicate is None or predicate(r))]
+    for run in running:
+        run_progress(run, f"{key}_stop_{run.id}")
+    if running:
+        st.session_state[f"{key}_watching"] = True
+    elif st.session_state.pop(f"{key}_watching", False):
+        st.rerun(scope="app")
+
+
+def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
+    """Start a Bayes-TrEx run on the session's models in the background; returns the run id."""
+    from probe_core.usecases import sampling_job
+
+    config = {"dataset": dataset_name, "target": spec, "classifier": st.session_state.get("classifier_ref", "default"),
+              "generator": st.session_state.get("generator_ref", "default"), **sample_kwargs}
+    return job_manager().submit("sample", config, sampling_job(workspace().registry, dataset_name, spec,
+                                                               config["classifier"], config["generator"],
+                                                               **sample_kwargs))

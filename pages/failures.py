@@ -14,12 +14,7 @@ st.title("Failures")
 st.markdown("Perturb the VAE codes of the training data, keep what the classifier gets wrong, and distil those "
             "failures into clusters (Defuse). Then label the clusters on the **Label** page.")
 
-dataset = _ui.current_dataset()
-if dataset is None:
-    st.stop()
-classifier, generator = _ui.session_models(dataset.name)
-if classifier is None:
-    st.stop()
+dataset, classifier, generator, names = _ui.page_models()
 if not callable(getattr(generator.module, "encode", None)):
     st.error(f"Defuse needs a VAE with an encoder; the session generator `{generator.id}` has none. "
              "Pick a VAE on the Models page.")
@@ -54,20 +49,7 @@ if start:
     st.session_state["defuse_identify_run"] = run_id
 
 
-@st.fragment(run_every=1.0)
-def active_runs() -> None:
-    """Identification and distillation runs in progress."""
-    running = [r for kind in (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding")
-               for r in ws.store.list_runs(kind=kind, limit=5) if r.active]
-    for run in running:
-        _ui.run_progress(run, f"defuse_stop_{run.id}")
-    if running:
-        st.session_state["defuse_watching"] = True
-    elif st.session_state.pop("defuse_watching", False):
-        st.rerun(scope="app")
-
-
-active_runs()
+_ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"))
 
 
 def describe_distill(run) -> str:
@@ -82,7 +64,6 @@ if distill_run is None:
     st.stop()
 
 summary = distill_run.result
-names = dataset.class_names
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Failures", f"{summary['failures']:,}")
 m2.metric("Clusters kept", summary["clusters"])

@@ -48,18 +48,7 @@ if go_button:
         pipeline.submit_step(manager, ws.registry, settings, _ui.device())
 
 
-@st.fragment(run_every=1.0)
-def progress() -> None:
-    running = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=5) if r.active]
-    for run in running:
-        _ui.run_progress(run, f"finetune_stop_{run.id}")
-    if running:
-        st.session_state["finetune_watching"] = True
-    elif st.session_state.pop("finetune_watching", False):
-        st.rerun(scope="app")
-
-
-progress()
+_ui.active_runs("finetune", (pipeline.CORRECT,))
 
 finished = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=20)
             if r.status == "done" and r.config.get("distill_run") == distill_run.id]

@@ -13,19 +13,12 @@ from probe_core.bayestrex import summary_rows
 from probe_core.errors import ProbeError
 from probe_core.reports import html_report
 from probe_core.targets import parse_targets
-from probe_core.usecases import sampling_job
 
 ws = _ui.workspace()
 st.title("Probe")
 st.markdown("Sample in-distribution inputs on which the classifier hits a **target confidence** (Bayes-TrEx).")
 
-dataset = _ui.current_dataset()
-if dataset is None:
-    st.stop()
-classifier, generator = _ui.session_models(dataset.name)
-if classifier is None:
-    st.stop()
-names = tuple(classifier.class_names or dataset.class_names)
+dataset, classifier, generator, names = _ui.page_models()
 st.caption(f"Classifier `{classifier.id}` · generator `{generator.id}` (change them on the Models page)")
 
 
@@ -101,11 +94,7 @@ if st.button("Start sampling", type="primary", disabled=spec is None, key="probe
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
               "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every),
               "anneal_sigma_from": anneal_value}
-    config = {"dataset": dataset.name, "target": spec, "classifier": st.session_state.get("classifier_ref", "default"),
-              "generator": st.session_state.get("generator_ref", "default"), **kwargs}
-    st.session_state["probe_run"] = _ui.job_manager().submit(
-        "sample", config, sampling_job(ws.registry, dataset.name, spec, config["classifier"], config["generator"],
-                                       **kwargs))
+    st.session_state["probe_run"] = _ui.start_sampling(dataset.name, spec, **kwargs)
 
 run = _ui.pick_run("sample", "Run", "probe_run_pick",
                    describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))} · "

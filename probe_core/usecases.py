@@ -114,8 +114,8 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     """
     from probe_core.jobs import run_inline
 
-    config = {"dataset": dataset, "classifiers": [classifier_a, classifier_b], "generator": generator,
-              "chains": chains, "samples": samples}
+    ids = [registry.resolve(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b)]
+    config = {"dataset": dataset, "classifiers": ids, "generator": generator, "chains": chains, "samples": samples}
     run_id, _ = run_inline(store, "compare", config, compare_job(
         registry, dataset, classifier_a, classifier_b, generator, chains=chains, warmup=warmup, samples=samples,
         keep_every=keep_every, **sample_kwargs))

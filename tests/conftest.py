@@ -26,6 +26,14 @@ def trained_workspace(tmp_path_factory):
 
 
 @pytest.fixture
+def app_env(trained_workspace, monkeypatch):
+    """The dashboard pointed at the trained workspace, without the default-training job."""
+    monkeypatch.setenv("PROBE_WORKSPACE", str(trained_workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
+    return trained_workspace
+
+
+@pytest.fixture
 def workspace(tmp_path):
     from probe_core.workspace import Workspace
 

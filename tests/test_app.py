@@ -3,17 +3,9 @@
 import time
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-
-
-@pytest.fixture
-def app_env(trained_workspace, monkeypatch):
-    monkeypatch.setenv("PROBE_WORKSPACE", str(trained_workspace.root))
-    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
-    return trained_workspace
 
 
 def test_home_shows_data_models_and_samples(app_env):

@@ -7,7 +7,6 @@ from probe_core.models import (
     FD_METRIC,
     ModelSpec,
     ProbabilityModel,
-    classifier_accuracy,
     feature_frechet_distance,
     train_classifier,
     train_gan,

@@ -3,20 +3,12 @@
 import time
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-
-
-@pytest.fixture
-def app_env(trained_workspace, monkeypatch):
-    monkeypatch.setenv("PROBE_WORKSPACE", str(trained_workspace.root))
-    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
-    return trained_workspace
 
 
 def open_page(page: str) -> AppTest:
@@ -115,3 +107,55 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     assert table["failure-region accuracy"].iloc[1] > table["failure-region accuracy"].iloc[0]
     at.button(key="finetune_promote").click().run()
     assert at.session_state["classifier_ref"].endswith(f"-defuse-r{app_env.store.list_runs(kind=pipeline.CORRECT)[0].id}")
+
+
+def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
+    at = open_page("pages/matrix.py")
+    at.number_input(key="matrix_chains").set_value(2)
+    at.number_input(key="matrix_warmup").set_value(10)
+    at.number_input(key="matrix_samples").set_value(10)
+    at.number_input(key="matrix_keep").set_value(1)
+    next(b for b in at.button if b.label.startswith("Build the")).click().run()
+    assert not at.exception
+    rerun_until(at, lambda a: any("pairs reached" in c.value for c in a.caption), timeout=240)
+    run = next(r for r in app_env.store.list_runs(kind="sample") if r.config.get("target") == "ambiguous-matrix")
+    assert len(run.result["targets"]) == 45
+    at.selectbox(key="matrix_pair").set_value(1).run()
+    assert not at.exception and any("hit rate" in m.value for m in at.markdown)
+
+
+def test_interpolation_samples_a_path_and_draws_the_strip(app_env):
+    at = open_page("pages/interpolation.py")
+    at.selectbox(key="path_from").select("1")
+    at.selectbox(key="path_to").select("7")
+    at.number_input(key="path_steps").set_value(3)
+    at.number_input(key="path_chains").set_value(2)
+    at.number_input(key="path_iterations").set_value(10)
+    next(b for b in at.button if b.label == "Sample the path").click().run()
+    rerun_until(at, lambda a: any("Best sample per step" in c.value for c in a.caption), timeout=180)
+    assert len(at.image) >= 1
+
+
+def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed_run):
+    at = open_page("pages/compare.py")
+    at.number_input(key="compare_chains").set_value(2)
+    at.number_input(key="compare_warmup").set_value(10)
+    at.number_input(key="compare_samples").set_value(10)
+    next(b for b in at.button if b.label == "Sample both").click().run()
+    rerun_until(at, lambda a: any(s.value.startswith("Accuracy on") for s in a.subheader), timeout=240)
+    at.text_input(key="annotator").input("comparer").run()
+    label_box = next(s for s in at.selectbox if s.key and s.key.startswith("compare_label_"))
+    sample_id = int(label_box.key.rsplit("_", 1)[1])
+    label_box.select("0").run()
+    assert not at.exception
+    assert [label["label"] for label in app_env.store.get_labels(sample_id=sample_id)
+            if label["annotator"] == "comparer"] == ["0"]
+
+
+def test_saliency_page_explains_two_classes_side_by_side(app_env):
+    at = open_page("pages/saliency.py")
+    at.selectbox(key="saliency_compare").select("8").run()
+    assert not at.exception
+    assert len(at.image) == 3  # the image and one heat map per class
+    at.selectbox(key="saliency_compare").select("(none)").run()
+    assert not at.exception and len(at.image) == 2

@@ -5,7 +5,7 @@ import torch
 
 from probe_core.bayestrex import sample
 from probe_core.data import load_dataset
-from probe_core.sampling import BayesTrExPosterior, SamplerConfig, hmc, run_hmc, rwm
+from probe_core.sampling import BayesTrExPosterior, hmc, rwm
 from probe_core.targets import TargetBatch, parse_targets
 
 MEAN = torch.tensor([1.0, -2.0, 0.5])

@@ -19,7 +19,6 @@ target keep the final particles' ancestry diverse.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 

@@ -1,0 +1,105 @@
+"""End to end in a real headless Chromium: start a sampling run and see samples, label a cluster, screenshot pages.
+
+Uses Debian's ``chromium`` through the Python ``playwright`` package (``executable_path``;
+no browser download). Skips with a reason when either is missing. Screenshots go to
+``$PROBE_SCREENSHOT_DIR`` (the README's are made with ``PROBE_SCREENSHOT_DIR=assets``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGES = [("", "Model Probe", "models"), ("probe", "Probe", "probe"), ("matrix", "Ambiguity matrix", "matrix"),
+         ("interpolation", "Interpolation", "interpolation"), ("failures", "Failures", "failures"),
+         ("label", "Label", "label"), ("finetune", "Finetune", "finetune"), ("compare", "Compare classifiers", "compare"),
+         ("saliency", "Saliency", "saliency")]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def server(trained_workspace, flawed_run):
+    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if CHROMIUM is None:
+        pytest.skip("no chromium executable on PATH (Debian package 'chromium')")
+    port = _free_port()
+    env = {**os.environ, "PROBE_WORKSPACE": str(trained_workspace.root), "PROBE_AUTOTRAIN": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("the Streamlit server did not come up: " + process.stderr.read().decode()[-2000:])
+    yield url
+    process.terminate()
+    process.wait(timeout=20)
+
+
+@pytest.fixture
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+        tab.set_default_timeout(60_000)
+        yield tab
+        browser.close()
+
+
+def _open(page, server: str, path: str, title: str) -> None:
+    page.goto(f"{server}/{path}")
+    page.get_by_role("heading", name=title, exact=False).first.wait_for()
+    page.wait_for_timeout(1500)  # let charts and images settle
+
+
+def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run, tmp_path):
+    store = trained_workspace.store
+    _open(page, server, "probe", "Probe")
+    page.get_by_role("button", name="Start sampling").click()
+    page.get_by_text("Hits (").first.wait_for(timeout=180_000)
+    run = store.list_runs(kind="sample")[0]
+    assert run.status == "done" and store.count_samples(run.id) > 0
+    assert page.locator("img").count() >= 3
+
+    _open(page, server, "label", "Label")
+    page.get_by_label("Your name (annotator)").fill("browser-user")
+    page.get_by_label("Your name (annotator)").press("Enter")
+    page.get_by_role("button", name="Save label and go to the next cluster").click()
+    page.get_by_text("Saved: cluster").wait_for()
+    labels = [label for cluster in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)
+              for label in store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "browser-user"]
+    assert len(labels) == 1 and labels[0]["source"] == "human"
+
+    folder = Path(os.environ.get("PROBE_SCREENSHOT_DIR") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, title, name in PAGES:
+        _open(page, server, path, title)
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+        assert (folder / f"{name}.png").stat().st_size > 10_000
