@@ -19,7 +19,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/streamlit run app.py
+	$(BIN)/python app.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -113,7 +113,8 @@ MODELS_COLUMN_CONFIG = {
 
 
 def run_status_line(run) -> str:
-    icon = {"running": "⏳", "queued": "🕒", "done": "✅", "failed": "❌", "cancelled": "⏹️", "interrupted": "⚠️"}
+    icon = {"running": ":material/autorenew:", "queued": ":material/schedule:", "done": ":material/check_circle:",
+            "failed": ":material/error:", "cancelled": ":material/stop_circle:", "interrupted": ":material/warning:"}
     return f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
 
 

@@ -150,8 +150,8 @@ def live_view(run_id: int) -> None:
         columns = st.columns(len(images))
         for column, image, probs in zip(columns, images, details["image_confidences"]):
             column.image(_ui.image_grid(image[None], columns=1, scale=_ui.upscale_for_display(image.shape[-2])))
-            top = int(np.argmax(probs))
-            column.caption(f"{names[top]}: {probs[top]:.2f}")
+            for rank in np.argsort(probs)[::-1][:2]:  # the two largest confidences as bars
+                column.progress(float(probs[rank]), text=f"{names[rank]}: {probs[rank]:.2f}")
     if current.active:
         st.session_state[f"probe_watching_{run_id}"] = True
     elif st.session_state.pop(f"probe_watching_{run_id}", False):
@@ -170,7 +170,10 @@ if result.get("cancelled"):
 st.subheader("Summary (paper Table 2, with the test-set baseline)")
 st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
              column_config={"hit rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0,
-                                                                        format="percent")})
+                                                                        format="percent"),
+                            "ESS": st.column_config.NumberColumn("ESS", format="%.0f", help="minimum over latent dims"),
+                            "R-hat": st.column_config.NumberColumn("R-hat", format="%.2f", help="split R-hat, max"),
+                            "acceptance": st.column_config.NumberColumn("acceptance", format="%.2f")})
 st.caption("'test set' counts test images that meet the same constraint (paper Sec. 4.10), next to the hit rate.")
 
 stored = ws.store.get_samples(run.id)
