@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from probe_core.defuse import labels as label_tools
@@ -32,18 +33,22 @@ def rerun_until(at: AppTest, condition, timeout: float = 120.0) -> AppTest:
 def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     at = open_page("pages/probe.py")
     at.selectbox(key="probe_high").select("3")
-    at.number_input(key="probe_chains").set_value(4)
-    at.number_input(key="probe_warmup").set_value(20)
-    at.number_input(key="probe_samples").set_value(20)
+    at.number_input(key="probe_chains").set_value(8)
+    at.number_input(key="probe_warmup").set_value(40)
+    at.number_input(key="probe_samples").set_value(30)
     at.number_input(key="probe_keep").set_value(1)
     at.button(key="probe_start").click().run()
     assert not at.exception
     run = app_env.store.list_runs(kind="sample")[0]
     assert run.config["target"] == "high:3"
-    rerun_until(at, lambda a: any("Summary" in s.value for s in a.subheader))
-    assert app_env.store.count_samples(run.id) == 4 * 20
+    rerun_until(at, lambda a: any(s.value == f"Run {run.id}: high:3" for s in a.subheader)
+                and app_env.store.get_run(run.id).status == "done" and any("Summary" in s.value for s in a.subheader))
+    assert app_env.store.count_samples(run.id) == 8 * 30
+    result = app_env.store.get_run(run.id).result["targets"][0]
     summary = at.dataframe[0].value
-    assert summary["status"].iloc[0] == "ok" and summary["hit rate"].iloc[0] > 0.5
+    assert summary["target"].iloc[0] == result["description"] == "high confidence in 3"
+    assert summary["status"].iloc[0] == "ok" and summary["hit rate"].iloc[0] == pytest.approx(result["hit_rate"])
+    assert result["hit_rate"] > 0.5, result["summary"]
     assert any(s.value.startswith("Hits (") for s in at.subheader)
     assert len(at.image) >= 2
 
@@ -101,12 +106,14 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     submit = next(b for b in at.button if b.label == "Finetune")
     submit.click().run()
     assert not at.exception
-    rerun_until(at, lambda a: any(s.value.startswith("Results") for s in a.subheader))
+    run = app_env.store.list_runs(kind=pipeline.CORRECT)[0]
+    assert run.config["distill_run"] == flawed_run["distill_run"] and run.config["lambdas"] == [1.0]
+    rerun_until(at, lambda a: any(s.value.startswith(f"Results (run {run.id},") for s in a.subheader))
     table = at.dataframe[-1].value
     assert list(table["classifier"]) == ["before", "Defuse", "baseline: individual failures"]
     assert table["failure-region accuracy"].iloc[1] > table["failure-region accuracy"].iloc[0]
     at.button(key="finetune_promote").click().run()
-    assert at.session_state["classifier_ref"].endswith(f"-defuse-r{app_env.store.list_runs(kind=pipeline.CORRECT)[0].id}")
+    assert at.session_state["classifier_ref"] == app_env.store.get_run(run.id).result["corrected_model"]
 
 
 def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):

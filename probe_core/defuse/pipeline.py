@@ -21,11 +21,13 @@ import numpy as np
 import torch
 
 from probe_core.data import ImageDataset, clean_dataset_name, load_dataset
-from probe_core.defuse.cluster import FailureClusterer, decode_and_classify, describe_clusters, sample_cluster_latents
+from probe_core.defuse.cluster import (
+    FailureClusterer, decode_and_classify, describe_clusters, embed_2d, sample_cluster_latents,
+)
 from probe_core.defuse.correct import (
     PAPER_LAMBDAS, FailureRegion, LabelledImages, evaluate, finetune_sweep, sample_regions, split_validation,
 )
-from probe_core.defuse.identify import FailureSet, identify_failures
+from probe_core.defuse.identify import FailureSet, encode_means, identify_failures
 from probe_core.defuse.labels import (
     DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, oracle_labels, oracle_source,
 )
@@ -104,7 +106,7 @@ def run_models(store, run_id: int) -> dict:
         return run_models(store, int(run.config["identify_run"]))
     if run.kind != IDENTIFY:
         raise ProbeError(f"run {run_id} is a {run.kind!r} run, not a Defuse identification or distillation")
-    info = (run.result or {}) if run.result else (run.details or {})
+    info = run.result or run.details or {}
     if "classifier" not in info:
         raise ProbeError(f"identification run {run_id} ({run.status}) never got as far as loading its models")
     return {"dataset": info["dataset"], "classifier": info["classifier"], "vae": info["vae"]}
@@ -233,9 +235,6 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
     cached = store.get_arrays(distill_run, "embedding")
     if cached is not None:
         return cached
-    from probe_core.defuse.cluster import embed_2d
-    from probe_core.defuse.identify import encode_means
-
     dataset, _, vae = load_run_models(registry, store, distill_run)
     failures = failures_of(store, distill_run)
     clusters = assignments_of(store, distill_run)
