@@ -13,8 +13,10 @@ if __name__ == "__main__" and not st.runtime.exists():
     # `python app.py`: import the heavy libraries (torch, pandas, the core) into the server
     # process before it serves, so the first page view does not wait for them, then start
     # Streamlit on this file (it runs in this process and finds the modules already loaded).
-    import pages._ui  # noqa: F401
+    import pages._ui
     from streamlit.web import cli
+
+    pages._ui.preload_for_server()
 
     sys.argv = ["streamlit", "run", os.path.abspath(__file__), *sys.argv[1:]]
     sys.exit(cli.main())
@@ -26,7 +28,6 @@ from probe_core.jobs import start_default_training  # noqa: E402
 st.set_page_config(page_title="Model Probe", page_icon=":material/biotech:", layout="wide")
 
 _ui.sidebar_settings()
-_ui.warm_heavy_imports()
 
 if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
     # First start: train the embedded data set's default models in the background

@@ -222,21 +222,30 @@ def png_download(images, label: str, file_name: str, key: str, columns: int = 8)
                        mime="image/png", key=key)
 
 
-@st.cache_resource
-def warm_heavy_imports() -> None:
-    """Import UMAP, scikit-learn's mixtures and Captum in a background thread, once per server.
+def preload_for_server() -> None:
+    """Import what the pages need before the server serves (``python app.py`` calls this).
 
-    The first page must not wait for them (``import umap`` alone takes seconds, tens of seconds in a
-    new environment); by the time someone opens the failure map or a saliency view they are loaded.
+    Everything but UMAP is imported here, in one thread: importing big packages such as
+    scipy or scikit-learn from two threads at once can deadlock Python's import locks. UMAP
+    (seconds to import, tens of seconds in a new environment while numba compiles) is then
+    imported in a background thread; nothing else imports it except the failure-map job,
+    which simply waits for it.
     """
     import threading
 
-    def warm() -> None:
-        import captum.attr  # noqa: F401
-        import sklearn.mixture  # noqa: F401
-        import umap  # noqa: F401
+    import captum.attr  # noqa: F401
+    import pyro.ops.stats  # noqa: F401
+    import scipy.stats  # noqa: F401
+    import sklearn.mixture  # noqa: F401
+    import sklearn.neighbors  # noqa: F401
 
-    threading.Thread(target=warm, name="probe-warm-imports", daemon=True).start()
+    import probe_core.bayestrex  # noqa: F401
+    import probe_core.defuse.commands  # noqa: F401
+    import probe_core.reports  # noqa: F401
+    import probe_core.saliency  # noqa: F401
+    import probe_core.usecases  # noqa: F401
+
+    threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()
 
 
 def page_models(need_generator: bool = True):

@@ -46,8 +46,12 @@ for sample in stored:
     if sample["hit"] and (sample["target_index"] not in best
                           or sample["target_distance"] < best[sample["target_index"]]["target_distance"]):
         best[sample["target_index"]] = sample
-representatives = [dataset.test_images[(dataset.test_labels == c).nonzero()[0, 0]] for c in range(K)]
-channels, height, width = representatives[0].shape
+channels, height, width = dataset.image_shape
+representatives = []
+for c in range(K):  # a test image of each class for the edges (grey where the data set has none)
+    members = (dataset.test_labels == c).nonzero()
+    representatives.append(dataset.test_images[members[0, 0]] if len(members) else
+                           torch.full((channels, height, width), 0.35))
 tile = height + 1
 canvas = np.ones((channels, (K + 1) * tile, (K + 1) * tile), dtype=np.float32) * 0.35
 for c in range(K):  # class representatives on the top and left edges

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,16 +34,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server(trained_workspace, flawed_run):
+def server(trained_workspace, flawed_run, tmp_path):
     pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     if CHROMIUM is None:
         pytest.skip("no chromium executable on PATH (Debian package 'chromium')")
     port = _free_port()
     env = {**os.environ, "PROBE_WORKSPACE": str(trained_workspace.root), "PROBE_AUTOTRAIN": "0"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+        [sys.executable, str(ROOT / "app.py"), "--server.port", str(port),  # started as `make run` starts it
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -53,8 +54,8 @@ def server(trained_workspace, flawed_run):
             time.sleep(0.5)
     else:
         process.kill()
-        pytest.fail("the Streamlit server did not come up: " + process.stderr.read().decode()[-2000:])
-    yield url
+        pytest.fail("the Streamlit server did not come up: " + (tmp_path / "server.log").read_text()[-2000:])
+    yield SimpleNamespace(url=url, log=tmp_path / "server.log")
     process.terminate()
     try:
         process.wait(timeout=20)
@@ -77,9 +78,13 @@ def page(server):
         browser.close()
 
 
-def _open(page, server: str, path: str, title: str) -> None:
-    page.goto(f"{server}/{path}")
-    page.get_by_role("heading", name=title, exact=False).first.wait_for()
+def _open(page, server, path: str, title: str) -> None:
+    page.goto(f"{server.url}/{path}")
+    try:
+        page.get_by_role("heading", name=title, exact=False).first.wait_for()
+    except Exception as exc:  # say what the page and the server showed instead
+        raise AssertionError(f"{path or 'home'} did not show {title!r}; page text: "
+                             f"{page.inner_text('body')[:1500]!r}; server log: {server.log.read_text()[-3000:]}") from exc
     page.wait_for_timeout(1500)  # let charts and images settle
 
 

@@ -27,7 +27,15 @@ def rerun_until(at: AppTest, condition, timeout: float = 120.0) -> AppTest:
         assert not at.exception, at.exception
         if condition(at):
             return at
-    raise AssertionError("the page never reached the expected state")
+    runs = [(r.id, r.kind, r.status, r.message, r.error) for r in _store_of_env().list_runs(limit=5)]
+    raise AssertionError(f"the page never reached the expected state; errors on the page: "
+                         f"{[e.value for e in at.error]}; latest runs: {runs}")
+
+
+def _store_of_env():
+    from probe_core.workspace import Workspace, default_workspace_path
+
+    return Workspace(default_workspace_path()).store
 
 
 def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
