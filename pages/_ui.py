@@ -192,13 +192,20 @@ def run_progress(run, cancel_key: str) -> None:
 
 
 def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None):
-    """A select box over runs of a kind, newest first; returns the chosen run or None."""
+    """A select box over runs of a kind, newest first; returns the chosen run or None.
+
+    The options are run ids (a run's other fields change while it runs), so the choice
+    sticks across reruns; set ``st.session_state[key] = run_id`` before calling to select one.
+    """
     runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
     if not runs:
         return None
+    by_id = {r.id: r for r in runs}
+    if key in st.session_state and st.session_state[key] not in by_id:
+        del st.session_state[key]
     describe = describe or (lambda r: f"run {r.id} · {r.status} · {time.strftime('%H:%M', time.localtime(r.created_at))}")
-    chosen = st.selectbox(label, runs, format_func=describe, key=key)
-    return chosen
+    chosen = st.selectbox(label, list(by_id), format_func=lambda run_id: describe(by_id[run_id]), key=key)
+    return by_id[chosen]
 
 
 def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
@@ -266,10 +273,11 @@ def page_models(need_generator: bool = True):
 
 
 @st.fragment(run_every=1.0)
-def active_runs(key: str, kinds: tuple[str, ...], predicate=None) -> None:
+def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[str, ...] = ()) -> None:
     """Progress of this page's active runs, polled once a second; reruns the page once when they end.
 
-    ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind).
+    ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind);
+    the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.
     """
     store = workspace().store
     running = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10)
@@ -279,6 +287,8 @@ def active_runs(key: str, kinds: tuple[str, ...], predicate=None) -> None:
     if running:
         st.session_state[f"{key}_watching"] = True
     elif st.session_state.pop(f"{key}_watching", False):
+        for widget in reset:
+            st.session_state.pop(widget, None)
         st.rerun(scope="app")
 
 

@@ -44,7 +44,7 @@ if start:
             samples=int(samples)))
 
 
-_ui.active_runs("compare", ("compare",))
+_ui.active_runs("compare", ("compare",), reset=("compare_run",))
 run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True,
                    describe=lambda r: f"run {r.id} · {' vs '.join(r.result['classifiers'])}")
 if run is None:

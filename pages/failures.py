@@ -49,7 +49,7 @@ if start:
     st.session_state["defuse_identify_run"] = run_id
 
 
-_ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"))
+_ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
 
 
 def describe_distill(run) -> str:

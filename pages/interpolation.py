@@ -35,12 +35,14 @@ def is_path(run) -> bool:
     return str(run.config.get("target", "")).startswith("path:")
 
 
-_ui.active_runs("path", ("sample",), is_path)
+_ui.active_runs("path", ("sample",), is_path, reset=("path_run",))
 finished = [r for r in ws.store.list_runs(kind="sample", limit=50) if is_path(r) and r.status == "done" and r.result]
 if not finished:
     st.info("No path sampled yet: pick two classes and press Sample.")
     st.stop()
-run = st.selectbox("Path run", finished, format_func=lambda r: f"run {r.id} · {r.config['target']}", key="path_run")
+by_id = {r.id: r for r in finished}
+run = by_id[st.selectbox("Path run", list(by_id), key="path_run",
+                         format_func=lambda i: f"run {i} · {by_id[i].config['target']}")]
 ends, _, count = run.config["target"][5:].rpartition(":")
 first, second = (int(c) for c in ends.split("->"))
 count = int(count)

@@ -28,13 +28,14 @@ if start:
 
 runs = [r for r in ws.store.list_runs(kind="sample", limit=50) if r.config.get("target") == "ambiguous-matrix"]
 
-_ui.active_runs("matrix", ("sample",), lambda r: r.config.get("target") == "ambiguous-matrix")
+_ui.active_runs("matrix", ("sample",), lambda r: r.config.get("target") == "ambiguous-matrix", reset=("matrix_run",))
 finished = [r for r in runs if r.status == "done" and r.result]
 if not finished:
     st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about 2 minutes).")
     st.stop()
-run = st.selectbox("Matrix run", finished, format_func=lambda r: f"run {r.id} · {r.config.get('chains')} chains/pair",
-                   key="matrix_run")
+by_id = {r.id: r for r in finished}
+run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
+                         format_func=lambda i: f"run {i} · {by_id[i].config.get('chains')} chains/pair")]
 
 pairs = {}
 for index, entry in enumerate(run.result["targets"]):

@@ -94,14 +94,11 @@ if st.button("Start sampling", type="primary", disabled=spec is None, key="probe
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
               "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every),
               "anneal_sigma_from": anneal_value}
-    st.session_state["probe_run"] = _ui.start_sampling(dataset.name, spec, **kwargs)
+    st.session_state["probe_run_pick"] = _ui.start_sampling(dataset.name, spec, **kwargs)
 
 run = _ui.pick_run("sample", "Run", "probe_run_pick",
                    describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))} · "
                                       f"{r.status}")
-if st.session_state.get("probe_run") and run is not None and run.id != st.session_state["probe_run"]:
-    fresh = ws.store.get_run(st.session_state["probe_run"])
-    run = fresh if fresh is not None and fresh.active else run
 if run is None:
     st.info("No sampling runs yet: build a target and press Start.")
     st.stop()

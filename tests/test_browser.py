@@ -42,7 +42,8 @@ def server(trained_workspace, flawed_run, tmp_path):
     env = {**os.environ, "PROBE_WORKSPACE": str(trained_workspace.root), "PROBE_AUTOTRAIN": "0"}
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "app.py"), "--server.port", str(port),  # started as `make run` starts it
-         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60

@@ -86,9 +86,7 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
 
 def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
     at = open_page("pages/label.py")
-    at.selectbox(key="label_run_pick").select_index(
-        [r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL) if r.status == "done"].index(
-            flawed_run["distill_run"]))
+    at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"])
     at.text_input(key="annotator").input("page-tester").run()
     cluster = app_env.store.get_clusters(flawed_run["distill_run"])[0]
     at.radio(key=f"label_failure_{cluster['id']}").set_value("failure")
@@ -105,8 +103,7 @@ def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
 def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
     source, _ = pipeline.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
     at = open_page("pages/finetune.py")
-    runs = [r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL) if r.status == "done"]
-    at.selectbox(key="finetune_run_pick").select_index(runs.index(flawed_run["distill_run"])).run()
+    at.selectbox(key="finetune_run_pick").set_value(flawed_run["distill_run"]).run()
     at.selectbox(key="finetune_source").select(source).run()
     at.text_input(key="finetune_lambdas").input("1")
     at.number_input(key="finetune_epochs").set_value(1)
