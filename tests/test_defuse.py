@@ -171,9 +171,10 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
 
 
 def test_correction_without_usable_labels_says_what_to_do(trained_workspace, flawed_run):
+    # a label source nobody has used yet (other tests label this run as humans and as an oracle)
     with pytest.raises(ProbeError, match="label clusters first"):
         pipeline.run_step(trained_workspace.registry, trained_workspace.store,
-                          pipeline.CorrectSettings(distill_run=flawed_run["distill_run"], source="human"))
+                          pipeline.CorrectSettings(distill_run=flawed_run["distill_run"], source="oracle:nobody"))
 
 
 def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):

@@ -190,7 +190,8 @@ def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> Job
                                      max_samples=settings.max_samples, random_state=settings.seed)
         clusterer.fit(failures.latents)
         context.report(0.8, f"{clusterer.n_clusters_} clusters kept", force=True)
-        described = describe_clusters(clusterer, failures.predictions, failures.true_labels)
+        # a kept component that wins no failure has nothing to show or label
+        described = [d for d in describe_clusters(clusterer, failures.predictions, failures.true_labels) if d["size"]]
         store.add_clusters(context.run_id, [
             {"cluster_index": d["cluster_index"], "weight": d["weight"], "size": d["size"], "mean": d["mean"],
              "covariance": d["covariance"],
@@ -201,7 +202,7 @@ def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> Job
         store.put_arrays(context.run_id, "assignments", {"cluster_index": clusterer.labels_})
         return {
             **run_models(store, settings.identify_run), "identify_run": settings.identify_run,
-            "failures": len(failures), "clusters": clusterer.n_clusters_, "converged": clusterer.converged_,
+            "failures": len(failures), "clusters": len(described), "converged": clusterer.converged_,
             "failures_in_kept_clusters": int((clusterer.labels_ >= 0).sum()),
             "seconds": round(time.perf_counter() - started, 2), "tau": settings.tau,
         }
