@@ -204,7 +204,8 @@ st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest sto
 gallery = hits[:40] if hits else sorted(rows, key=lambda s: s["target_distance"])[:16]
 images = torch.tensor(np.stack([s["image"] for s in gallery]))
 _ui.show_picture(images, columns=10)
-pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key="probe_inspect") if len(gallery) > 1 else 0
+pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") \
+    if len(gallery) > 1 else 0
 a, b = st.columns([1, 3])
 a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
 b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "

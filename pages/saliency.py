@@ -29,7 +29,7 @@ else:
         st.info("No stored samples yet: run a target on the Probe page.")
         st.stop()
     hits = [s for s in stored if s["hit"]] or stored
-    pick = st.slider("Sample", 0, len(hits) - 1, 0, key="saliency_sample") if len(hits) > 1 else 0
+    pick = st.slider("Sample", 0, len(hits) - 1, 0, key=f"saliency_sample_{run.id}") if len(hits) > 1 else 0
     image = torch.tensor(hits[pick]["image"])
     st.caption(f"Sample {hits[pick]['id']} (chain {hits[pick]['chain']}, step {hits[pick]['step']})"
                + (", a hit" if hits[pick]["hit"] else ""))
