@@ -208,6 +208,29 @@ def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=
     return by_id[chosen]
 
 
+@st.cache_resource(max_entries=4, show_spinner="Reading the failures…")
+def _failures(root: str, run_id: int):
+    from probe_core.defuse.pipeline import failures_of
+
+    return failures_of(get_workspace(root).store, run_id)
+
+
+def failures_of_run(run_id: int):
+    """The failures behind a finished Defuse run, read once per server (they never change afterwards)."""
+    return _failures(str(workspace().root.resolve()), run_id)
+
+
+def pick_distill_run(key: str):
+    """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages)."""
+    from probe_core.defuse.pipeline import DISTILL
+
+    def describe(run) -> str:
+        summary = run.result or {}
+        return f"run {run.id} · {summary.get('clusters', '?')} clusters from {summary.get('failures', '?')} failures"
+
+    return pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe)
+
+
 def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
     """A small bar chart of one confidence vector (K,)."""
     import plotly.graph_objects as go

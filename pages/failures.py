@@ -52,13 +52,7 @@ if start:
 _ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
 
 
-def describe_distill(run) -> str:
-    summary = run.result or {}
-    return f"run {run.id} · {summary.get('clusters', '?')} clusters from {summary.get('failures', '?')} failures"
-
-
-distill_run = _ui.pick_run(pipeline.DISTILL, "Distillation run", "defuse_distill_pick", only_done=True,
-                           describe=describe_distill)
+distill_run = _ui.pick_distill_run("defuse_distill_pick")
 if distill_run is None:
     st.info("No distilled failures yet: press **Find failures** (digits: about a minute).")
     st.stop()
@@ -90,7 +84,7 @@ else:
                                   name="training data", marker=dict(color="lightgrey", size=4),
                                   hovertext=[f"training image, class {names[c]}" for c in cached["train_labels"]],
                                   hoverinfo="text"))
-    failures = pipeline.failures_of(ws.store, distill_run.id)
+    failures = _ui.failures_of_run(distill_run.id)
     index = cached["failure_index"]
     for cluster in np.unique(cached["failure_cluster"]):
         members = cached["failure_cluster"] == cluster

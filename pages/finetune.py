@@ -15,8 +15,7 @@ st.markdown("Finetune the classifier on **L(D) + λ·CE(D_f)**, D_f sampled from
             "for each λ of a sweep; the best validation score is kept. The baseline finetunes on the individual "
             "failures instead. The corrected classifier is a new model; the original is kept.")
 
-distill_run = _ui.pick_run(pipeline.DISTILL, "Distillation run", "finetune_run_pick", only_done=True,
-                           describe=lambda r: f"run {r.id} · {(r.result or {}).get('clusters', '?')} clusters")
+distill_run = _ui.pick_distill_run("finetune_run_pick")
 if distill_run is None:
     st.info("Find failures and label them first (Failures and Label pages).")
     st.stop()

@@ -16,8 +16,7 @@ st.title("Label")
 st.markdown("For each cluster: is it a **failure** of the classifier, and what is the **correct class**? "
             "Labels are stored at once, per annotator; changing your mind replaces your earlier label.")
 
-distill_run = _ui.pick_run(pipeline.DISTILL, "Distillation run", "label_run_pick", only_done=True,
-                           describe=lambda r: f"run {r.id} · {(r.result or {}).get('clusters', '?')} clusters")
+distill_run = _ui.pick_distill_run("label_run_pick")
 if distill_run is None:
     st.info("Nothing to label yet: find failures on the **Failures** page first.")
     st.stop()
@@ -114,10 +113,18 @@ e1, e2, e3 = st.columns(3)
 text, rows = label_tools.labels_csv(ws.store, distill_run.id)
 e1.download_button(f"Labels (CSV, {rows} rows)", text, f"labels-run{distill_run.id}.csv", mime="text/csv",
                    key="label_csv")
-chosen = pipeline.labelled_failure_set(ws.store, distill_run.id, names)
-archive = io.BytesIO()
-np.savez_compressed(archive, **chosen, class_names=np.array(names))
-e2.download_button(f"Labelled failures (.npz, {len(chosen['labels'])})", archive.getvalue(),
+
+
+def labelled_failures_npz() -> bytes:
+    """Built only when the button is clicked: it reads every failure of the run."""
+    archive = io.BytesIO()
+    chosen = pipeline.labelled_failure_set(ws.store, distill_run.id, names)
+    np.savez_compressed(archive, **chosen, class_names=np.array(names))
+    return archive.getvalue()
+
+
+in_failure_regions = sum(r["size"] for r in table if r["usable"])  # the failures assigned to those clusters
+e2.download_button(f"Labelled failures (.npz, {in_failure_regions})", labelled_failures_npz,
                    f"labelled-failures-run{distill_run.id}.npz", key="label_npz")
 with e3.popover("Auto-label (demo)"):
     st.caption("For demos only: an oracle classifier labels every cluster. Stored as 'oracle:MODEL', never mixed "
