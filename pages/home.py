@@ -24,7 +24,10 @@ def training_progress() -> None:
     """Live progress of training runs; polls the database once a second."""
     runs = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
     if not runs:
+        if st.session_state.pop("train_watching", False):  # training just ended: show the new models
+            st.rerun(scope="app")
         return
+    st.session_state["train_watching"] = True
     st.subheader("Training")
     for run in runs:
         st.progress(min(max(run.progress, 0.0), 1.0), text=_ui.run_status_line(run))
