@@ -14,9 +14,14 @@ if __name__ == "__main__" and not st.runtime.exists():
     # process before it serves, so the first page view does not wait for them, then start
     # Streamlit on this file (it runs in this process and finds the modules already loaded).
     import pages._ui
+    from streamlit.runtime.pages_manager import PagesManager
     from streamlit.web import cli
 
     pages._ui.preload_for_server()
+    # With a `pages/` folder beside the main script, Streamlit runs the server's very first
+    # session in the old folder-based multipage mode (a sidebar of file names, and a deep link
+    # such as /failures runs that file without this router) until some run calls st.navigation.
+    PagesManager.uses_pages_directory = False
 
     sys.argv = ["streamlit", "run", os.path.abspath(__file__), *sys.argv[1:]]
     sys.exit(cli.main())

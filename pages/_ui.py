@@ -5,8 +5,12 @@ Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 
 from __future__ import annotations
 
+import base64
+import functools
 import os
 import time
+from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import streamlit as st
@@ -250,6 +254,52 @@ def png_download(images, label: str, file_name: str, key: str, columns: int = 8)
     scale = upscale_for_display(images.shape[-2])
     st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
                        mime="image/png", key=key)
+
+
+@functools.lru_cache(maxsize=1)
+def _hover_script() -> str:
+    return (Path(__file__).parent / "_hover_image.js").read_text()
+
+
+def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[torch.Tensor, str]]) -> None:
+    """Show the image of the point under the mouse beside it, on the plotly chart keyed ``chart_key``.
+
+    Streamlit's ``plotly_chart`` reports clicks and selections but not hovers, so a small
+    component (``_hover_image.js``) listens to the chart's ``plotly_hover`` events in the page.
+    Points carry an integer ``customdata``; for a hovered point the component asks Python,
+    in a fragment rerun, for ``image_of(customdata)``.
+
+    Parameters
+    ----------
+    chart_key : str
+        The ``key`` the chart was drawn with.
+    scope : str
+        What the points' ids refer to (e.g. a run id); images are cached in the browser per scope.
+    image_of : callable
+        ``customdata -> (image (C, H, W) in [0, 1], caption)``.
+    """
+    _hover_fragment(chart_key, scope, image_of)
+
+
+@st.fragment
+def _hover_fragment(chart_key: str, scope: str, image_of) -> None:
+    from probe_core.render import png_bytes
+
+    component = st.components.v2.component("model_probe_hover_image", html="<span></span>", js=_hover_script())
+    state_key = f"{chart_key}_hover_{scope}"
+    point = (st.session_state.get(state_key) or {}).get("hover")
+    answer = None
+    if isinstance(point, int):
+        try:
+            image, caption = image_of(point)
+        except (IndexError, KeyError):  # a stale id from an older chart: nothing to show
+            image = None
+        if image is not None:
+            picture = image_grid(image[None], columns=1, padding=0, scale=upscale_for_display(image.shape[-2]))
+            answer = {"id": point, "caption": caption,
+                      "src": "data:image/png;base64," + base64.b64encode(png_bytes(picture)).decode()}
+    component(data={"chart": chart_key, "scope": scope, "image": answer}, key=state_key,
+              on_hover_change=lambda: None)
 
 
 def preload_for_server() -> None:

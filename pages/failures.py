@@ -64,6 +64,9 @@ m2.metric("Clusters kept", summary["clusters"])
 m3.metric("In kept clusters", f"{summary['failures_in_kept_clusters']:,}")
 m4.metric("Distillation", f"{summary['seconds']:.0f} s")
 
+dataset_of_run, classifier_of_run, vae_of_run = pipeline.load_run_models(ws.registry, ws.store, distill_run.id,
+                                                                         _ui.device())
+
 st.subheader("Failure map (UMAP of latent codes)")
 cached = ws.store.get_arrays(distill_run.id, "embedding")
 if cached is None:
@@ -79,12 +82,14 @@ if cached is None:
                                                       ["failure_xy"])})
         st.rerun()
 else:
+    failures = _ui.failures_of_run(distill_run.id)
     figure = go.Figure()
+    # customdata: failure i -> i, training image j -> -(j + 1); the hover image and the selection read it.
     figure.add_trace(go.Scattergl(x=cached["train_xy"][:, 0], y=cached["train_xy"][:, 1], mode="markers",
                                   name="training data", marker=dict(color="lightgrey", size=4),
+                                  customdata=-(np.arange(len(cached["train_xy"])) + 1),
                                   hovertext=[f"training image, class {names[c]}" for c in cached["train_labels"]],
                                   hoverinfo="text"))
-    failures = _ui.failures_of_run(distill_run.id)
     index = cached["failure_index"]
     for cluster in np.unique(cached["failure_cluster"]):
         members = cached["failure_cluster"] == cluster
@@ -98,19 +103,30 @@ else:
             hovertext=hover, hoverinfo="text"))
     figure.update_layout(height=520, margin=dict(l=10, r=10, t=10, b=10), legend=dict(itemsizing="constant"))
     event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="defuse_map")
+
+    def image_of_point(point: int) -> tuple[torch.Tensor, str]:
+        if point < 0:
+            row = -point - 1
+            label = names[dataset_of_run.train_labels[row]]
+            return dataset_of_run.train_images[row], f"training image {row}, class {label}"
+        return (torch.from_numpy(failures.images[point]).float() / 255,
+                f"failure {point}: predicted {names[failures.predictions[point]]}, "
+                f"true {names[failures.true_labels[point]]}")
+
+    _ui.hover_images("defuse_map", str(distill_run.id), image_of_point)
     points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
         getattr(getattr(event, "selection", None), "points", [])
-    chosen = [p["customdata"] for p in points if p.get("customdata") is not None][:16]
+    chosen = [p["customdata"] for p in points if isinstance(p.get("customdata"), int) and p["customdata"] >= 0][:16]
     if chosen:
         chosen_images = torch.tensor(failures.images[chosen]).float() / 255
         st.caption("Selected failures (predicted / true): " + ", ".join(
             f"{names[failures.predictions[i]]}/{names[failures.true_labels[i]]}" for i in chosen))
         _ui.show_picture(chosen_images, columns=16)
     else:
-        st.caption("Click or lasso points to see their images. Grey: training codes; colours: failure clusters.")
+        st.caption("Hover a point to see its image; click or lasso failures to see them side by side. "
+                   "Grey: training codes; colours: failure clusters.")
 
 st.subheader("Clusters")
-_, classifier_of_run, vae_of_run = pipeline.load_run_models(ws.registry, ws.store, distill_run.id, _ui.device())
 tau = pipeline.distill_tau(ws.store, distill_run.id)
 
 

@@ -107,9 +107,38 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
               for label in store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "browser-user"]
     assert len(labels) == 1 and labels[0]["source"] == "human"
 
+    _hover_shows_the_image(page, server, trained_workspace)
+
     folder = Path(os.environ.get("PROBE_SCREENSHOT_DIR") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     for path, title, name in PAGES:
         _open(page, server, path, title)
         page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
         assert (folder / f"{name}.png").stat().st_size > 10_000
+
+
+def _hover_shows_the_image(page, server, workspace) -> None:
+    """On the Failures map, hovering a failure and a training point shows that point's image."""
+    from probe_core.defuse import pipeline
+
+    newest = workspace.store.list_runs(kind=pipeline.DISTILL)[0]
+    pipeline.embedding(workspace.registry, workspace.store, newest.id, max_fit=600, max_points=3000)
+    _open(page, server, "failures", "Failures")
+    chart = page.locator(".st-key-defuse_map .js-plotly-plot")
+    chart.wait_for()
+    chart.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    for trace, expected in ((1, "failure "), (0, "training image ")):
+        x, y, point = page.evaluate("""(trace) => {
+            const graph = document.querySelector('.st-key-defuse_map .js-plotly-plot');
+            const layout = graph._fullLayout, box = graph.getBoundingClientRect(), data = graph._fullData[trace];
+            return [box.left + layout._size.l + layout.xaxis.l2p(data.x[0]),
+                    box.top + layout._size.t + layout.yaxis.l2p(data.y[0]), data.customdata[0]]; }""", trace)
+        page.mouse.move(x + 60, y + 60)
+        page.mouse.move(x, y, steps=4)
+        page.wait_for_function("""() => { const tip = document.querySelector('.probe-hover-tooltip');
+            return tip && tip.style.display === 'block' && tip.querySelector('img').src.startsWith('data:image/png'); }""",
+                               timeout=20_000)
+        caption = page.locator(".probe-hover-tooltip .probe-hover-caption").inner_text()
+        assert caption.startswith(expected), (trace, point, caption)
+        page.mouse.move(5, 5)

@@ -84,6 +84,27 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
                                if r.status == "done"} - before != set())
 
 
+def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run):
+    import json
+
+    run_id = flawed_run["distill_run"]
+    pipeline.embedding(app_env.registry, app_env.store, run_id, max_fit=600, max_points=3000)
+    failures = pipeline.failures_of(app_env.store, run_id)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("pages/failures.py")
+    at.session_state["defuse_distill_pick"] = run_id
+    at.session_state[f"defuse_map_hover_{run_id}"] = {"hover": 3}  # what the browser sends on hovering failure 3
+    at.run()
+    assert not at.exception, at.exception
+    [component] = at.get("bidi_component")
+    answer = json.loads(component.proto.json)["image"]
+    assert answer["id"] == 3 and answer["src"].startswith("data:image/png;base64,")
+    assert answer["caption"] == (f"failure 3: predicted {failures.predictions[3]}, true {failures.true_labels[3]}")
+    at.session_state[f"defuse_map_hover_{run_id}"] = {"hover": -1}  # the first training image
+    at.run()
+    assert json.loads(at.get("bidi_component")[0].proto.json)["image"]["caption"].startswith("training image 0, class ")
+
+
 def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
     at = open_page("pages/label.py")
     at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"])
