@@ -110,6 +110,22 @@ def test_fd_ranks_real_data_above_noise(trained_workspace):
         feature_frechet_distance(classifier, noise, digits.test_images) / 3
 
 
+def test_vae_kl_warmup_is_part_of_the_spec_and_changes_training(digits):
+    vae = ModelSpec(kind="vae").resolved(digits)
+    assert vae.kl_warmup == vae.epochs // 2 > 0
+    assert ModelSpec(kind="vae", kl_warmup=0).resolved(digits).model_id() != vae.model_id()
+    classifier = ModelSpec(kind="classifier").resolved(digits)
+    assert classifier.kl_warmup is None
+    # Ids of models without the field keep the digest they had before it existed.
+    assert classifier.model_id() == "digits-classifier-s0-7c0cfd"
+    with pytest.raises(ProbeError, match="kl_warmup applies to VAEs"):
+        ModelSpec(kind="classifier", kl_warmup=3)
+    plain, _ = train_vae(digits, latent_dim=4, epochs=2, seed=1)
+    warmed, _ = train_vae(digits, latent_dim=4, epochs=2, seed=1, kl_warmup_epochs=2)
+    assert any(not torch.equal(first, second)
+               for first, second in zip(plain.state_dict().values(), warmed.state_dict().values()))
+
+
 def test_bad_specs_and_unknown_models(workspace):
     with pytest.raises(ProbeError, match="classifiers only"):
         ModelSpec(kind="vae", ambiguous=True)

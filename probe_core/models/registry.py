@@ -84,6 +84,10 @@ class ModelSpec:
     epochs : int, optional
         Default from :func:`default_epochs`.
     seed : int
+    architecture : str, optional
+        Default from :func:`default_architecture`.
+    kl_warmup : int, optional
+        VAEs only: epochs over which the KL weight rises to 1 (default: half of the epochs).
     """
 
     dataset: str = DEFAULT_DATASET
@@ -94,6 +98,7 @@ class ModelSpec:
     epochs: int | None = None
     seed: int = 0
     architecture: str | None = None
+    kl_warmup: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -105,6 +110,8 @@ class ModelSpec:
         allowed = {"classifier": ("ConvClassifier",), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
+        if self.kl_warmup is not None and (self.kind != "vae" or self.kl_warmup < 0):
+            raise ProbeError("kl_warmup applies to VAEs and must be >= 0")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -118,12 +125,16 @@ class ModelSpec:
         """This spec with epochs and latent size filled in from the data set."""
         epochs = self.epochs or default_epochs(self.kind, dataset.image_shape)
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
-        return replace(self, epochs=epochs, latent_dim=latent,
+        kl_warmup = self.kl_warmup if self.kl_warmup is not None else (epochs // 2 if self.kind == "vae" else None)
+        return replace(self, epochs=epochs, latent_dim=latent, kl_warmup=kl_warmup,
                        architecture=self.architecture or default_architecture(self.kind, dataset.image_shape))
 
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
-        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:6]
+        fields = asdict(self)
+        if fields["kl_warmup"] is None:  # keeps the ids of models from before the field existed
+            del fields["kl_warmup"]
+        digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:6]
         variant = "-ambiguous" if self.ambiguous else ""
         if self.classes is not None:
             variant += "-k" + ("".join(map(str, self.classes)) if max(self.classes) < 10 else str(len(self.classes)))
@@ -227,7 +238,8 @@ class ModelRegistry:
             module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, **common)
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "vae":
-            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture, **common)
+            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
+                                        kl_warmup_epochs=spec.kl_warmup, **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
         else:
             module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)
