@@ -57,8 +57,9 @@ def sidebar_settings() -> None:
     st.session_state.setdefault("dataset", DEFAULT_DATASET)
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
     with st.sidebar:
-        st.selectbox("Data set", names, key="dataset", help="digits is embedded; the others read IDX files")
-        if st.session_state["dataset"] != DEFAULT_DATASET:
+        st.selectbox("Data set", names, key="dataset",
+                     help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files")
+        if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], True):
             st.text_input("Data folder (IDX files)", key="data_dir",
                           help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -88,6 +89,17 @@ def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return loaded.module.decode(torch.randn(count, loaded.module.latent_dim)).cpu()
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def scene_prior_samples(variant: str, count: int = 8, seed: int = 0):
+    """Rendered scenes from a scene-world prior and their descriptions."""
+    from probe_core.scenes.generator import SceneGenerator
+    from probe_core.scenes.world import ScenePrior
+
+    generator = SceneGenerator(ScenePrior.variant(variant))
+    scenes = generator.sample_prior(count, torch.Generator().manual_seed(seed))
+    return generator.decode(scenes), [generator.describe(scene) for scene in scenes]
 
 
 def models_table(models: list[dict]) -> pd.DataFrame:
@@ -136,8 +148,12 @@ def session_model(kind: str, dataset: str):
 
     Untrained defaults are not trained here (that is the Models page's job); the page says so instead.
     """
+    from probe_core.models.registry import default_scene_generator, has_renderer
+
     reference = st.session_state.get(f"{kind}_ref") or "default"
     ws = workspace()
+    if reference == "default" and kind == "generator" and has_renderer(dataset):
+        reference = default_scene_generator(dataset)
     if reference == "default":
         from probe_core.data import clean_dataset_name
 
@@ -145,7 +161,7 @@ def session_model(kind: str, dataset: str):
         reference = ws.registry.default_id(base, "classifier" if kind == "classifier" else "vae")
         if not ws.registry.exists(reference):
             st.info(f"The default {kind} for {dataset} is not trained yet: it trains in the background on the "
-                    f"Models page (digits: about 85 s).")
+                    f"Models page (digits: about 85 s; the scenes classifier about 4 minutes).")
             return None
     try:
         return _load(str(ws.root.resolve()), reference, kind, dataset, device(), st.session_state.get("data_dir") or None)
@@ -168,6 +184,10 @@ def model_choice(kind: str, dataset: str) -> None:
     kinds = ("classifier",) if kind == "classifier" else ("vae", "gan")
     base = dataset.partition("[")[0]
     ids = [m["id"] for m in ws.registry.list() if m["kind"] in kinds and m["dataset"].partition("[")[0] == base]
+    from probe_core.models.registry import SCENE_GENERATORS, has_renderer
+
+    if kind == "generator" and has_renderer(dataset):
+        ids = list(SCENE_GENERATORS) + ids
     options = ["default"] + ids + ["plugin file…"]
     current = st.session_state.get(f"{kind}_ref", "default")
     index = options.index(current) if current in options else len(options) - 1
@@ -195,13 +215,16 @@ def run_progress(run, cancel_key: str) -> None:
         st.warning(f"Run {run.id} was interrupted (the process running it stopped); what it stored is kept.")
 
 
-def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None):
+def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None, dataset: str | None = None):
     """A select box over runs of a kind, newest first; returns the chosen run or None.
 
     The options are run ids (a run's other fields change while it runs), so the choice
     sticks across reruns; set ``st.session_state[key] = run_id`` before calling to select one.
+    With ``dataset``, only runs on that data set are offered (their classes are the page's).
     """
     runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
+    if dataset is not None:
+        runs = [r for r in runs if r.config.get("dataset", dataset) == dataset]
     if not runs:
         return None
     by_id = {r.id: r for r in runs}

@@ -45,7 +45,7 @@ if start:
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))
-run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True,
+run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True, dataset=dataset.name,
                    describe=lambda r: f"run {r.id} · {' vs '.join(r.result['classifiers'])}")
 if run is None:
     st.stop()

@@ -7,6 +7,7 @@ from probe_core.data import list_datasets
 from probe_core.errors import ProbeError
 from probe_core.jobs import start_default_training, training_job
 from probe_core.models import GENERATOR_KINDS, ModelSpec
+from probe_core.models.registry import has_renderer
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -66,7 +67,9 @@ models = [m for m in ws.registry.list() if m["dataset"].partition("[")[0] == dat
 if not models:
     st.info("No models for this data set yet." +
             (" The defaults are training (see above)." if dataset.base_name == "digits" else ""))
-    if dataset.base_name != "digits" and st.button("Train the default classifier, VAE and GAN"):
+    label = ("Train the default classifier (the generator is the scene renderer)" if has_renderer(dataset.base_name)
+             else "Train the default classifier, VAE and GAN")
+    if dataset.base_name != "digits" and st.button(label):
         try:
             start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
             st.rerun()
@@ -82,6 +85,14 @@ else:
         for index, model in enumerate(generators):
             with columns[index % len(columns)]:
                 _ui.show_picture(_ui.generator_samples(root, model["id"]), caption=model["id"])
+
+if has_renderer(dataset.base_name):
+    st.subheader("Scene renderer samples (drawn from each prior)")
+    for column, variant in zip(st.columns(3), ("standard", "no-squares", "novel")):
+        with column:
+            images, descriptions = _ui.scene_prior_samples(variant)
+            _ui.show_picture(images, caption=f"scene:{variant}", columns=4)
+            st.caption(" · ".join(descriptions[:2]))
 
 st.subheader("Models for this session")
 st.caption("The Probe, Failures, Compare and Saliency pages use these. 'default' is the data set's default model.")

@@ -20,6 +20,11 @@ st.markdown("Sample in-distribution inputs on which the classifier hits a **targ
 
 dataset, classifier, generator, names = _ui.page_models()
 st.caption(f"Classifier `{classifier.id}` · generator `{generator.id}` (change them on the Models page)")
+differentiable = getattr(generator.module, "differentiable", True)
+describe_scene = getattr(generator.module, "describe", None)
+if not differentiable:
+    st.info("This generator is a renderer without gradients: runs use **random-walk Metropolis** over its scene "
+            "descriptions (Gaussian steps on positions and rotation, categorical resampling of the rest).")
 
 
 def target_spec() -> str | None:
@@ -74,6 +79,8 @@ if spec is not None:
         st.error(str(exc))
         spec = None
 
+if not differentiable and st.session_state.get("probe_sampler") != "rwm":
+    st.session_state["probe_sampler"] = "rwm"
 with st.expander("Sampler settings", expanded=False):
     c1, c2, c3, c4 = st.columns(4)
     chains = c1.number_input("Chains per target", 1, 1024, 32, key="probe_chains")
@@ -81,7 +88,7 @@ with st.expander("Sampler settings", expanded=False):
     samples = c3.number_input("Samples per chain", 10, 5000, 150, key="probe_samples")
     sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
     c5, c6, c7, c8 = st.columns(4)
-    sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"], key="probe_sampler",
+    sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"] if differentiable else ["rwm"], key="probe_sampler",
                            help="hmc: batched HMC (differentiable generators); rwm: random-walk Metropolis "
                                 "(non-differentiable); nuts: Pyro's NUTS, one chain per target (the paper's sampler)")
     anneal = c6.selectbox("σ annealing", ["auto", "off", "from 0.5", "from 0.2"], key="probe_anneal",
@@ -96,7 +103,7 @@ if st.button("Start sampling", type="primary", disabled=spec is None, key="probe
               "anneal_sigma_from": anneal_value}
     st.session_state["probe_run_pick"] = _ui.start_sampling(dataset.name, spec, **kwargs)
 
-run = _ui.pick_run("sample", "Run", "probe_run_pick",
+run = _ui.pick_run("sample", "Run", "probe_run_pick", dataset=dataset.name,
                    describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))} · "
                                       f"{r.status}")
 if run is None:
@@ -204,10 +211,18 @@ st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest sto
 gallery = hits[:40] if hits else sorted(rows, key=lambda s: s["target_distance"])[:16]
 images = torch.tensor(np.stack([s["image"] for s in gallery]))
 _ui.show_picture(images, columns=10)
+if callable(describe_scene) and gallery[0]["z"].shape[-1] == generator.module.latent_dim:
+    with st.expander("Scene descriptions", expanded=True):
+        st.dataframe(pd.DataFrame([{"#": i, "scene": describe_scene(torch.as_tensor(s["z"])),
+                                    "prediction": names[int(np.argmax(s["confidences"]))],
+                                    "confidence": float(np.max(s["confidences"]))} for i, s in enumerate(gallery)]),
+                     hide_index=True)
 pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") \
     if len(gallery) > 1 else 0
 a, b = st.columns([1, 3])
 a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
+if callable(describe_scene) and gallery[pick]["z"].shape[-1] == generator.module.latent_dim:
+    a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
 b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
                                      f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
 

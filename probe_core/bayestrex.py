@@ -55,13 +55,17 @@ def test_set_baseline(target: Target, classifier: torch.nn.Module, dataset: Imag
 
 
 def summarise_target(target: Target, positions: torch.Tensor, probs: torch.Tensor, acceptance: torch.Tensor,
-                     divergent: torch.Tensor, class_names: tuple[str, ...] | None = None) -> dict:
+                     divergent: torch.Tensor, class_names: tuple[str, ...] | None = None,
+                     structured_prior: bool = False) -> dict:
     """The per-target report: Table 2 summary, hit rate, chains that hit, prior check, R-hat/ESS.
 
     Parameters
     ----------
     positions : (C, S, D), probs : (C, S, K), acceptance, divergent : (C, S)
         The chains of this target.
+    structured_prior : bool
+        The generator has its own prior (e.g. scenes): the ‖z‖ check against N(0, I) does
+        not apply, and every kept sample is in the prior's support by construction.
     """
     chains, steps, dim = positions.shape
     flat = probs.reshape(-1, probs.shape[-1])
@@ -90,13 +94,16 @@ def summarise_target(target: Target, positions: torch.Tensor, probs: torch.Tenso
         "divergences": int(divergent.sum()),
         "ess_min": effective_sample_size(positions),
         "rhat_max": split_rhat(positions) if chains > 1 else float("nan"),
-        "z_norm_hits": {
+        "z_norm_hits": None if structured_prior else {
             "mean": float(hit_norms.mean()) if len(hit_norms) else None,
             "share_inside_prior_98": float(((hit_norms >= low) & (hit_norms <= high)).float().mean())
             if len(hit_norms) else None,
             "prior_98_interval": [low, high],
         },
     }
+    if structured_prior:
+        summary["prior_check"] = ("structured prior: every kept sample lies in its support "
+                                  "(proposals outside it are rejected)")
     if not summary["hits"] and steps:
         distances = target.distance(flat)
         best = int(distances.argmin())
@@ -149,6 +156,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
     """
     if sampler not in SAMPLERS:
         raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    if not getattr(generator, "differentiable", True):
+        sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     targets = parse_targets(spec, class_names) if isinstance(spec, str) else list(spec)
     if targets[0].num_classes != len(class_names):
         raise ProbeError("the targets' class count does not match the classifier")
@@ -191,14 +200,14 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
     report_targets = []
     for target, result in per_target:
         summary = summarise_target(target, result.positions, result.probs, result.acceptance, result.divergent,
-                                   class_names)
+                                   class_names, structured_prior=callable(getattr(generator, "sample_prior", None)))
         entry = {
             "spec": target.spec,
             "description": target.describe(class_names),
             "failed": summary["hits"] == 0,
             "hit_rate": summary["hits"] / summary["kept"] if summary["kept"] else 0.0,
             "summary": summary,
-            "samples": _sample_records(target, result),
+            "samples": _sample_records(target, result, describe=getattr(generator, "describe", None)),
         }
         if dataset is not None:
             entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
@@ -208,7 +217,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
             "cancelled": any(r.cancelled for _, r in per_target), "targets": report_targets}
 
 
-def _sample_records(target: Target, result: ChainResult, limit: int = 2000) -> list[dict]:
+def _sample_records(target: Target, result: ChainResult, limit: int = 2000, describe=None) -> list[dict]:
+    """Up to ``limit`` kept samples as JSON records; ``describe(z) -> str`` adds a ``scene`` description."""
     chains, steps, num_classes = result.probs.shape
     records = []
     stride = max(1, (chains * steps) // limit)
@@ -216,8 +226,11 @@ def _sample_records(target: Target, result: ChainResult, limit: int = 2000) -> l
     hits = target.is_hit(flat) if len(flat) else torch.zeros(0, dtype=torch.bool)
     for index in range(0, chains * steps, stride):
         chain, step = divmod(index, steps)
-        records.append({"chain": chain, "step": step, "confidences": [round(float(p), 5) for p in flat[index]],
-                        "hit": bool(hits[index])})
+        record = {"chain": chain, "step": step, "confidences": [round(float(p), 5) for p in flat[index]],
+                  "hit": bool(hits[index])}
+        if describe is not None:
+            record["scene"] = describe(result.positions[chain, step])
+        records.append(record)
     return records
 
 

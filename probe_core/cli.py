@@ -368,8 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     commands = parser.add_subparsers(dest="command", required=True)
     from probe_core.defuse.commands import add_defuse_commands  # imports probe_core.cli's helpers
+    from probe_core.scenes.commands import add_scene_commands
 
-    for add in [*COMMAND_GROUPS, add_defuse_commands]:
+    for add in [*COMMAND_GROUPS, add_defuse_commands, add_scene_commands]:
         add(commands)
     return parser
 

@@ -192,3 +192,37 @@ def test_saliency_page_explains_two_classes_side_by_side(app_env):
     assert len(at.image) == 3  # the image and one heat map per class
     at.selectbox(key="saliency_compare").select("(none)").run()
     assert not at.exception and len(at.image) == 2
+
+
+def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
+    from tests.conftest import register_scene_classifier
+
+    register_scene_classifier(app_env)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["dataset"] = "scenes"
+    at.run()
+    at.switch_page("pages/probe.py").run()
+    assert not at.exception, at.exception
+    assert any("random-walk Metropolis" in i.value for i in at.info)
+    at.selectbox(key="probe_high").select("2 squares")
+    at.number_input(key="probe_chains").set_value(8)
+    at.number_input(key="probe_warmup").set_value(40)
+    at.number_input(key="probe_samples").set_value(40)
+    at.button(key="probe_start").click().run()
+    assert not at.exception, at.exception
+    run = app_env.store.list_runs(kind="sample")[0]
+    assert run.config["dataset"] == "scenes" and run.config["target"] == "high:2"
+    rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done"
+                and any("Summary" in s.value for s in a.subheader))
+    assert app_env.store.get_run(run.id).result["sampler"] == "rwm"
+    scenes_table = at.dataframe[-1].value
+    assert "scene" in scenes_table.columns and scenes_table["scene"].str.contains(" at (", regex=False).any()
+
+    at.switch_page("pages/saliency.py").run()
+    at.radio(key="saliency_source").set_value("generated sample (Probe run)").run()
+    at.session_state["saliency_run"] = run.id
+    at.run()
+    assert not at.exception, at.exception
+    assert any("Object removal" in s.value for s in at.subheader)
+    removal = at.dataframe[-1].value
+    assert removal["decisive"].sum() == 1 and (removal["drop"].diff().dropna() <= 1e-9).all()

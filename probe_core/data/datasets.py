@@ -49,6 +49,10 @@ class ImageDataset:
     original_classes : tuple of int
         For a class-subset view, the parent's class index of each label;
         for a full data set, ``range(K)``.
+    classifier_architecture : str, optional
+        The zoo classifier suited to this data (None: by image size).
+    classifier_epochs : int, optional
+        Training epochs for that classifier (None: by image size).
     """
 
     name: str
@@ -60,6 +64,8 @@ class ImageDataset:
     source: str
     default_latent_dim: int = 8
     original_classes: tuple[int, ...] = field(default=())
+    classifier_architecture: str | None = None
+    classifier_epochs: int | None = None
 
     def __post_init__(self) -> None:
         if not self.original_classes:
@@ -386,6 +392,18 @@ DATASETS: dict[str, DatasetInfo] = {
         "fashion-mnist", "Fashion-MNIST 28x28 clothing from IDX files in a folder you name", True,
         _idx_loader("fashion-mnist", FASHION_MNIST_CLASSES, 5),
     ),
+    "scenes": DatasetInfo(
+        "scenes", "procedural 32x32 scenes of shapes (embedded); question: how many squares are there?", False,
+        lambda _dir: _load_scenes("standard"),
+    ),
+    "scenes-no-squares": DatasetInfo(
+        "scenes-no-squares", "the scene world with squares removed from the prior (every label is 0)", False,
+        lambda _dir: _load_scenes("no-squares"),
+    ),
+    "scenes-novel": DatasetInfo(
+        "scenes-novel", "the scene world with a novel shape (stars) and no squares (every label is 0)", False,
+        lambda _dir: _load_scenes("novel"),
+    ),
     "idx": DatasetInfo(
         "idx", "any IDX image/label set in a folder (class names from classes.txt if present)", True,
         _idx_loader("idx", None, 8),
@@ -393,6 +411,12 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 DEFAULT_DATASET = "digits"
+
+
+def _load_scenes(variant: str) -> ImageDataset:
+    from probe_core.scenes.generator import load_scenes_dataset
+
+    return load_scenes_dataset(variant)
 
 
 def list_datasets() -> list[DatasetInfo]:

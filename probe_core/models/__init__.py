@@ -3,6 +3,7 @@
 from probe_core.models.architectures import (
     VAE,
     ConvClassifier,
+    CountingClassifier,
     GANDiscriminator,
     GANGenerator,
     MLPVAE,
@@ -31,7 +32,7 @@ from probe_core.models.training import (
 )
 
 __all__ = [
-    "VAE", "MLPVAE", "make_vae", "ConvClassifier", "GANDiscriminator", "GANGenerator", "ProbabilityModel", "Plugin", "load_plugin",
+    "VAE", "MLPVAE", "make_vae", "ConvClassifier", "CountingClassifier", "GANDiscriminator", "GANGenerator", "ProbabilityModel", "Plugin", "load_plugin",
     "validate_classifier", "validate_generator", "FD_HELP", "FD_METRIC", "GENERATOR_KINDS", "KINDS", "LoadedModel",
     "ModelRegistry", "ModelSpec", "default_epochs", "TrainingProgress", "ambiguous_soft_targets",
     "classifier_accuracy", "feature_frechet_distance", "train_classifier", "train_gan", "train_vae",

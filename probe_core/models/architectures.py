@@ -69,6 +69,50 @@ class ConvClassifier(nn.Module):
         return self.head(self.body(images))
 
 
+class CountingClassifier(nn.Module):
+    """Conv features, per-location detectors and mean pooling: for "how many X are there" questions.
+
+    Mean pooling over the image keeps a count (sum = mean · H · W) of whatever the detectors
+    fire on, wherever the objects are, which a flatten or max pooling would have to learn.
+    Batch normalisation makes it train in a few epochs; in eval mode it is a plain function.
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        (C, H, W) of the inputs.
+    num_classes : int
+        K, the number of outputs.
+    """
+
+    output_kind = "logits"
+
+    def __init__(self, image_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        channels, height, width = _check_shape(image_shape)
+        self.image_shape = (channels, height, width)
+        self.num_classes = int(num_classes)
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+            nn.Conv2d(64, 32, 1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(32, 64), nn.ReLU(),
+        )
+        self.head = nn.Linear(64, self.num_classes)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Penultimate-layer features, shape (B, 64)."""
+        return self.body(images)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
+        return self.head(self.body(images))
+
+
+CLASSIFIER_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "CountingClassifier": CountingClassifier}
+
+
 class VAE(nn.Module):
     """Convolutional VAE with a unit-Gaussian prior and a Bernoulli decoder.
 

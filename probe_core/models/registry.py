@@ -24,8 +24,8 @@ from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
 from probe_core.data.datasets import clean_dataset_name
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import (
+    CLASSIFIER_ARCHITECTURES,
     VAE_ARCHITECTURES,
-    ConvClassifier,
     GANGenerator,
     ProbabilityModel,
     default_vae_architecture,
@@ -42,7 +42,7 @@ from probe_core.workspace import Workspace, resolve_device
 
 KINDS = ("classifier", "vae", "gan")
 GENERATOR_KINDS = ("vae", "gan")
-_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
+_ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
     "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
@@ -107,7 +107,7 @@ class ModelSpec:
             raise ProbeError("--ambiguous applies to classifiers only")
         if self.latent_dim is not None and (self.kind == "classifier" or self.latent_dim < 1):
             raise ProbeError("latent_dim applies to generators (vae, gan) and must be >= 1")
-        allowed = {"classifier": ("ConvClassifier",), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
+        allowed = {"classifier": tuple(CLASSIFIER_ARCHITECTURES), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.kl_warmup is not None and (self.kind != "vae" or self.kl_warmup < 0):
@@ -122,12 +122,15 @@ class ModelSpec:
         return self.dataset if self.classes is None else f"{self.dataset}[keep={','.join(map(str, self.classes))}]"
 
     def resolved(self, dataset: ImageDataset) -> "ModelSpec":
-        """This spec with epochs and latent size filled in from the data set."""
-        epochs = self.epochs or default_epochs(self.kind, dataset.image_shape)
+        """This spec with epochs, latent size and architecture filled in from the data set."""
+        classifier = self.kind == "classifier"
+        epochs = self.epochs or (classifier and dataset.classifier_epochs) or default_epochs(self.kind,
+                                                                                             dataset.image_shape)
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
         kl_warmup = self.kl_warmup if self.kl_warmup is not None else (epochs // 2 if self.kind == "vae" else None)
         return replace(self, epochs=epochs, latent_dim=latent, kl_warmup=kl_warmup,
-                       architecture=self.architecture or default_architecture(self.kind, dataset.image_shape))
+                       architecture=self.architecture or (classifier and dataset.classifier_architecture)
+                       or default_architecture(self.kind, dataset.image_shape))
 
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
@@ -162,7 +165,7 @@ class LoadedModel:
 
     @property
     def is_generator(self) -> bool:
-        return self.kind in GENERATOR_KINDS or self.kind == "plugin-generator"
+        return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "scene-renderer")
 
 
 class ModelRegistry:
@@ -235,7 +238,8 @@ class ModelRegistry:
         started = time.perf_counter()
         common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "progress": progress}
         if spec.kind == "classifier":
-            module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, **common)
+            module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
+                                               **common)
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "vae":
             module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
@@ -279,7 +283,12 @@ class ModelRegistry:
     # -- defaults and references ------------------------------------------------------------
     @staticmethod
     def default_specs(dataset: str = DEFAULT_DATASET, seed: int = 0) -> list[ModelSpec]:
-        """The default set for a data set: classifier (trained first, it scores generators), VAE, GAN."""
+        """The default set for a data set: classifier (trained first, it scores generators), VAE, GAN.
+
+        A data set whose generator is a renderer (the scene world) has only the classifier to train.
+        """
+        if has_renderer(dataset):  # scene variants share the scenes classifier; their generator is the renderer
+            return [ModelSpec(dataset="scenes", kind="classifier", seed=seed)]
         return [ModelSpec(dataset=dataset, kind=kind, seed=seed) for kind in KINDS]
 
     def missing_defaults(self, dataset: str = DEFAULT_DATASET) -> list[ModelSpec]:
@@ -289,6 +298,8 @@ class ModelRegistry:
 
     def default_id(self, dataset: str, kind: str) -> str:
         """Id of the default model of a kind for a data set (trained or not)."""
+        if kind == "classifier" and has_renderer(dataset):
+            dataset = "scenes"
         loaded = load_dataset(dataset, self.data_dir)
         return ModelSpec(dataset=dataset, kind=kind).resolved(loaded).model_id()
 
@@ -301,15 +312,23 @@ class ModelRegistry:
         ----------
         reference : str or None
             Model id, ``default`` / None (the data set's default, trained if needed),
-            or a path to a plugin file.
+            a path to a plugin file, or for generators ``scene:VARIANT`` (the scene
+            world's renderer, the default generator of ``scenes``).
         kind : {"classifier", "generator"}
             What is wanted; a generator reference may name a VAE or a GAN.
         """
         if kind not in ("classifier", "generator"):
             raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
+        scene_renderer = (reference or "").startswith("scene:") or (
+            reference in (None, "default") and has_renderer(dataset))
+        if kind == "generator" and scene_renderer:
+            return _scene_generator(default_scene_generator(dataset) if reference in (None, "default") else reference,
+                                    device)
         if reference is None or reference == "default":
             if kind == "generator":  # a generator ignores labels: a mislabelled view shares the clean default
                 dataset = clean_dataset_name(dataset)
+            elif has_renderer(dataset):  # the scene variants are probed with the scenes classifier
+                dataset = "scenes"
             spec = ModelSpec(dataset=dataset, kind="classifier" if kind == "classifier" else "vae")
             return self.get_or_train(spec, progress=progress, device=device)
         if reference.endswith(".py") or Path(reference).is_file():
@@ -325,3 +344,27 @@ class ModelRegistry:
         if (kind == "classifier") != (loaded.kind == "classifier"):
             raise ProbeError(f"model {reference!r} is a {loaded.kind}, not a {kind}")
         return loaded
+
+
+def has_renderer(dataset: str) -> bool:
+    """Whether a data set's generator is a renderer rather than a trained model (the scene world)."""
+    return clean_dataset_name(dataset).startswith("scenes")
+
+
+SCENE_GENERATORS = ("scene:standard", "scene:no-squares", "scene:novel")
+
+
+def default_scene_generator(dataset: str) -> str:
+    """The renderer whose prior made a scene data set: ``scenes-novel`` -> ``scene:novel``."""
+    variant = clean_dataset_name(dataset).removeprefix("scenes").lstrip("-") or "standard"
+    return f"scene:{variant}"
+
+
+def _scene_generator(reference: str | None, device) -> LoadedModel:
+    """The scene world's renderer with a prior variant: ``scene:standard``, ``scene:no-squares``, ``scene:novel``."""
+    from probe_core.scenes.generator import SceneGenerator
+    from probe_core.scenes.world import ScenePrior
+
+    variant = reference.split(":", 1)[1]
+    module = SceneGenerator(ScenePrior.variant(variant)).to(resolve_device(device))
+    return LoadedModel(f"scene:{variant}", "scene-renderer", module, (), {"metrics": {}, "prior": variant})

@@ -16,7 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from probe_core.data import ImageDataset
-from probe_core.models.architectures import VAE, ConvClassifier, GANDiscriminator, GANGenerator, make_vae
+from probe_core.models.architectures import (
+    CLASSIFIER_ARCHITECTURES,
+    VAE,
+    ConvClassifier,
+    GANDiscriminator,
+    GANGenerator,
+    make_vae,
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ def train_classifier(
     seed: int = 0,
     device: str | torch.device = "cpu",
     progress: ProgressCallback | None = None,
+    architecture: str = "ConvClassifier",
 ) -> tuple[ConvClassifier, dict]:
     """Train the zoo CNN on a data set (or a class-subset view of it).
 
@@ -86,6 +94,8 @@ def train_classifier(
     ambiguous : bool
         Train the "always ambiguous" variant: KL divergence to soft targets with
         0.5 on y and 0.5 on (y + 1) mod K, as in Bayes-TrEx Sec. 4.5.
+    architecture : str
+        A name in :data:`CLASSIFIER_ARCHITECTURES`.
 
     Returns
     -------
@@ -97,7 +107,10 @@ def train_classifier(
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ConvClassifier(dataset.image_shape, dataset.num_classes).to(device)
+        if architecture not in CLASSIFIER_ARCHITECTURES:
+            raise ValueError(f"unknown classifier architecture {architecture!r}; "
+                             f"use one of {', '.join(CLASSIFIER_ARCHITECTURES)}")
+        model = CLASSIFIER_ARCHITECTURES[architecture](dataset.image_shape, dataset.num_classes).to(device)
         shuffler = torch.Generator().manual_seed(seed)
         optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))

@@ -57,16 +57,21 @@ class BayesTrExPosterior:
         """f(g(z)): (B, D) -> (B, K)."""
         return self.classifier(self.generator.decode(z))
 
+    def prior(self):
+        """p(z): N(0, I), or the generator's own prior when it has one (e.g. the scene world's)."""
+        own = getattr(self.generator, "prior_distribution", None)
+        if callable(own):
+            return own(self.num_chains)
+        return dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0).to_event(1)
+
     def model(self, sigma: float | None = None, temperature: float = 1.0) -> torch.Tensor:
-        """The Pyro model: z ~ N(0, I) per chain, each target's sites observed at u*.
+        """The Pyro model: z ~ p(z) per chain (:meth:`prior`), each target's sites observed at u*.
 
         ``temperature`` scales the likelihood (β in tempered sampling; 1 is the posterior).
         """
         sigma = self.sigma if sigma is None else sigma
         with pyro.plate("chains", self.num_chains):
-            z = pyro.sample(
-                "z", dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0).to_event(1)
-            )
+            z = pyro.sample("z", self.prior())
             probs = pyro.deterministic("probs", self.probabilities(z), event_dim=1)
             u = self.targets.statistics(probs)
             observed = self.targets.observed.to(u)

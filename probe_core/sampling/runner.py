@@ -113,7 +113,14 @@ StopFn = Callable[[], bool]
 
 def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
                       generator: torch.Generator) -> torch.Tensor:
-    """Starting latent codes (B, D) for the configured init mode."""
+    """Starting latent codes (B, D) for the configured init mode.
+
+    A generator with its own prior (``sample_prior``, e.g. the scene world) always starts
+    from prior draws: its codes are not Gaussian and it has no gradients to optimise with.
+    """
+    own_prior = getattr(posterior.generator, "sample_prior", None)
+    if callable(own_prior):
+        return own_prior(posterior.num_chains, generator).to(posterior.device)
     shape = (posterior.num_chains, posterior.latent_dim)
     if config.init == "uniform":
         return (torch.rand(shape, generator=generator) * 4 - 2).to(posterior.device)
@@ -301,6 +308,7 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         return posterior.logdensity(z, sigma=sigma)
 
     sigma = _sigma_schedule(config, posterior.sigma, 0)
+    make_proposal = getattr(posterior.generator, "proposal", None)  # structured spaces bring their own moves
     state = rwm.init(initial, logdensity_fn)
     log_scale = torch.full((chains, 1), math.log(config.rwm_initial_scale))
     recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
@@ -310,7 +318,8 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
             sigma = new_sigma
             state = rwm.init(state.position, logdensity_fn)
-        proposal = rwm.GaussianProposal(log_scale.exp().to(initial.device))
+        scale = log_scale.exp().to(initial.device)
+        proposal = make_proposal(scale) if callable(make_proposal) else rwm.GaussianProposal(scale)
         state, info = rwm.step(generator, state, logdensity_fn, proposal)
         recorder.record(iteration, state, info.acceptance_rate, no_divergence)
         if warming:  # Robbins-Monro on the log scale towards the target acceptance
