@@ -211,7 +211,9 @@ st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest sto
 gallery = hits[:40] if hits else sorted(rows, key=lambda s: s["target_distance"])[:16]
 images = torch.tensor(np.stack([s["image"] for s in gallery]))
 _ui.show_picture(images, columns=10)
-if callable(describe_scene) and gallery[0]["z"].shape[-1] == generator.module.latent_dim:
+# Scene descriptions, when this run's codes are the session renderer's scene vectors.
+scenes_described = callable(describe_scene) and gallery[0]["z"].shape[-1] == generator.module.latent_dim
+if scenes_described:
     with st.expander("Scene descriptions", expanded=True):
         st.dataframe(pd.DataFrame([{"#": i, "scene": describe_scene(torch.as_tensor(s["z"])),
                                     "prediction": names[int(np.argmax(s["confidences"]))],
@@ -221,7 +223,7 @@ pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key=f"probe_inspect_{
     if len(gallery) > 1 else 0
 a, b = st.columns([1, 3])
 a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
-if callable(describe_scene) and gallery[pick]["z"].shape[-1] == generator.module.latent_dim:
+if scenes_described:
     a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
 b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
                                      f"step {gallery[pick]['step']}"), key="probe_inspect_bars")

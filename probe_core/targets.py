@@ -136,7 +136,8 @@ class Target:
         return "confidences " + ", ".join(f"{name(c)}={self.target_probs[c]:.2g}" for c in self.classes)
 
 
-def _class(text: str, class_names: Sequence[str]) -> int:
+def class_index(text: str, class_names: Sequence[str]) -> int:
+    """A class by name (any case) or index; a clear error otherwise."""
     text = text.strip()
     lowered = [n.lower() for n in class_names]
     if text.lower() in lowered:
@@ -185,13 +186,13 @@ def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
 def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Target]:
     num_classes = len(class_names)
     if kind == "high":
-        c = _class(argument, class_names)
+        c = class_index(argument, class_names)
         return [Target("high", (c,), num_classes, (), f"high:{c}")]
     if kind == "ambiguous":
         parts = argument.split(",")
         if len(parts) != 2:
             raise ProbeError("write ambiguous:A,B with two classes")
-        a, b = (_class(p, class_names) for p in parts)
+        a, b = (class_index(p, class_names) for p in parts)
         if a == b:
             raise ProbeError("the two classes of an ambiguous target must differ")
         a, b = sorted((a, b))
@@ -219,7 +220,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
                 raise ProbeError(f"{value!r} is not a number") from None
             if not math.isfinite(p) or p < 0:
                 raise ProbeError(f"probabilities must be finite and non-negative, got {value}")
-            probs[_class(name, class_names)] = p
+            probs[class_index(name, class_names)] = p
         if abs(sum(probs) - 1.0) > 1e-6:
             raise ProbeError(f"probabilities must sum to 1, they sum to {sum(probs):.6g}")
         return [_vector_target(probs, num_classes)]
@@ -228,7 +229,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
         source, arrow, destination = ends.partition("->")
         if not (colon and arrow):
             raise ProbeError("write path:A->B:STEPS, e.g. path:8->9:11")
-        a, b = _class(source, class_names), _class(destination, class_names)
+        a, b = class_index(source, class_names), class_index(destination, class_names)
         if a == b:
             raise ProbeError("a path needs two different classes")
         if not steps_text.strip().isdigit() or int(steps_text) < 2:

@@ -32,7 +32,23 @@ def _widths(height: int) -> tuple[int, int, int]:
     return (16, 32, 128) if height <= 16 else (32, 64, 256)
 
 
-class ConvClassifier(nn.Module):
+class _BodyHeadClassifier(nn.Module):
+    """A zoo classifier: ``body`` (images -> penultimate features) then a linear ``head`` (-> logits)."""
+
+    output_kind = "logits"
+    body: nn.Module
+    head: nn.Linear
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Penultimate-layer features, shape (B, hidden)."""
+        return self.body(images)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
+        return self.head(self.body(images))
+
+
+class ConvClassifier(_BodyHeadClassifier):
     """Two conv blocks (conv, ReLU, conv, ReLU, max-pool) and a two-layer head.
 
     Parameters
@@ -42,8 +58,6 @@ class ConvClassifier(nn.Module):
     num_classes : int
         K, the number of outputs.
     """
-
-    output_kind = "logits"
 
     def __init__(self, image_shape: tuple[int, int, int], num_classes: int) -> None:
         super().__init__()
@@ -60,16 +74,8 @@ class ConvClassifier(nn.Module):
         )
         self.head = nn.Linear(hidden, self.num_classes)
 
-    def features(self, images: torch.Tensor) -> torch.Tensor:
-        """Penultimate-layer features, shape (B, hidden)."""
-        return self.body(images)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
-        return self.head(self.body(images))
-
-
-class CountingClassifier(nn.Module):
+class CountingClassifier(_BodyHeadClassifier):
     """Conv features, per-location detectors and mean pooling: for "how many X are there" questions.
 
     Mean pooling over the image keeps a count (sum = mean · H · W) of whatever the detectors
@@ -83,8 +89,6 @@ class CountingClassifier(nn.Module):
     num_classes : int
         K, the number of outputs.
     """
-
-    output_kind = "logits"
 
     def __init__(self, image_shape: tuple[int, int, int], num_classes: int) -> None:
         super().__init__()
@@ -100,14 +104,6 @@ class CountingClassifier(nn.Module):
             nn.Linear(32, 64), nn.ReLU(),
         )
         self.head = nn.Linear(64, self.num_classes)
-
-    def features(self, images: torch.Tensor) -> torch.Tensor:
-        """Penultimate-layer features, shape (B, 64)."""
-        return self.body(images)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
-        return self.head(self.body(images))
 
 
 CLASSIFIER_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "CountingClassifier": CountingClassifier}

@@ -34,6 +34,7 @@ def _counterfactual(args: argparse.Namespace) -> int:
     from probe_core.render import image_grid, png_bytes
     from probe_core.scenes.counterfactual import object_removal, removal_table
     from probe_core.scenes.world import describe_text
+    from probe_core.targets import class_index
 
     workspace = workspace_from_args(args)
     run = workspace.store.get_run(args.run)
@@ -50,7 +51,7 @@ def _counterfactual(args: argparse.Namespace) -> int:
     sample = _hit_scene(workspace.store, args.run, args.sample)
     scene = torch.as_tensor(sample["z"])
     names = classifier.class_names
-    target = int(np.argmax(sample["confidences"])) if args.target_class is None else _class_index(
+    target = int(np.argmax(sample["confidences"])) if args.target_class is None else class_index(
         args.target_class, names)
     result = object_removal(classifier.module, scene, max_objects, target, generator.module.image_size)
     rows = removal_table(result)
@@ -72,14 +73,6 @@ def _counterfactual(args: argparse.Namespace) -> int:
                        "target_class": names[target], "confidence": result["confidence"], "objects": rows},
                       handle, indent=1)
     return 0
-
-
-def _class_index(name: str, class_names: tuple[str, ...]) -> int:
-    if name in class_names:
-        return class_names.index(name)
-    if name.isdigit() and int(name) < len(class_names):
-        return int(name)
-    raise ProbeError(f"unknown class {name!r}; use one of {', '.join(class_names)} or an index")
 
 
 def _show(args: argparse.Namespace) -> int:
