@@ -175,7 +175,7 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--ambiguous", action="store_true", help="the always-ambiguous classifier variant")
     train.add_argument("--latent-dim", type=int)
     train.add_argument("--epochs", type=int)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, help="training seed (default $PROBE_MODEL_SEED or 0)")
     train.set_defaults(handler=_models_train)
     listing = sub.add_parser("list", help="models in the workspace with their metrics")
     listing.add_argument("--dataset")

@@ -10,6 +10,10 @@ import torch
 
 torch.set_num_threads(2)
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
+# PROBE_TEST_SEED: the seed of every model trained inside the tests (default 0). The suite must
+# pass with any seed; the product reads it as PROBE_MODEL_SEED, so subprocesses see it too.
+TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
+os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
 

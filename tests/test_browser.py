@@ -1,7 +1,8 @@
 """End to end in a real headless Chromium: start a sampling run and see samples, label a cluster, screenshot pages.
 
 Uses Debian's ``chromium`` through the Python ``playwright`` package (``executable_path``;
-no browser download). Skips with a reason when either is missing. Screenshots go to
+no browser download). Skips with a reason when either is missing, and fails instead under
+``CI=true``, where nothing the suite needs may be missing. Screenshots go to
 ``$PROBE_SCREENSHOT_DIR`` (the README's are made with ``PROBE_SCREENSHOT_DIR=assets``).
 """
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,18 +35,37 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def server(trained_workspace, flawed_run, tmp_path):
-    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    if CHROMIUM is None:
-        pytest.skip("no chromium executable on PATH (Debian package 'chromium')")
+def require_browser() -> None:
+    """Skip without playwright or Chromium; fail under ``CI=true`` (CI must run this test)."""
+    missing = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing = "the playwright package is not installed"
+    if missing is None and CHROMIUM is None:
+        missing = "no chromium executable on PATH (Debian package 'chromium')"
+    if missing is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {missing}: .ci/run installs it")
+        pytest.skip(missing)
+
+
+LAUNCHERS = {
+    "make run": [sys.executable, str(ROOT / "app.py")],
+    "streamlit run": [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")],
+}
+
+
+@contextmanager
+def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run"):
+    """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it."""
     port = _free_port()
-    env = {**os.environ, "PROBE_WORKSPACE": str(trained_workspace.root), "PROBE_AUTOTRAIN": "0"}
+    env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "0"}
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py"), "--server.port", str(port),  # started as `make run` starts it
+        [*LAUNCHERS[launcher], "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -55,18 +76,27 @@ def server(trained_workspace, flawed_run, tmp_path):
             time.sleep(0.5)
     else:
         process.kill()
-        pytest.fail("the Streamlit server did not come up: " + (tmp_path / "server.log").read_text()[-2000:])
-    yield SimpleNamespace(url=url, log=tmp_path / "server.log")
-    process.terminate()
+        pytest.fail("the Streamlit server did not come up: " + log_path.read_text()[-2000:])
     try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:  # a background job may hold it; the test is over either way
-        process.kill()
-        process.wait(timeout=20)
+        yield SimpleNamespace(url=url, log=log_path, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # a background job may hold it; the test is over either way
+            process.kill()
+            process.wait(timeout=20)
 
 
 @pytest.fixture
-def page(server):
+def server(trained_workspace, flawed_run, tmp_path):
+    require_browser()
+    with running_server(trained_workspace.root, tmp_path / "server.log") as running:
+        yield running
+
+
+@contextmanager
+def browser_page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -75,8 +105,16 @@ def page(server):
             "--disable-component-update", "--disable-sync"])
         tab = browser.new_page(viewport={"width": 1400, "height": 1000})
         tab.set_default_timeout(120_000)
+        try:
+            yield tab
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(server):
+    with browser_page() as tab:
         yield tab
-        browser.close()
 
 
 def _open(page, server, path: str, title: str) -> None:
@@ -142,3 +180,23 @@ def _hover_shows_the_image(page, server, workspace) -> None:
         caption = page.locator(".probe-hover-tooltip .probe-hover-caption").inner_text()
         assert caption.startswith(expected), (trace, point, caption)
         page.mouse.move(5, 5)
+
+
+NAVIGATION = ["Models", "Probe", "Ambiguity matrix", "Interpolation", "Failures", "Label", "Finetune", "Compare",
+              "Saliency"]
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_both_launchers_serve_the_same_app_from_the_very_first_view(launcher, tmp_path):
+    """A fresh server's first view, even a deep link, has the router's navigation and sidebar, never a file list."""
+    require_browser()
+    with running_server(tmp_path / "ws", tmp_path / "server.log", launcher) as server, browser_page() as page:
+        for path, heading in (("label", "Label"), ("", "Model Probe"), ("failures", "Failures")):
+            page.goto(f"{server.url}/{path}")
+            page.get_by_role("heading", name=heading, exact=False).first.wait_for()
+            page.wait_for_timeout(1000)
+            links = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
+            names = [text.split("\n")[-1].strip() for text in links]
+            body = page.inner_text("body")
+            assert names == NAVIGATION, (launcher, path, names)
+            assert "Page not found" not in body and "Data set" in body, (launcher, path, body[:800])

@@ -126,13 +126,15 @@ def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_w
     assignments = pipeline.assignments_of(store, flawed_run["distill_run"])
     assert len(assignments) == flawed_run["identified"]["failures"]
     assert sum(c["size"] for c in clusters) == int((assignments >= 0).sum())
-    # the planted flaw: a cluster of 9s called 8, whose review samples are still mostly called 8
+    # the planted flaw: a cluster of 9s called 8, whose review samples are still mostly called 8 (the
+    # clusters' order and number vary with the trained models, so the best of them is checked)
     dataset, classifier, vae = pipeline.load_run_models(trained_workspace.registry, store, flawed_run["distill_run"])
     nine_as_eight = [c for c in clusters if c["info"]["majority_prediction"] == 8
                      and c["info"]["majority_true_label"] == 9]
     assert nine_as_eight
-    shown = pipeline.review_samples(vae, classifier, nine_as_eight[0], count=50, tau=0.5)
-    assert (shown["probs"].argmax(1) == 8).float().mean() > 0.5
+    shares = [float((pipeline.review_samples(vae, classifier, cluster, count=50, tau=0.5)["probs"].argmax(1) == 8)
+                    .float().mean()) for cluster in nine_as_eight]
+    assert max(shares) > 0.5, shares
 
 
 def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(trained_workspace, flawed_run, tmp_path):

@@ -39,7 +39,7 @@ def _store_of_env():
 
 
 def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
-    at = open_page("pages/probe.py")
+    at = open_page("pages/views/probe.py")
     at.selectbox(key="probe_high").select("3")
     at.number_input(key="probe_chains").set_value(8)
     at.number_input(key="probe_warmup").set_value(40)
@@ -62,7 +62,7 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
 
 
 def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
-    at = open_page("pages/probe.py")
+    at = open_page("pages/views/probe.py")
     at.radio(key="probe_kind").set_value("Spec").run()
     at.text_input(key="probe_spec").input("probs:8=0.7,9=0.2").run()
     assert not at.exception
@@ -71,7 +71,7 @@ def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
 
 
 def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_run, monkeypatch):
-    at = open_page("pages/failures.py")
+    at = open_page("pages/views/failures.py")
     assert any(m.label == "Clusters kept" for m in at.metric)
     assert len(at.image) >= 3
     before = {r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL)}
@@ -91,7 +91,7 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
     pipeline.embedding(app_env.registry, app_env.store, run_id, max_fit=600, max_points=3000)
     failures = pipeline.failures_of(app_env.store, run_id)
     at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/failures.py")
+    at.switch_page("pages/views/failures.py")
     at.session_state["defuse_distill_pick"] = run_id
     at.session_state[f"defuse_map_hover_{run_id}"] = {"hover": 3}  # what the browser sends on hovering failure 3
     at.run()
@@ -106,7 +106,7 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
 
 
 def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
-    at = open_page("pages/label.py")
+    at = open_page("pages/views/label.py")
     at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"])
     at.text_input(key="annotator").input("page-tester").run()
     cluster = app_env.store.get_clusters(flawed_run["distill_run"])[0]
@@ -123,7 +123,7 @@ def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
 
 def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
     source, _ = pipeline.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
-    at = open_page("pages/finetune.py")
+    at = open_page("pages/views/finetune.py")
     at.selectbox(key="finetune_run_pick").set_value(flawed_run["distill_run"]).run()
     at.selectbox(key="finetune_source").select(source).run()
     at.text_input(key="finetune_lambdas").input("1")
@@ -143,7 +143,7 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
 
 
 def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
-    at = open_page("pages/matrix.py")
+    at = open_page("pages/views/matrix.py")
     at.number_input(key="matrix_chains").set_value(2)
     at.number_input(key="matrix_warmup").set_value(10)
     at.number_input(key="matrix_samples").set_value(10)
@@ -158,7 +158,7 @@ def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
 
 
 def test_interpolation_samples_a_path_and_draws_the_strip(app_env):
-    at = open_page("pages/interpolation.py")
+    at = open_page("pages/views/interpolation.py")
     at.selectbox(key="path_from").select("1")
     at.selectbox(key="path_to").select("7")
     at.number_input(key="path_steps").set_value(3)
@@ -170,7 +170,7 @@ def test_interpolation_samples_a_path_and_draws_the_strip(app_env):
 
 
 def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed_run):
-    at = open_page("pages/compare.py")
+    at = open_page("pages/views/compare.py")
     at.number_input(key="compare_chains").set_value(2)
     at.number_input(key="compare_warmup").set_value(10)
     at.number_input(key="compare_samples").set_value(10)
@@ -186,7 +186,7 @@ def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed
 
 
 def test_saliency_page_explains_two_classes_side_by_side(app_env):
-    at = open_page("pages/saliency.py")
+    at = open_page("pages/views/saliency.py")
     at.selectbox(key="saliency_compare").select("8").run()
     assert not at.exception
     assert len(at.image) == 3  # the image and one heat map per class
@@ -201,7 +201,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["dataset"] = "scenes"
     at.run()
-    at.switch_page("pages/probe.py").run()
+    at.switch_page("pages/views/probe.py").run()
     assert not at.exception, at.exception
     assert any("random-walk Metropolis" in i.value for i in at.info)
     at.selectbox(key="probe_high").select("2 squares")
@@ -218,7 +218,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
     scenes_table = at.dataframe[-1].value
     assert "scene" in scenes_table.columns and scenes_table["scene"].str.contains(" at (", regex=False).any()
 
-    at.switch_page("pages/saliency.py").run()
+    at.switch_page("pages/views/saliency.py").run()
     at.radio(key="saliency_source").set_value("generated sample (Probe run)").run()
     at.session_state["saliency_run"] = run.id
     at.run()

@@ -14,8 +14,10 @@ Each step is a job (``fn(context) -> result``) that the dashboard submits to
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -310,9 +312,6 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         store = context.store
         require_run(store, settings.distill_run, DISTILL)
         dataset, classifier, vae = load_run_models(registry, store, settings.distill_run, device)
-        if "spec" not in classifier.record:
-            raise ProbeError(f"{classifier.id} is a plugin classifier; correction registers the finetuned model "
-                             f"in the zoo, which needs a zoo classifier (train one with `probe models train`)")
         table = cluster_label_table(store, settings.distill_run, settings.source, settings.rho)
         usable = [r for r in table if r["usable"]]
         if not usable:
@@ -346,8 +345,8 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
             phase="baseline", progress=lambda p: on_progress(p, 0.5), **sweep_args)
         after = evaluate(defuse_model, test, sets["test"])
         baseline = evaluate(baseline_model, test, sets["test"])
-        corrected_id = f"{classifier.id}-defuse-r{context.run_id}"
-        record = dict(classifier.record["spec"])
+        record = corrected_model_record(classifier, dataset)
+        corrected_id = f"{record.pop('id_stem')}-defuse-r{context.run_id}"
         record.update(parent=classifier.id, defuse={"distill_run": settings.distill_run, "correct_run": context.run_id,
                                                     "lambda": selected["lambda"], "source": settings.source})
         registry.register(defuse_model.net, record,
@@ -363,6 +362,25 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         }
 
     return run
+
+
+def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
+    """Registry metadata for a finetuned copy of ``classifier`` (a zoo model or a plugin).
+
+    A plugin classifier's copy is registered with the plugin's reference as its architecture:
+    it loads back through the same plugin file (checked by its sha256) with the finetuned weights.
+    ``id_stem`` is what the corrected model's id starts with.
+    """
+    from probe_core.models.registry import PLUGIN_ARCHITECTURE
+
+    if "spec" in classifier.record:
+        return {**classifier.record["spec"], "id_stem": classifier.id}
+    plugin_name = Path(classifier.record["path"]).stem
+    return {"dataset": dataset.name, "kind": "classifier", "class_names": list(classifier.class_names),
+            "image_shape": list(dataset.image_shape), "dataset_view": dataset.name,
+            "architecture": {"class": PLUGIN_ARCHITECTURE, "args": {"reference": classifier.id}},
+            "id_stem": f"plugin-{re.sub(r'[^A-Za-z0-9]+', '-', plugin_name).strip('-')}-"
+                       f"{classifier.record['sha256'][:8]}"}
 
 
 @torch.no_grad()

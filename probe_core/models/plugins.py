@@ -12,6 +12,10 @@ A plugin is a Python file that defines any of:
     (B, latent_dim), images (B, C, H, W) in [0, 1]); optionally ``encode(x) -> (mu, logvar)``.
 ``input_shape``
     (C, H, W) of the classifier's inputs, when there is no generator to infer it from.
+
+A loaded plugin is referred to as ``plugin:/absolute/path.py#sha256=HEX`` (:func:`plugin_reference`):
+runs store that reference, so it resolves again in another process, from another folder, on
+another day, and a plugin that was moved or changed since gives an error naming its path.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from probe_core.models.architectures import ProbabilityModel
 _SUM_TOLERANCE = 1e-3
 
 
+PLUGIN_PREFIX = "plugin:"
+_DIGEST_MARK = "#sha256="
+
+
 @dataclass
 class Plugin:
     """A loaded, validated plugin file."""
@@ -40,6 +48,54 @@ class Plugin:
     classifier: ProbabilityModel | None
     generator: nn.Module | None
     image_shape: tuple[int, int, int] | None
+    sha256: str = ""
+
+    @property
+    def reference(self) -> str:
+        """``plugin:/absolute/path.py#sha256=HEX``: what runs and models store."""
+        return f"{PLUGIN_PREFIX}{self.path}{_DIGEST_MARK}{self.sha256}"
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def is_plugin_reference(reference: str) -> bool:
+    """Whether a model reference names a plugin file (``plugin:...`` or a ``.py`` path)."""
+    return reference.startswith(PLUGIN_PREFIX) or reference.endswith(".py")
+
+
+def parse_plugin_reference(reference: str) -> tuple[Path, str | None]:
+    """``(absolute path, sha256 or None)`` of ``plugin:PATH[#sha256=HEX]`` or a plain ``.py`` path.
+
+    A relative path is taken relative to the current folder (only a user types those; stored
+    references are absolute).
+    """
+    body = reference[len(PLUGIN_PREFIX):] if reference.startswith(PLUGIN_PREFIX) else reference
+    path_text, _, digest = body.partition(_DIGEST_MARK)
+    return Path(path_text).expanduser().resolve(), (digest or None)
+
+
+def load_plugin_reference(reference: str, image_shape: tuple[int, int, int] | None = None) -> Plugin:
+    """Load the plugin a reference names, checking that it is still the same file.
+
+    Raises
+    ------
+    PluginError
+        If the file is gone (moved or deleted) or its contents changed since the reference
+        was made (its sha256 differs), naming the path; or anything :func:`load_plugin` raises.
+    """
+    path, digest = parse_plugin_reference(reference)
+    if not path.is_file():
+        hint = " (a stored run or model used it from there: was it moved or deleted?)" if digest else ""
+        raise PluginError(f"plugin file {path} not found{hint}")
+    if digest is not None:
+        current = file_sha256(path)
+        if current != digest:
+            raise PluginError(f"plugin file {path} changed since it was used (sha256 {digest[:12]}… then, "
+                              f"{current[:12]}… now): restore that version, or start a new run with this one")
+    return load_plugin(path, image_shape=image_shape)
 
 
 def _import_file(path: Path):
@@ -188,4 +244,5 @@ def load_plugin(path: str | Path, image_shape: tuple[int, int, int] | None = Non
             test_shape, len(class_names), source=f"plugin {path} classifier",
         )
         shape = shape or test_shape
-    return Plugin(path=path, class_names=class_names, classifier=classifier, generator=generator, image_shape=shape)
+    return Plugin(path=path, class_names=class_names, classifier=classifier, generator=generator, image_shape=shape,
+                  sha256=file_sha256(path))

@@ -30,7 +30,7 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
-from probe_core.models.plugins import PluginError, load_plugin
+from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference
 from probe_core.models.training import (
     ProgressCallback,
     feature_frechet_distance,
@@ -41,6 +41,8 @@ from probe_core.models.training import (
 from probe_core.workspace import Workspace, resolve_device
 
 KINDS = ("classifier", "vae", "gan")
+PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a plugin file
+MODEL_SEED_ENV = "PROBE_MODEL_SEED"
 GENERATOR_KINDS = ("vae", "gan")
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
@@ -66,6 +68,23 @@ def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
     return default_vae_architecture(image_shape)
 
 
+def default_model_seed() -> int:
+    """The training seed of zoo models that name none: ``$PROBE_MODEL_SEED``, else 0.
+
+    Raises
+    ------
+    ProbeError
+        If the variable is set to something that is not an integer.
+    """
+    text = os.environ.get(MODEL_SEED_ENV, "").strip()
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise ProbeError(f"{MODEL_SEED_ENV} must be an integer seed, got {text!r}") from None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything that determines a trained zoo model.
@@ -83,7 +102,8 @@ class ModelSpec:
         Generators only; default from the data set.
     epochs : int, optional
         Default from :func:`default_epochs`.
-    seed : int
+    seed : int, optional
+        Default :func:`default_model_seed` (0 unless ``$PROBE_MODEL_SEED`` says otherwise).
     architecture : str, optional
         Default from :func:`default_architecture`.
     kl_warmup : int, optional
@@ -96,11 +116,13 @@ class ModelSpec:
     ambiguous: bool = False
     latent_dim: int | None = None
     epochs: int | None = None
-    seed: int = 0
+    seed: int | None = None
     architecture: str | None = None
     kl_warmup: int | None = None
 
     def __post_init__(self) -> None:
+        if self.seed is None:
+            object.__setattr__(self, "seed", default_model_seed())
         if self.kind not in KINDS:
             raise ProbeError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
         if self.ambiguous and self.kind != "classifier":
@@ -209,9 +231,20 @@ class ModelRegistry:
         if not path.is_file():
             raise ModelNotFoundError(f"model {model_id!r} is registered but its file {path} is missing")
         arch = record["spec"]["architecture"]
-        module = _ARCHITECTURES[arch["class"]](**arch["args"])
         device = resolve_device(device)
-        module.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+        weights = torch.load(path, map_location=device, weights_only=True)
+        if arch["class"] == PLUGIN_ARCHITECTURE:  # e.g. a finetuned plugin classifier: its own module, our weights
+            shape = tuple(record["spec"]["image_shape"]) if record["spec"].get("image_shape") else None
+            plugin = load_plugin_reference(arch["args"]["reference"], image_shape=shape)
+            module = plugin.classifier if record["kind"] == "classifier" else plugin.generator
+            if module is None:
+                raise PluginError(f"plugin {plugin.path} no longer defines the {record['kind']} of model {model_id!r}")
+            target = module.net if isinstance(module, ProbabilityModel) else module
+            target.load_state_dict(weights)
+            module.to(device).eval()
+            return LoadedModel(model_id, record["kind"], module, tuple(record["spec"]["class_names"]), record)
+        module = _ARCHITECTURES[arch["class"]](**arch["args"])
+        module.load_state_dict(weights)
         module.to(device).eval()
         if record["kind"] == "classifier":
             module = ProbabilityModel(module, "logits").eval()
@@ -282,7 +315,7 @@ class ModelRegistry:
 
     # -- defaults and references ------------------------------------------------------------
     @staticmethod
-    def default_specs(dataset: str = DEFAULT_DATASET, seed: int = 0) -> list[ModelSpec]:
+    def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
         """The default set for a data set: classifier (trained first, it scores generators), VAE, GAN.
 
         A data set whose generator is a renderer (the scene world) has only the classifier to train.
@@ -331,15 +364,15 @@ class ModelRegistry:
                 dataset = "scenes"
             spec = ModelSpec(dataset=dataset, kind="classifier" if kind == "classifier" else "vae")
             return self.get_or_train(spec, progress=progress, device=device)
-        if reference.endswith(".py") or Path(reference).is_file():
+        if is_plugin_reference(reference) or Path(reference).is_file():
             image_shape = load_dataset(dataset, self.data_dir).image_shape if kind == "classifier" else None
-            plugin = load_plugin(reference, image_shape=image_shape)
+            plugin = load_plugin_reference(reference, image_shape=image_shape)
             module = plugin.classifier if kind == "classifier" else plugin.generator
             if module is None:
-                raise PluginError(f"plugin {reference} defines no {kind}() function")
+                raise PluginError(f"plugin {plugin.path} defines no {kind}() function")
             names = plugin.class_names or ()
-            return LoadedModel(f"plugin:{plugin.path}", f"plugin-{kind}", module.to(resolve_device(device)), names,
-                               {"path": str(plugin.path), "metrics": {}})
+            return LoadedModel(plugin.reference, f"plugin-{kind}", module.to(resolve_device(device)), names,
+                               {"path": str(plugin.path), "sha256": plugin.sha256, "metrics": {}})
         loaded = self.load(reference, device)
         if (kind == "classifier") != (loaded.kind == "classifier"):
             raise ProbeError(f"model {reference!r} is a {loaded.kind}, not a {kind}")

@@ -62,7 +62,7 @@ class BayesTrExPosterior:
         own = getattr(self.generator, "prior_distribution", None)
         if callable(own):
             return own(self.num_chains)
-        return dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0).to_event(1)
+        return dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0, validate_args=False).to_event(1)
 
     def model(self, sigma: float | None = None, temperature: float = 1.0) -> torch.Tensor:
         """The Pyro model: z ~ p(z) per chain (:meth:`prior`), each target's sites observed at u*.
@@ -75,7 +75,9 @@ class BayesTrExPosterior:
             probs = pyro.deterministic("probs", self.probabilities(z), event_dim=1)
             u = self.targets.statistics(probs)
             observed = self.targets.observed.to(u)
-            likelihood = dist.Normal(u, sigma).mask(self.targets.mask.to(u.device)).to_event(1)
+            # No argument validation: a leapfrog step that overflows gives NaN confidences, which must
+            # reach the kernel as a -inf/NaN density (a rejected, divergent proposal), not an exception.
+            likelihood = dist.Normal(u, sigma, validate_args=False).mask(self.targets.mask.to(u.device)).to_event(1)
             with poutine.scale(scale=temperature):
                 pyro.sample("u", likelihood, obs=observed)
         return probs

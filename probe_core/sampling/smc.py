@@ -35,8 +35,9 @@ MIN_ISLAND_SIZE = 8  # fewer particles per island make resampling degenerate
 class SMCConfig:
     """Settings of the tempered SMC initialiser.
 
-    Up to ``islands`` independent particle systems per target, each with
-    ``chains_per_target // islands`` (at least 8) particles (the posterior's chains).
+    Up to ``islands`` independent particle systems per target, of equal size and at least 8
+    particles each (the posterior's chains): the island count is the largest divisor of the
+    chains per target that allows this, so any chain count works (a prime count gives one island).
     """
 
     islands: int = 4
@@ -81,6 +82,18 @@ def _systematic_resample(log_weights: torch.Tensor, generator: torch.Generator) 
     return torch.searchsorted(cumulative, offsets).clamp(max=n - 1)
 
 
+def island_count(chains_per_target: int, max_islands: int) -> int:
+    """The number of equal islands of at least :data:`MIN_ISLAND_SIZE` particles for a chain count.
+
+    The largest divisor of ``chains_per_target`` not above ``max_islands`` whose islands keep
+    :data:`MIN_ISLAND_SIZE` particles; 1 when there is none (fewer chains, or a prime count).
+    """
+    for islands in range(min(max_islands, chains_per_target // MIN_ISLAND_SIZE), 1, -1):
+        if chains_per_target % islands == 0:
+            return islands
+    return 1
+
+
 def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
             hook=None, should_stop=None) -> SMCResult:
     """Move prior particles to the Bayes-TrEx posterior along the surrogate-bridged path.
@@ -92,10 +105,8 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
     batch = posterior.targets
     chains, dim = batch.num_chains, posterior.latent_dim
     per_target = batch.chains_per_target
-    islands = max(1, min(config.islands, per_target // MIN_ISLAND_SIZE))
+    islands = island_count(per_target, config.islands)
     n = per_target // islands
-    if n * islands != per_target:
-        raise ValueError(f"chains per target ({per_target}) must be divisible by islands ({islands})")
     groups = chains // n
     generator = torch.Generator().manual_seed(config.seed)
     device = posterior.device
@@ -152,7 +163,9 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
         flat_index = (index + torch.arange(groups).unsqueeze(1) * n).reshape(-1).to(device)
         position = position[flat_index]
         # Mass matrix from the spread of each target's particles.
-        spread = position.view(len(batch.targets), per_target, dim).var(1).clamp(1e-3, 10.0)
+        # (a single chain per target has no spread: unit mass)
+        spread = position.view(len(batch.targets), per_target, dim).var(1, correction=0)
+        spread = torch.where(torch.tensor(per_target > 1), spread, torch.ones_like(spread)).clamp(1e-3, 10.0)
         inverse_mass = spread.repeat_interleave(per_target, 0)
         state = hmc.init(position, logdensity_and_grad)
         accepted = torch.zeros(groups, device=device)

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages import _ui
+from pages import ui as _ui
 from probe_core.data import list_datasets
 from probe_core.errors import ProbeError
 from probe_core.jobs import start_default_training, training_job

@@ -281,7 +281,7 @@ def png_download(images, label: str, file_name: str, key: str, columns: int = 8)
 
 @functools.lru_cache(maxsize=1)
 def _hover_script() -> str:
-    return (Path(__file__).parent / "_hover_image.js").read_text()
+    return (Path(__file__).parent / "hover_image.js").read_text()
 
 
 def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[torch.Tensor, str]]) -> None:

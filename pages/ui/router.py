@@ -1,0 +1,52 @@
+"""The dashboard's router: page config, sidebar settings, first-start training and ``st.navigation``.
+
+``app.py`` runs it. So does each ``pages/<url>.py``: Streamlit serves a server's first
+session in its folder-based page mode when a ``pages/`` folder sits beside the main script,
+and in that mode a first visit to ``/label`` runs ``pages/label.py``. Those files only call
+:func:`run`, so that visit gets this same router, which then runs ``pages/views/label.py``
+(and switches Streamlit to ``st.navigation`` for good). Both ways in, the first view is the
+same app: same navigation, same sidebar, same page.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from pages import ui as _ui
+from probe_core.errors import ProbeError
+from probe_core.jobs import start_default_training
+
+VIEWS = Path(__file__).resolve().parents[1] / "views"
+
+# (script in pages/views/, title, icon); the first is the default page at "/".
+PAGES = [
+    ("home.py", "Models", ":material/home:"),
+    ("probe.py", "Probe", ":material/target:"),
+    ("matrix.py", "Ambiguity matrix", ":material/grid_view:"),
+    ("interpolation.py", "Interpolation", ":material/swap_horiz:"),
+    ("failures.py", "Failures", ":material/bug_report:"),
+    ("label.py", "Label", ":material/label:"),
+    ("finetune.py", "Finetune", ":material/build:"),
+    ("compare.py", "Compare", ":material/balance:"),
+    ("saliency.py", "Saliency", ":material/local_fire_department:"),
+]
+
+
+def run() -> None:
+    """Set up the page and run the page the URL names."""
+    st.set_page_config(page_title="Model Probe", page_icon=":material/biotech:", layout="wide")
+    _ui.sidebar_settings()
+    if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
+        # First start: train the embedded data set's default models in the background
+        # while the page is already up (deduplicated across reruns and tabs).
+        try:
+            ws = _ui.workspace()
+            start_default_training(_ui.job_manager(), ws.registry, "digits", device=_ui.device())
+        except ProbeError as exc:
+            st.error(f"Could not start training the default models: {exc}")
+    pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)
+             for index, (script, title, icon) in enumerate(PAGES)]
+    st.navigation(pages).run()

@@ -1,0 +1,93 @@
+"""Compare: two classifiers' high-confidence samples per class on one generator, labelled by hand (Table 3)."""
+
+import pandas as pd
+import streamlit as st
+import torch
+
+from pages import ui as _ui
+from probe_core import usecases
+from probe_core.errors import ProbeError
+
+ws = _ui.workspace()
+st.title("Compare classifiers")
+st.markdown("Each classifier gets samples it is **at least 90 % confident** about, per class, from the same "
+            "generator. Say what you see in a few of them: the share that really show the class is each "
+            "classifier's accuracy on its own confident samples (Bayes-TrEx Table 3).")
+
+dataset = _ui.current_dataset()
+if dataset is None:
+    st.stop()
+classifiers = [m["id"] for m in ws.registry.list() if m["kind"] == "classifier"
+               and m["dataset"].partition("[")[0] == dataset.base_name and not m["spec"].get("classes")]
+if len(classifiers) < 2:
+    st.info("Train a second classifier on the Models page (another seed, or the always-ambiguous variant) to compare.")
+    st.stop()
+
+with st.form("compare-form"):
+    c1, c2 = st.columns(2)
+    first = c1.selectbox("Classifier A", classifiers, index=0, key="compare_a")
+    second = c2.selectbox("Classifier B", classifiers, index=1, key="compare_b")
+    c3, c4, c5 = st.columns(3)
+    chains = c3.number_input("Chains per class", 2, 128, 8, key="compare_chains")
+    warmup = c4.number_input("Warm-up", 10, 2000, 100, key="compare_warmup")
+    samples = c5.number_input("Samples per chain", 10, 2000, 50, key="compare_samples")
+    start = st.form_submit_button("Sample both", type="primary")
+if start:
+    if first == second:
+        st.error("Pick two different classifiers.")
+    else:
+        generator = st.session_state.get("generator_ref", "default")
+        config = {"dataset": dataset.name, "classifiers": [first, second], "generator": generator,
+                  "chains": int(chains), "samples": int(samples)}
+        _ui.job_manager().submit("compare", config, usecases.compare_job(
+            ws.registry, dataset.name, first, second, generator, chains=int(chains), warmup=int(warmup),
+            samples=int(samples)))
+
+
+_ui.active_runs("compare", ("compare",), reset=("compare_run",))
+run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True, dataset=dataset.name,
+                   describe=lambda r: f"run {r.id} · {' vs '.join(r.result['classifiers'])}")
+if run is None:
+    st.stop()
+names = run.result["class_names"]
+annotator = st.text_input("Your name (annotator)", key="annotator", placeholder="e.g. alice").strip()
+shown_class = st.selectbox("Class", names, key="compare_class")
+to_label = [s for s in usecases.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
+            == names.index(shown_class)]
+choices = ["(not labelled)"] + list(names) + ["none"]
+
+
+def save(sample_id: int, key: str) -> None:
+    value = st.session_state[key]
+    if value != "(not labelled)" and annotator:
+        ws.store.set_label(annotator, sample_id=sample_id, label=value)
+
+
+for side, classifier_id in enumerate(run.result["classifiers"]):
+    rows = [s for s in to_label if s["target_index"] // len(names) == side]
+    st.markdown(f"**{'AB'[side]}: `{classifier_id}`** is ≥ 90 % sure these are **{shown_class}**"
+                + ("" if rows else " — no confident samples were found"))
+    columns = st.columns(max(len(rows), 1))
+    for column, sample in zip(columns, rows):
+        column.image(_ui.image_grid(torch.tensor(sample["image"])[None], columns=1,
+                                    scale=_ui.upscale_for_display(sample["image"].shape[-2]) * 2))
+        mine = [l["label"] for l in ws.store.get_labels(sample_id=sample["id"]) if l["annotator"] == annotator]
+        key = f"compare_label_{sample['id']}"
+        column.selectbox("I see", choices, index=choices.index(mine[0]) if mine and mine[0] in choices else 0,
+                         key=key, on_change=save, args=(sample["id"], key), disabled=not annotator,
+                         label_visibility="collapsed")
+if not annotator:
+    st.caption("Enter your name to label; each choice is saved at once.")
+
+try:
+    table = usecases.comparison_table(ws.store, run.id)
+except ProbeError as exc:
+    st.error(str(exc))
+    st.stop()
+frame = pd.DataFrame({
+    f"{'AB'[side]} ({classifier_id})": {
+        **{name: f"{accuracy * 100:.0f} % (n={count})" for name, (accuracy, count) in row["per_class"].items()},
+        "overall": "–" if row["overall"] is None else f"{row['overall'] * 100:.1f} % (n={row['labelled']})"}
+    for side, (classifier_id, row) in enumerate(table.items())})
+st.subheader("Accuracy on their own confident samples")
+st.dataframe(frame, key="compare_table")

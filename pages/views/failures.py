@@ -1,0 +1,152 @@
+"""Failures: Defuse identification and distillation with progress, the failure map, and cluster cards."""
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+
+from pages import ui as _ui
+from probe_core.defuse import pipeline
+
+ws = _ui.workspace()
+manager = _ui.job_manager()
+st.title("Failures")
+st.markdown("Perturb the VAE codes of the training data, keep what the classifier gets wrong, and distil those "
+            "failures into clusters (Defuse). Then label the clusters on the **Label** page.")
+
+dataset, classifier, generator, names = _ui.page_models()
+if not callable(getattr(generator.module, "encode", None)):
+    st.error(f"Defuse needs a VAE with an encoder; the session generator `{generator.id}` has none. "
+             "Pick a VAE on the Models page.")
+    st.stop()
+st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
+
+with st.form("defuse-find"):
+    st.markdown("**Identification**")
+    c1, c2, c3, c4 = st.columns(4)
+    per_image = c1.number_input("Perturbations per image (Q)", 10, 5000, 500, key="defuse_q")
+    keep = c2.number_input("Failures kept per image (M)", 1, 1000, 100, key="defuse_m")
+    noise = c3.selectbox("Noise", ["centered", "paper"], key="defuse_noise",
+                         help="centered: Beta noise centred, sd = scale (default, finds more labelable clusters); "
+                              "paper: μ + ε with ε ~ Beta(a, b), exactly Algorithm 1")
+    scale = c4.number_input("Noise scale (sd)", 0.01, 3.0, 0.15, 0.01, key="defuse_scale")
+    st.markdown("**Distillation**")
+    d1, d2, d3, d4 = st.columns(4)
+    components = d1.number_input("Max clusters (K)", 2, 500, 100, key="defuse_k")
+    threshold = d2.number_input("Weight threshold (ε)", 0.0, 0.5, 0.01, 0.005, format="%.3f", key="defuse_eps")
+    max_samples = d3.number_input("Fit on at most", 100, 100_000, 10_000, key="defuse_max_samples")
+    tau = d4.number_input("Review spread (τ)", 0.01, 2.0, 0.5, 0.05, key="defuse_tau")
+    start = st.form_submit_button("Find failures", type="primary")
+if start:
+    identify = pipeline.IdentifySettings(
+        dataset=dataset.name, classifier=st.session_state.get("classifier_ref", "default"),
+        vae=st.session_state.get("generator_ref", "default"), samples_per_image=int(per_image),
+        max_per_image=int(keep), noise=noise, noise_scale=float(scale))
+    distill = {"n_components": int(components), "weight_threshold": float(threshold),
+               "max_samples": int(max_samples), "tau": float(tau)}
+    run_id = manager.submit(pipeline.IDENTIFY, pipeline.settings_dict(identify),
+                            pipeline.find_failures_job(ws.registry, identify, distill, _ui.device()))
+    st.session_state["defuse_identify_run"] = run_id
+
+
+_ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
+
+
+distill_run = _ui.pick_distill_run("defuse_distill_pick")
+if distill_run is None:
+    st.info("No distilled failures yet: press **Find failures** (digits: about a minute).")
+    st.stop()
+
+summary = distill_run.result
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Failures", f"{summary['failures']:,}")
+m2.metric("Clusters kept", summary["clusters"])
+m3.metric("In kept clusters", f"{summary['failures_in_kept_clusters']:,}")
+m4.metric("Distillation", f"{summary['seconds']:.0f} s")
+
+dataset_of_run, classifier_of_run, vae_of_run = pipeline.load_run_models(ws.registry, ws.store, distill_run.id,
+                                                                         _ui.device())
+
+st.subheader("Failure map (UMAP of latent codes)")
+cached = ws.store.get_arrays(distill_run.id, "embedding")
+if cached is None:
+    busy = any(r.active and r.config.get("distill_run") == distill_run.id
+               for r in ws.store.list_runs(kind="defuse-embedding", limit=5))
+    if busy:
+        st.info("The map is being computed in the background…")
+    elif st.button("Compute the map", key="defuse_embed",
+                   help="UMAP on up to 5,000 codes, the rest placed by nearest neighbours; cached in the workspace"):
+        registry = ws.registry
+        manager.submit("defuse-embedding", {"distill_run": distill_run.id},
+                       lambda context: {"points": len(pipeline.embedding(registry, context.store, distill_run.id)
+                                                      ["failure_xy"])})
+        st.rerun()
+else:
+    failures = _ui.failures_of_run(distill_run.id)
+    figure = go.Figure()
+    # customdata: failure i -> i, training image j -> -(j + 1); the hover image and the selection read it.
+    figure.add_trace(go.Scattergl(x=cached["train_xy"][:, 0], y=cached["train_xy"][:, 1], mode="markers",
+                                  name="training data", marker=dict(color="lightgrey", size=4),
+                                  customdata=-(np.arange(len(cached["train_xy"])) + 1),
+                                  hovertext=[f"training image, class {names[c]}" for c in cached["train_labels"]],
+                                  hoverinfo="text"))
+    index = cached["failure_index"]
+    for cluster in np.unique(cached["failure_cluster"]):
+        members = cached["failure_cluster"] == cluster
+        rows = index[members]
+        hover = [f"failure {i}: predicted {names[failures.predictions[i]]}, true {names[failures.true_labels[i]]}"
+                 for i in rows]
+        figure.add_trace(go.Scattergl(
+            x=cached["failure_xy"][members, 0], y=cached["failure_xy"][members, 1], mode="markers",
+            name="no kept cluster" if cluster < 0 else f"cluster {cluster}", customdata=rows,
+            marker=dict(size=4, color="black" if cluster < 0 else None, opacity=0.7),
+            hovertext=hover, hoverinfo="text"))
+    figure.update_layout(height=520, margin=dict(l=10, r=10, t=10, b=10), legend=dict(itemsizing="constant"))
+    event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="defuse_map")
+
+    def image_of_point(point: int) -> tuple[torch.Tensor, str]:
+        if point < 0:
+            row = -point - 1
+            label = names[dataset_of_run.train_labels[row]]
+            return dataset_of_run.train_images[row], f"training image {row}, class {label}"
+        return (torch.from_numpy(failures.images[point]).float() / 255,
+                f"failure {point}: predicted {names[failures.predictions[point]]}, "
+                f"true {names[failures.true_labels[point]]}")
+
+    _ui.hover_images("defuse_map", str(distill_run.id), image_of_point)
+    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
+        getattr(getattr(event, "selection", None), "points", [])
+    chosen = [p["customdata"] for p in points if isinstance(p.get("customdata"), int) and p["customdata"] >= 0][:16]
+    if chosen:
+        chosen_images = torch.tensor(failures.images[chosen]).float() / 255
+        st.caption("Selected failures (predicted / true): " + ", ".join(
+            f"{names[failures.predictions[i]]}/{names[failures.true_labels[i]]}" for i in chosen))
+        _ui.show_picture(chosen_images, columns=16)
+    else:
+        st.caption("Hover a point to see its image; click or lasso failures to see them side by side. "
+                   "Grey: training codes; colours: failure clusters.")
+
+st.subheader("Clusters")
+tau = pipeline.distill_tau(ws.store, distill_run.id)
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def review(cluster_id: int, count: int, tau: float, model_ids: tuple[str, str]):
+    cluster = ws.store.get_cluster(cluster_id)
+    shown = pipeline.review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
+    return shown["images"], shown["probs"].argmax(1).numpy()
+
+
+clusters = ws.store.get_clusters(distill_run.id)
+columns = st.columns(3)
+for position, cluster in enumerate(clusters):
+    info = cluster["info"]
+    with columns[position % 3].container(border=True):
+        images, predicted = review(cluster["id"], 10, tau, (classifier_of_run.id, vae_of_run.id))
+        st.markdown(f"**Cluster {cluster['cluster_index']}** (id {cluster['id']}) · weight {cluster['weight']:.3f} · "
+                    f"{cluster['size']} failures")
+        _ui.show_picture(images, columns=5)
+        st.caption(f"classifier mostly says **{names[info['majority_prediction']]}** "
+                   f"({info['prediction_share'] * 100:.0f} %); originals were mostly **"
+                   f"{names[info['majority_true_label']]}** ({info['true_label_share'] * 100:.0f} %); "
+                   f"on these samples: {', '.join(names[p] for p in predicted)}")

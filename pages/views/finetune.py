@@ -1,0 +1,91 @@
+"""Finetune: correct the classifier on the labelled failure clusters over a λ sweep; before/after/baseline."""
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages import ui as _ui
+from probe_core.defuse import labels as label_tools
+from probe_core.defuse import pipeline
+
+ws = _ui.workspace()
+manager = _ui.job_manager()
+st.title("Finetune")
+st.markdown("Finetune the classifier on **L(D) + λ·CE(D_f)**, D_f sampled from the clusters labelled as failures, "
+            "for each λ of a sweep; the best validation score is kept. The baseline finetunes on the individual "
+            "failures instead. The corrected classifier is a new model; the original is kept.")
+
+distill_run = _ui.pick_distill_run("finetune_run_pick")
+if distill_run is None:
+    st.info("Find failures and label them first (Failures and Label pages).")
+    st.stop()
+
+sources = sorted({label["source"] for cluster in ws.store.get_clusters(distill_run.id)
+                  for label in ws.store.get_labels(cluster_id=cluster["id"])})
+source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
+                      help="human labels, or an oracle's automatic labels (demos)")
+table = label_tools.cluster_label_table(ws.store, distill_run.id, source)
+usable = [r for r in table if r["usable"]]
+st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
+
+with st.form("finetune-form"):
+    c1, c2, c3 = st.columns(3)
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in pipeline.PAPER_LAMBDAS), key="finetune_lambdas")
+    epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")
+    per_region = c3.number_input("Samples per failure region", 16, 4096, 256, key="finetune_per_region")
+    go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
+if go_button:
+    try:
+        grid = tuple(float(v) for v in lambdas.split(",") if v.strip())
+        if not grid:
+            raise ValueError
+    except ValueError:
+        st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
+    else:
+        settings = pipeline.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
+                                            epochs=int(epochs), samples_per_region=int(per_region))
+        pipeline.submit_step(manager, ws.registry, settings, _ui.device())
+
+
+_ui.active_runs("finetune", (pipeline.CORRECT,))
+
+finished = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=20)
+            if r.status == "done" and r.config.get("distill_run") == distill_run.id]
+failed = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=5)
+          if r.status == "failed" and r.config.get("distill_run") == distill_run.id]
+if failed and (not finished or failed[0].id > finished[0].id):
+    st.error(f"The last finetuning run failed: {failed[0].error}")
+if not finished:
+    st.stop()
+run = finished[0]
+result = run.result
+st.subheader(f"Results (run {run.id}, labels: {result['source']}, {len(result['regions'])} failure regions)")
+rows = []
+for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline: individual failures")):
+    entry = result["results"][key]
+    rows.append({"classifier": title, "test accuracy": entry["test_accuracy"],
+                 "failure-region accuracy": entry["failure_accuracy"],
+                 "λ": entry.get("lambda")})
+percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, format="percent")
+           for k in ("test accuracy", "failure-region accuracy")}
+st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
+
+figure = go.Figure()
+for key, name, dash in (("sweep", "Defuse", None), ("baseline_sweep", "baseline", "dot")):
+    sweep = result[key]
+    lam = [s["lambda"] for s in sweep]
+    figure.add_trace(go.Scatter(x=lam, y=[s["test_accuracy"] for s in sweep], name=f"{name}: test accuracy",
+                                line=dict(dash=dash, color="#1f77b4")))
+    figure.add_trace(go.Scatter(x=lam, y=[s["failure_accuracy"] for s in sweep], name=f"{name}: failure regions",
+                                line=dict(dash=dash, color="#d62728")))
+figure.update_layout(height=360, title="Trade-off over λ", xaxis=dict(type="log", title="λ"),
+                     yaxis=dict(range=[0, 1.02], title="accuracy"), margin=dict(l=10, r=10, t=40, b=10))
+st.plotly_chart(figure, key="finetune_tradeoff")
+
+corrected = result["corrected_model"]
+st.write(f"Corrected classifier: `{corrected}` (original `{result['original_model']}` kept).")
+if st.session_state.get("classifier_ref") == corrected:
+    st.success("The corrected classifier is the session classifier.")
+elif st.button("Use the corrected classifier in this session", key="finetune_promote"):
+    st.session_state["classifier_ref"] = corrected
+    st.rerun()

@@ -1,0 +1,243 @@
+"""Probe: build a target, run Bayes-TrEx in the background, watch the chains live, inspect the hits."""
+
+import io
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+
+from pages import ui as _ui
+from probe_core.bayestrex import summary_rows
+from probe_core.errors import ProbeError
+from probe_core.reports import html_report
+from probe_core.targets import parse_targets
+
+ws = _ui.workspace()
+st.title("Probe")
+st.markdown("Sample in-distribution inputs on which the classifier hits a **target confidence** (Bayes-TrEx).")
+
+dataset, classifier, generator, names = _ui.page_models()
+st.caption(f"Classifier `{classifier.id}` · generator `{generator.id}` (change them on the Models page)")
+differentiable = getattr(generator.module, "differentiable", True)
+describe_scene = getattr(generator.module, "describe", None)
+if not differentiable:
+    st.info("This generator is a renderer without gradients: runs use **random-walk Metropolis** over its scene "
+            "descriptions (Gaussian steps on positions and rotation, categorical resampling of the rest).")
+
+
+def target_spec() -> str | None:
+    """The target built with the controls; None (after a message) when it is not valid yet."""
+    kind = st.radio("Target", ["High confidence", "Ambiguous pair", "Uniform", "Target vector",
+                               "Interpolation path", "Spec"], horizontal=True, key="probe_kind")
+    if kind == "High confidence":
+        return f"high:{names.index(st.selectbox('Class', names, key='probe_high'))}"
+    if kind == "Ambiguous pair":
+        first, second = st.columns(2)
+        a = first.selectbox("Class i", names, index=min(4, len(names) - 1), key="probe_amb_a")
+        b = second.selectbox("Class j", names, index=len(names) - 1, key="probe_amb_b")
+        if a == b:
+            st.warning("Pick two different classes.")
+            return None
+        return f"ambiguous:{names.index(a)},{names.index(b)}"
+    if kind == "Uniform":
+        return "uniform"
+    if kind == "Target vector":
+        st.caption("Slide the weights; they are normalised onto the simplex (the vector below sums to 1).")
+        columns = st.columns(min(len(names), 10))
+        weights = np.array([columns[i % len(columns)].slider(name, 0.0, 1.0, 0.0, 0.05, key=f"probe_w_{i}")
+                            for i, name in enumerate(names)])
+        if weights.sum() <= 0:
+            st.info("Give at least one class some weight.")
+            return None
+        vector = np.round(weights / weights.sum(), 4)
+        vector[int(vector.argmax())] += 1.0 - vector.sum()
+        st.plotly_chart(_ui.confidence_figure(vector, names, "target vector"), key="probe_vector_chart")
+        return "probs:" + ",".join(f"{i}={v:.4f}" for i, v in enumerate(vector) if v > 0)
+    if kind == "Interpolation path":
+        first, second, third = st.columns(3)
+        a = first.selectbox("From class", names, index=min(8, len(names) - 1), key="probe_path_a")
+        b = second.selectbox("To class", names, index=len(names) - 1, key="probe_path_b")
+        steps = third.number_input("Steps", 3, 21, 11, key="probe_path_steps")
+        if a == b:
+            st.warning("Pick two different classes.")
+            return None
+        return f"path:{names.index(a)}->{names.index(b)}:{int(steps)}"
+    return st.text_input("Target spec", "ambiguous:4,9", key="probe_spec",
+                         help="high:3 · ambiguous:1,7 · uniform · probs:8=0.7,9=0.3 · path:8->9:11 · "
+                              "ambiguous-matrix; several separated by ';'")
+
+
+spec = target_spec()
+if spec is not None:
+    try:
+        targets = parse_targets(spec, names)
+        st.caption(f"`{spec}` → " + "; ".join(t.describe(names) for t in targets[:4])
+                   + (f"; … ({len(targets)} targets)" if len(targets) > 4 else ""))
+    except ProbeError as exc:
+        st.error(str(exc))
+        spec = None
+
+if not differentiable and st.session_state.get("probe_sampler") != "rwm":
+    st.session_state["probe_sampler"] = "rwm"
+with st.expander("Sampler settings", expanded=False):
+    c1, c2, c3, c4 = st.columns(4)
+    chains = c1.number_input("Chains per target", 1, 1024, 32, key="probe_chains")
+    warmup = c2.number_input("Warm-up iterations", 10, 5000, 150, key="probe_warmup")
+    samples = c3.number_input("Samples per chain", 10, 5000, 150, key="probe_samples")
+    sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
+    c5, c6, c7, c8 = st.columns(4)
+    sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"] if differentiable else ["rwm"], key="probe_sampler",
+                           help="hmc: batched HMC (differentiable generators); rwm: random-walk Metropolis "
+                                "(non-differentiable); nuts: Pyro's NUTS, one chain per target (the paper's sampler)")
+    anneal = c6.selectbox("σ annealing", ["auto", "off", "from 0.5", "from 0.2"], key="probe_anneal",
+                          help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
+    keep_every = c7.number_input("Store every n-th sample", 1, 100, 5, key="probe_keep")
+    seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
+
+anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
+if st.button("Start sampling", type="primary", disabled=spec is None, key="probe_start"):
+    kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
+              "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every),
+              "anneal_sigma_from": anneal_value}
+    st.session_state["probe_run_pick"] = _ui.start_sampling(dataset.name, spec, **kwargs)
+
+run = _ui.pick_run("sample", "Run", "probe_run_pick", dataset=dataset.name,
+                   describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))} · "
+                                      f"{r.status}")
+if run is None:
+    st.info("No sampling runs yet: build a target and press Start.")
+    st.stop()
+
+
+def trace_figure(trace: dict, series: str, title: str, y_range=None):
+    figure = go.Figure()
+    values = np.array(trace[series]) if trace[series] else np.zeros((0, 0))
+    for column, chain in enumerate(trace["chains"]):
+        if values.size:
+            figure.add_trace(go.Scattergl(x=trace["iteration"], y=values[:, column], mode="lines",
+                                          name=f"chain {chain}", line=dict(width=1)))
+    figure.update_layout(height=240, title=title, showlegend=False, margin=dict(l=10, r=10, t=35, b=10),
+                         yaxis=dict(range=y_range))
+    return figure
+
+
+@st.fragment(run_every=1.0)
+def live_view(run_id: int) -> None:
+    """Polls the run once a second; reruns the page once when the run ends."""
+    current = ws.store.get_run(run_id)
+    if current is None:
+        return
+    _ui.run_progress(current, f"probe_stop_{run_id}")
+    details = current.details or {}
+    trace = details.get("trace")
+    if trace and trace["iteration"]:
+        left, middle, right = st.columns(3)
+        left.plotly_chart(trace_figure(trace, "logdensity", "log density per chain"), key=f"trace_ld_{run_id}")
+        middle.plotly_chart(trace_figure(trace, "confidence", "achieved target confidence", [0, 1]),
+                            key=f"trace_conf_{run_id}")
+        diagnostics = go.Figure([go.Scatter(x=trace["iteration"], y=trace["acceptance"], name="acceptance"),
+                                 go.Scatter(x=trace["iteration"], y=trace["step_size"], name="step size",
+                                            yaxis="y2")])
+        diagnostics.update_layout(height=240, title="acceptance and step size", margin=dict(l=10, r=10, t=35, b=10),
+                                  yaxis2=dict(overlaying="y", side="right", type="log"), legend=dict(orientation="h"))
+        right.plotly_chart(diagnostics, key=f"trace_diag_{run_id}")
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Stage", f"{details.get('stage', '?')} {details.get('iteration', 0)}/{details.get('total', 0)}")
+        m2.metric("σ now", f"{details.get('sigma', float('nan')):.3f}")
+        m3.metric("split R-hat (max)", f"{details['rhat']:.2f}" if "rhat" in details else "–")
+        m4.metric("ESS (min)", f"{details['ess']:.0f}" if "ess" in details else "–")
+    if details.get("images"):
+        images = torch.tensor(details["images"])
+        st.caption("Current state of the first chains")
+        columns = st.columns(len(images))
+        for column, image, probs in zip(columns, images, details["image_confidences"]):
+            column.image(_ui.image_grid(image[None], columns=1, scale=_ui.upscale_for_display(image.shape[-2])))
+            for rank in np.argsort(probs)[::-1][:2]:  # the two largest confidences as bars
+                column.progress(float(probs[rank]), text=f"{names[rank]}: {probs[rank]:.2f}")
+    if current.active:
+        st.session_state[f"probe_watching_{run_id}"] = True
+    elif st.session_state.pop(f"probe_watching_{run_id}", False):
+        st.rerun(scope="app")
+
+
+st.subheader(f"Run {run.id}: {run.config.get('target', run.config.get('recipe', ''))}")
+live_view(run.id)
+
+if run.status != "done" or not run.result:
+    st.stop()
+
+result = run.result
+if result.get("cancelled"):
+    st.warning("This run was stopped early; the summary covers what it kept.")
+st.subheader("Summary (paper Table 2, with the test-set baseline)")
+st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
+             column_config={"hit rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0,
+                                                                        format="percent"),
+                            "ESS": st.column_config.NumberColumn("ESS", format="%.0f", help="minimum over latent dims"),
+                            "R-hat": st.column_config.NumberColumn("R-hat", format="%.2f", help="split R-hat, max"),
+                            "acceptance": st.column_config.NumberColumn("acceptance", format="%.2f")})
+st.caption("'test set' counts test images that meet the same constraint (paper Sec. 4.10), next to the hit rate.")
+
+stored = ws.store.get_samples(run.id)
+if not stored:
+    st.info("No samples were stored for this run.")
+    st.stop()
+descriptions = [t["description"] for t in result["targets"]]
+chosen = st.selectbox("Target", range(len(descriptions)), format_func=lambda i: descriptions[i], key="probe_target_pick")
+rows = [s for s in stored if s["target_index"] == chosen]
+hits = [s for s in rows if s["hit"]]
+achieved = result["targets"][chosen]["summary"]["achieved"]
+violin = go.Figure()
+for name in achieved:
+    index = names.index(name) if name in names else int(name)
+    violin.add_trace(go.Violin(y=[s["confidences"][index] for s in rows], name=f"p({name})", box_visible=True,
+                               meanline_visible=True))
+violin.update_layout(height=300, title="Achieved confidences of stored samples", yaxis=dict(range=[0, 1]),
+                     margin=dict(l=10, r=10, t=35, b=10))
+left, right = st.columns([3, 2])
+left.plotly_chart(violin, key="probe_violin")
+baseline = result["targets"][chosen].get("test_set_baseline")
+if baseline:
+    right.metric("Sampler hit rate", f"{result['targets'][chosen]['hit_rate'] * 100:.0f} %")
+    right.metric("Test images meeting the target", f"{baseline['meeting_target']} / {baseline['test_images']}")
+    if baseline["indices"]:
+        right.caption("Some of them:")
+        with right:
+            _ui.show_picture(dataset.test_images[baseline["indices"][:16]], columns=8)
+
+st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest stored samples")
+gallery = hits[:40] if hits else sorted(rows, key=lambda s: s["target_distance"])[:16]
+images = torch.tensor(np.stack([s["image"] for s in gallery]))
+_ui.show_picture(images, columns=10)
+# Scene descriptions, when this run's codes are the session renderer's scene vectors.
+scenes_described = callable(describe_scene) and gallery[0]["z"].shape[-1] == generator.module.latent_dim
+if scenes_described:
+    with st.expander("Scene descriptions", expanded=True):
+        st.dataframe(pd.DataFrame([{"#": i, "scene": describe_scene(torch.as_tensor(s["z"])),
+                                    "prediction": names[int(np.argmax(s["confidences"]))],
+                                    "confidence": float(np.max(s["confidences"]))} for i, s in enumerate(gallery)]),
+                     hide_index=True)
+pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") \
+    if len(gallery) > 1 else 0
+a, b = st.columns([1, 3])
+a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
+if scenes_described:
+    a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
+b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
+                                     f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
+
+st.subheader("Downloads")
+d1, d2, d3 = st.columns(3)
+with d1:
+    _ui.png_download(images, "Gallery (PNG)", f"run{run.id}-target{chosen}.png", "probe_png")
+buffer = io.BytesIO()
+np.savez_compressed(buffer, z=np.stack([s["z"] for s in stored]), confidences=np.stack([s["confidences"] for s in stored]),
+                    images=np.stack([s["image"] for s in stored]), target_index=[s["target_index"] for s in stored],
+                    hit=[bool(s["hit"]) for s in stored])
+d2.download_button("Samples and latents (.npz)", buffer.getvalue(), f"run{run.id}-samples.npz", key="probe_npz")
+report = html_report(f"Bayes-TrEx run {run.id}: {run.config.get('target', '')}",
+                     {k: v for k, v in run.config.items()}, summary_rows(result),
+                     [(f"{descriptions[chosen]}: {'hits' if hits else 'closest samples'}", images)])
+d3.download_button("One-page report (HTML)", report, f"run{run.id}-report.html", mime="text/html", key="probe_html")
