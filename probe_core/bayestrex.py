@@ -115,6 +115,30 @@ def summarise_target(target: Target, positions: torch.Tensor, probs: torch.Tenso
     return summary
 
 
+MAX_CHAINS = 1024  # per target, as the pages allow
+MAX_ITERATIONS = 100_000
+
+
+def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,
+                           sampler: str = "hmc", keep_every: int = 1, **_ignored) -> None:
+    """Raise :class:`ProbeError` with a clear message for settings :func:`sample` cannot run with.
+
+    Called before a run is stored, so bad input leaves the workspace as it was.
+    """
+    if sampler not in SAMPLERS:
+        raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    if not isinstance(chains, int) or not 1 <= chains <= MAX_CHAINS:
+        raise ProbeError(f"chains per target must be a whole number from 1 to {MAX_CHAINS}, got {chains!r}")
+    if not isinstance(warmup, int) or not 0 <= warmup <= MAX_ITERATIONS:
+        raise ProbeError(f"warm-up iterations must be from 0 to {MAX_ITERATIONS}, got {warmup!r}")
+    if not isinstance(samples, int) or not 1 <= samples <= MAX_ITERATIONS:
+        raise ProbeError(f"samples per chain must be from 1 to {MAX_ITERATIONS}, got {samples!r}")
+    if not isinstance(keep_every, int) or keep_every < 1:
+        raise ProbeError(f"keep-every must be a whole number >= 1, got {keep_every!r}")
+    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise ProbeError(f"sigma must be a positive number (the paper uses 0.05), got {sigma!r}")
+
+
 def sample(classifier, generator, spec: str | list[Target], *, class_names: tuple[str, ...],
            chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
@@ -154,8 +178,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         but sends ambiguous chains into the trap where other classes share the mass (26 vs 29 of
         45 pairs covered).
     """
-    if sampler not in SAMPLERS:
-        raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    check_sampler_settings(chains=chains, warmup=warmup, samples=samples, sigma=sigma, sampler=sampler,
+                           keep_every=keep_every)
     if not getattr(generator, "differentiable", True):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     targets = parse_targets(spec, class_names) if isinstance(spec, str) else list(spec)

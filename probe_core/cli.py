@@ -28,9 +28,14 @@ def _int_list(text: str) -> list[int]:
 def workspace_from_args(args: argparse.Namespace):
     from probe_core.workspace import Workspace
 
-    workspace = Workspace(args.workspace)
-    workspace.registry.data_dir = args.data_dir
-    return workspace
+    return Workspace(args.workspace, data_dir=args.data_dir, on_training=announce_training)
+
+
+def announce_training(spec, model_id: str):
+    """Say on stderr which model is trained now and why, and return a progress bar for it."""
+    print(f"{model_id} is not in the workspace yet: training it ({spec.kind} on {spec.dataset_view()}, "
+          f"{spec.epochs} epochs)", file=sys.stderr)
+    return _progress_bar(f"{spec.kind} on {spec.dataset_view()}")
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
@@ -253,17 +258,22 @@ def _sampler_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _sample(args: argparse.Namespace) -> int:
+    from probe_core.bayestrex import check_sampler_settings
+    from probe_core.data import load_dataset
     from probe_core.targets import parse_targets
     from probe_core.usecases import probe_target
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
+    # everything is checked before a run is stored: models, target spec, sampler settings
     classifier = registry.resolve(args.classifier, "classifier", args.dataset, device=args.device)
-    parse_targets(args.target, classifier.class_names)  # a bad spec fails before anything is stored
-    config = {"dataset": args.dataset, "classifier": args.classifier, "generator": args.generator,
+    generator = registry.resolve(args.generator, "generator", args.dataset, device=args.device)
+    parse_targets(args.target, classifier.class_names or load_dataset(args.dataset, args.data_dir).class_names)
+    check_sampler_settings(**_sampler_kwargs(args))
+    config = {"dataset": args.dataset, "classifier": classifier.id, "generator": generator.id,
               "target": args.target, **_sampler_kwargs(args)}
     return _sampling_run(args, workspace, config, lambda **kw: probe_target(
-        registry, args.dataset, args.target, args.classifier, args.generator, **_sampler_kwargs(args), **kw))
+        registry, args.dataset, args.target, classifier.id, generator.id, **_sampler_kwargs(args), **kw))
 
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
@@ -282,9 +292,12 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 def _recipe(args: argparse.Namespace) -> int:
     from probe_core import usecases
 
+    from probe_core.bayestrex import check_sampler_settings
+
     workspace = workspace_from_args(args)
     registry = workspace.registry
     kwargs = _sampler_kwargs(args)
+    check_sampler_settings(**kwargs)
     if args.recipe == "compare":
         if not (args.classifier_a and args.classifier_b):
             raise ProbeError("compare needs --classifier-a and --classifier-b")
@@ -356,8 +369,42 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
     label.set_defaults(handler=_label)
 
 
+# --- runs -----------------------------------------------------------------------------
+
+def _stamp(seconds: float | None) -> str:
+    import time
+
+    return "" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def _runs(args: argparse.Namespace) -> int:
+    workspace = workspace_from_args(args)
+    runs = workspace.store.list_runs(kind=args.kind, limit=args.limit)
+    if args.json:
+        print(json.dumps([{"id": r.id, "kind": r.kind, "status": r.status, "progress": r.progress,
+                           "message": r.message, "error": r.error, "config": r.config, "created_at": r.created_at,
+                           "started_at": r.started_at, "finished_at": r.finished_at, "updated_at": r.updated_at}
+                          for r in runs], indent=1))
+        return 0
+    if not runs:
+        print(f"no runs in {workspace.root} yet")
+        return 0
+    rows = [[str(r.id), r.kind, r.status, f"{r.progress * 100:.0f}%", _stamp(r.started_at or r.created_at),
+             _stamp(r.finished_at), (r.error or r.message or "")[:70]] for r in runs]
+    print(format_table(rows, ["id", "kind", "status", "progress", "started", "ended", "message"]))
+    return 0
+
+
+def add_runs_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("runs", help="every run in the workspace: kind, status, progress, start and end")
+    parser.add_argument("--kind", help="only runs of this kind (sample, train, defuse-identify, ...)")
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--json", action="store_true", help="as JSON, with each run's configuration")
+    parser.set_defaults(handler=_runs)
+
+
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
-    add_data_commands, add_model_commands, add_sample_command,
+    add_data_commands, add_model_commands, add_sample_command, add_runs_command,
 ]
 
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from probe_core.bayestrex import sample
 from probe_core.data import load_dataset
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.jobs import training_announcer
 from probe_core.models import ModelSpec
 
 
@@ -72,9 +73,10 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
     """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background)."""
 
     def run(context) -> dict:
-        data = load_dataset(dataset, registry.data_dir)
-        gen = registry.resolve(generator or "default", "generator", dataset)
-        sides = [registry.resolve(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
+        models = registry.announcing(training_announcer(context))
+        data = load_dataset(dataset, models.data_dir)
+        gen = models.resolve(generator or "default", "generator", dataset)
+        sides = [models.resolve(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
         names = tuple(sides[0].class_names or data.class_names)
         if tuple(sides[1].class_names or data.class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
@@ -246,8 +248,9 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
     from probe_core.targets import parse_targets
 
     def run(context) -> dict:
-        clf, _ = _models(registry, dataset, classifier, None)
-        targets = parse_targets(spec, clf.class_names or load_dataset(dataset, registry.data_dir).class_names)
+        models = registry.announcing(training_announcer(context))
+        clf = models.resolve(classifier or "default", "classifier", dataset)
+        targets = parse_targets(spec, clf.class_names or load_dataset(dataset, models.data_dir).class_names)
         chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", 64)
         trace = LiveTrace(targets, chains)
         stop = {"requested": False}
@@ -261,7 +264,7 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
                 stop["requested"] = True
 
         context.report(0.0, "loading models and starting chains", force=True)
-        result = probe_target(registry, dataset, spec, classifier, generator, store=context.store,
+        result = probe_target(models, dataset, spec, classifier, generator, store=context.store,
                               run_id=context.run_id, progress=on_progress, should_stop=lambda: stop["requested"],
                               **sample_kwargs)
         for entry in result["targets"]:

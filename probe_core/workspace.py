@@ -48,16 +48,29 @@ class Workspace:
     ----------
     root : str or Path, optional
         The folder (created if missing); default :func:`default_workspace_path`.
+    data_dir : str or Path, optional
+        Folder of file-based data sets for this user (default ``$PROBE_DATA_DIR``); it belongs
+        to whoever made this object and is never changed on a shared one (see :meth:`for_data_dir`).
     """
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, data_dir: str | Path | None = None,
+                 store: Store | None = None, on_training=None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_workspace_path()
         try:
             self.models_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ProbeError(f"cannot create workspace folder {self.root}: {exc.strerror}") from exc
-        self.store = Store(self.root / DATABASE_NAME)
+        self.store = store if store is not None else Store(self.root / DATABASE_NAME)
+        self.data_dir = data_dir or None
+        self.on_training = on_training  # see ModelRegistry: how training a missing model is announced
         self._registry = None
+
+    def for_data_dir(self, data_dir: str | Path | None) -> "Workspace":
+        """The same workspace (same database connection pool) seen with another data folder.
+
+        Cheap: the dashboard makes one per page run from the person's own setting.
+        """
+        return Workspace(self.root, data_dir, store=self.store)
 
     @property
     def models_dir(self) -> Path:
@@ -69,7 +82,7 @@ class Workspace:
         if self._registry is None:
             from probe_core.models.registry import ModelRegistry
 
-            self._registry = ModelRegistry(self)
+            self._registry = ModelRegistry(self, self.data_dir, self.on_training)
         return self._registry
 
     def __repr__(self) -> str:

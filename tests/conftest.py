@@ -18,6 +18,16 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
 
 
+def require_shared_mnist() -> Path:
+    """The real MNIST test set in ../shared; skipped where it is absent, but a failure under ``CI=true``."""
+    if not SHARED_MNIST.is_dir():
+        message = f"the shared MNIST t10k folder {SHARED_MNIST} is not next to this checkout"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {message}")
+        pytest.skip(message)
+    return SHARED_MNIST
+
+
 @pytest.fixture(scope="session")
 def trained_workspace(tmp_path_factory):
     """A workspace holding the default digits classifier, VAE and GAN (about 85 s on 2 cores)."""

@@ -57,10 +57,10 @@ LAUNCHERS = {
 
 
 @contextmanager
-def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run"):
+def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run", autotrain: bool = False):
     """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it."""
     port = _free_port()
-    env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "0"}
+    env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "1" if autotrain else "0"}
     process = subprocess.Popen(
         [*LAUNCHERS[launcher], "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",

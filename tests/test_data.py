@@ -6,7 +6,7 @@ import torch
 
 from probe_core.data import FASHION_MNIST_CLASSES, load_dataset, read_idx, write_idx
 from probe_core.errors import DataError
-from tests.conftest import SHARED_MNIST
+from tests.conftest import require_shared_mnist
 
 
 def make_idx_pair(folder, prefix, count, seed=0, size=8, gz=True):
@@ -140,9 +140,8 @@ def test_class_subset_views():
         digits.class_index("eleven")
 
 
-@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="the shared MNIST t10k folder is not next to this checkout")
 def test_real_mnist_t10k_is_split():
-    dataset = load_dataset("mnist", SHARED_MNIST)
+    dataset = load_dataset("mnist", require_shared_mnist())
     assert dataset.train_images.shape == (8000, 1, 28, 28)
     assert dataset.test_images.shape == (2000, 1, 28, 28)
     assert "only the t10k pair" in dataset.source

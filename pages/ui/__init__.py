@@ -37,10 +37,13 @@ def get_job_manager(root: str) -> JobManager:
 
 
 def workspace() -> Workspace:
-    """The session's workspace, with the data folder chosen in the sidebar."""
-    ws = get_workspace(str(default_workspace_path().resolve()))
-    ws.registry.data_dir = st.session_state.get("data_dir") or None
-    return ws
+    """This session's view of the shared workspace, with the data folder this person chose.
+
+    The cached workspace is shared by every session; the data folder is per person, so each
+    call makes a light view of it (same database) instead of setting anything on the shared one.
+    """
+    shared = get_workspace(str(default_workspace_path().resolve()))
+    return shared.for_data_dir(st.session_state.get("data_dir") or None)
 
 
 def job_manager() -> JobManager:
@@ -138,9 +141,7 @@ def run_status_line(run) -> str:
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=16)
 def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None):
-    registry = get_workspace(root).registry
-    registry.data_dir = data_dir
-    return registry.resolve(reference, kind, dataset, device=device_name)
+    return get_workspace(root).for_data_dir(data_dir).registry.resolve(reference, kind, dataset, device=device_name)
 
 
 def session_model(kind: str, dataset: str):
@@ -392,8 +393,13 @@ def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
     """Start a Bayes-TrEx run on the session's models in the background; returns the run id."""
     from probe_core.usecases import sampling_job
 
-    config = {"dataset": dataset_name, "target": spec, "classifier": st.session_state.get("classifier_ref", "default"),
-              "generator": st.session_state.get("generator_ref", "default"), **sample_kwargs}
+    # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
+    # never "default" or a relative path, so it can be read back anywhere later
+    classifier, generator = session_models(dataset_name)
+    if classifier is None or generator is None:
+        raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
+    config = {"dataset": dataset_name, "target": spec, "classifier": classifier.id, "generator": generator.id,
+              **sample_kwargs}
     return job_manager().submit("sample", config, sampling_job(workspace().registry, dataset_name, spec,
                                                                config["classifier"], config["generator"],
                                                                **sample_kwargs))

@@ -34,7 +34,7 @@ from probe_core.defuse.labels import (
     DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, oracle_labels, oracle_source,
 )
 from probe_core.errors import ProbeError
-from probe_core.jobs import JobContext, JobFunction
+from probe_core.jobs import JobContext, JobFunction, training_announcer
 
 IDENTIFY, DISTILL, CORRECT = "defuse-identify", "defuse-distill", "defuse-correct"
 
@@ -147,8 +147,9 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         store = context.store
         dataset = load_dataset(settings.dataset, registry.data_dir)
         context.report(0.0, "loading models", force=True)
-        classifier = registry.resolve(settings.classifier, "classifier", settings.dataset, device=device)
-        vae = registry.resolve(settings.vae, "generator", settings.dataset, device=device)
+        models = registry.announcing(training_announcer(context))
+        classifier = models.resolve(settings.classifier, "classifier", settings.dataset, device=device)
+        vae = models.resolve(settings.vae, "generator", settings.dataset, device=device)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id}
         images, labels = dataset.train_images, dataset.train_labels
         if settings.max_images is not None:

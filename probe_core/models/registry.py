@@ -8,9 +8,10 @@ stored model for a spec when there is one and trains it otherwise.
 from __future__ import annotations
 
 import hashlib
-import re
 import json
+import logging
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -39,6 +40,8 @@ from probe_core.models.training import (
     train_vae,
 )
 from probe_core.workspace import Workspace, resolve_device
+
+log = logging.getLogger(__name__)
 
 KINDS = ("classifier", "vae", "gan")
 PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a plugin file
@@ -190,6 +193,9 @@ class LoadedModel:
         return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "scene-renderer")
 
 
+TrainingAnnouncer = Callable[["ModelSpec", str], "ProgressCallback | None"]
+
+
 class ModelRegistry:
     """Trained models of one workspace.
 
@@ -198,13 +204,28 @@ class ModelRegistry:
     workspace : Workspace
     data_dir : str or Path, optional
         Folder for IDX data sets (default ``$PROBE_DATA_DIR``).
+    on_training : callable, optional
+        ``on_training(spec, model_id)`` is called before a model is trained that the caller did
+        not give a progress callback for (a missing default found by :meth:`resolve`, the
+        reference classifier of a generator, a recipe's variant); it says so to the user
+        (the CLI prints a line, a job reports it) and returns the progress callback to use.
+        Without it such training is logged.
     """
 
-    def __init__(self, workspace: Workspace, data_dir: str | Path | None = None) -> None:
+    # One lock per model file, shared by every registry of the process (each dashboard
+    # session has its own registry), so two sessions never train the same model at once.
+    _locks: dict[str, threading.Lock] = {}
+    _locks_guard = threading.Lock()
+
+    def __init__(self, workspace: Workspace, data_dir: str | Path | None = None,
+                 on_training: TrainingAnnouncer | None = None) -> None:
         self.workspace = workspace
         self.data_dir = data_dir
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self.on_training = on_training
+
+    def announcing(self, on_training: TrainingAnnouncer) -> "ModelRegistry":
+        """This registry (same workspace and data folder) with another training announcer."""
+        return ModelRegistry(self.workspace, self.data_dir, on_training)
 
     # -- queries -------------------------------------------------------------------------
     def list(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
@@ -252,8 +273,9 @@ class ModelRegistry:
 
     # -- training ------------------------------------------------------------------------
     def _lock(self, model_id: str) -> threading.Lock:
+        key = str((self.workspace.models_dir / model_id).resolve())
         with self._locks_guard:
-            return self._locks.setdefault(model_id, threading.Lock())
+            return self._locks.setdefault(key, threading.Lock())
 
     def get_or_train(self, spec: ModelSpec, progress: ProgressCallback | None = None,
                      device: str | torch.device | None = "cpu") -> LoadedModel:
@@ -263,6 +285,12 @@ class ModelRegistry:
         model_id = spec.model_id()
         with self._lock(model_id):
             if not self.exists(model_id):
+                if progress is None:
+                    if self.on_training is not None:
+                        progress = self.on_training(spec, model_id)
+                    else:
+                        log.warning("training %s (%s on %s, %s epochs): it is not in %s yet", model_id, spec.kind,
+                                    spec.dataset_view(), spec.epochs, self.workspace.root)
                 self._train_and_register(spec, dataset, progress, resolve_device(device))
         return self.load(model_id, device)
 
@@ -284,7 +312,7 @@ class ModelRegistry:
         metrics["train_seconds"] = round(time.perf_counter() - started, 2)
         if spec.kind in GENERATOR_KINDS:
             reference_spec = ModelSpec(dataset=spec.dataset, kind="classifier", seed=spec.seed)
-            reference = self.get_or_train(reference_spec, device=device)
+            reference = self.get_or_train(reference_spec, device=device)  # announced like any training
             metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, module, dataset.test_images)
             metrics["fd_reference_classifier"] = reference.id
         record = asdict(spec)
