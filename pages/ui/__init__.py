@@ -389,8 +389,21 @@ def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[s
         st.rerun(scope="app")
 
 
-def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
-    """Start a Bayes-TrEx run on the session's models in the background; returns the run id."""
+def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int | None:
+    """Start a Bayes-TrEx run on the session's models in the background; returns the run id.
+
+    Bad settings or a bad target show one ``st.error`` and return None; nothing is stored then.
+    """
+    try:
+        return _start_sampling(dataset_name, spec, **sample_kwargs)
+    except ProbeError as exc:
+        st.error(f"Cannot start sampling: {exc}")
+        return None
+
+
+def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
+    from probe_core.bayestrex import check_sampler_settings
+    from probe_core.targets import parse_targets
     from probe_core.usecases import sampling_job
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
@@ -398,6 +411,9 @@ def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
     classifier, generator = session_models(dataset_name)
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
+    check_sampler_settings(**sample_kwargs)
+    parse_targets(spec, classifier.class_names or load_dataset(dataset_name, st.session_state.get("data_dir") or None)
+                  .class_names)
     config = {"dataset": dataset_name, "target": spec, "classifier": classifier.id, "generator": generator.id,
               **sample_kwargs}
     return job_manager().submit("sample", config, sampling_job(workspace().registry, dataset_name, spec,

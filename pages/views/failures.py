@@ -6,6 +6,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.errors import ProbeError
 from probe_core.defuse import pipeline
 
 ws = _ui.workspace()
@@ -38,15 +39,19 @@ with st.form("defuse-find"):
     tau = d4.number_input("Review spread (τ)", 0.01, 2.0, 0.5, 0.05, key="defuse_tau")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
-    identify = pipeline.IdentifySettings(
-        dataset=dataset.name, classifier=st.session_state.get("classifier_ref", "default"),
-        vae=st.session_state.get("generator_ref", "default"), samples_per_image=int(per_image),
-        max_per_image=int(keep), noise=noise, noise_scale=float(scale))
-    distill = {"n_components": int(components), "weight_threshold": float(threshold),
-               "max_samples": int(max_samples), "tau": float(tau)}
-    run_id = manager.submit(pipeline.IDENTIFY, pipeline.settings_dict(identify),
-                            pipeline.find_failures_job(ws.registry, identify, distill, _ui.device()))
-    st.session_state["defuse_identify_run"] = run_id
+    try:  # models are checked (and their references resolved) before a run is stored
+        identify = pipeline.checked_identify_settings(ws.registry, pipeline.IdentifySettings(
+            dataset=dataset.name, classifier=st.session_state.get("classifier_ref", "default"),
+            vae=st.session_state.get("generator_ref", "default"), samples_per_image=int(per_image),
+            max_per_image=int(keep), noise=noise, noise_scale=float(scale)), _ui.device())
+    except ProbeError as exc:
+        st.error(f"Cannot start: {exc}")
+    else:
+        distill = {"n_components": int(components), "weight_threshold": float(threshold),
+                   "max_samples": int(max_samples), "tau": float(tau)}
+        run_id = manager.submit(pipeline.IDENTIFY, pipeline.settings_dict(identify),
+                                pipeline.find_failures_job(ws.registry, identify, distill, _ui.device()))
+        st.session_state["defuse_identify_run"] = run_id
 
 
 _ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))

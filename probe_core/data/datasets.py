@@ -282,7 +282,7 @@ def _read_pair(folder: Path, prefix: str) -> tuple[np.ndarray, np.ndarray] | Non
         raise DataError(f"{images_path}: expected uint8 pixels, file has {images.dtype}")
     if len(images) != len(labels):
         raise DataError(
-            f"{images_path.name} has {len(images)} images but {labels_path.name} has {len(labels)} labels"
+            f"{images_path} has {len(images)} images but {labels_path.name} has {len(labels)} labels"
         )
     return images, labels.astype(np.int64)
 

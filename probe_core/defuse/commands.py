@@ -92,7 +92,8 @@ def _identify(args) -> int:
     from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
-    run_id, result = _run_step(args, workspace, _identify_settings(args), "identify")
+    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device)
+    run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
     print(f"next: probe defuse distill --run {run_id}")
     return 0
@@ -205,7 +206,10 @@ def _run_all(args) -> int:
     from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
-    identify_run, result = _run_step(args, workspace, _identify_settings(args), "identify")
+    if args.auto_label:
+        _oracle(args.auto_label)
+    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device)
+    identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
     _print_identify(identify_run, result, class_names)
     if result["failures"] < 2:

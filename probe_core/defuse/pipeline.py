@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,29 @@ class IdentifySettings:
     noise_scale: float = 0.15
     seed: int = 0
     max_images: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.samples_per_image < 1 or self.max_per_image < 1:
+            raise ProbeError("samples per image (Q) and failures kept per image (M) must be >= 1")
+        if self.noise not in ("centered", "paper"):
+            raise ProbeError(f"noise must be 'centered' or 'paper', got {self.noise!r}")
+        if not (self.a > 0 and self.b > 0 and self.noise_scale > 0):
+            raise ProbeError("the Beta noise's a and b and the noise scale must be positive")
+        if self.max_images is not None and self.max_images < 1:
+            raise ProbeError("max images must be >= 1")
+
+
+def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu") -> IdentifySettings:
+    """The settings with the classifier and VAE resolved to stored references, loading both first.
+
+    Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
+    then records references that resolve again in any process (never ``default`` or a relative path).
+    """
+    classifier = registry.resolve(settings.classifier, "classifier", settings.dataset, device=device)
+    vae = registry.resolve(settings.vae, "generator", settings.dataset, device=device)
+    if not callable(getattr(vae.module, "encode", None)):
+        raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
+    return replace(settings, classifier=classifier.id, vae=vae.id)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,190 @@
+"""Bad input, tried systematically: one clear message (CLI exit 2, st.error on a page), nothing stored changes."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from probe_core.cli import main
+from probe_core.errors import ProbeError
+from probe_core.targets import parse_targets
+
+from helpers import write_tiny_plugin
+
+CLASS_NAMES = tuple(str(i) for i in range(10))
+SPEC_ALPHABET = st.sampled_from(list("0123456789:;,.=->_ abhigmuxprs") + ["high", "ambiguous", "probs", "path",
+                                                                          "uniform", "ambiguous-matrix", "nan",
+                                                                          "inf", "-", "1e9", "\x00", "é"])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=40), st.lists(SPEC_ALPHABET, max_size=12).map("".join)))
+def test_every_target_spec_parses_or_raises_the_projects_error(spec):
+    try:
+        targets = parse_targets(spec, CLASS_NAMES)
+    except ProbeError as exc:
+        message = str(exc)
+        assert message and "\n" not in message and len(message) < 400
+    else:
+        assert targets and all(t.num_classes == len(CLASS_NAMES) for t in targets)
+
+
+def _write_idx(folder: Path, images: np.ndarray, labels: np.ndarray, prefix: str = "t10k",
+               truncate_images: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    header = struct.pack(">IIII", 0x00000803, len(images), images.shape[1], images.shape[2])
+    body = images.astype(np.uint8).tobytes()
+    if truncate_images:
+        body = body[: len(body) // 2]
+    (folder / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(header + body))
+    (folder / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(struct.pack(">II", 0x00000801, len(labels)) + labels.astype(np.uint8).tobytes()))
+
+
+def _bad_idx_folders(root: Path) -> dict[str, Path]:
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 255, (50, 28, 28)), np.arange(50) % 10
+    folders = {name: root / name for name in ("empty", "truncated", "mismatched", "garbage")}
+    folders["empty"].mkdir(parents=True)
+    _write_idx(folders["truncated"], images, labels, truncate_images=True)
+    _write_idx(folders["mismatched"], images, labels[:40])
+    folders["garbage"].mkdir(parents=True)
+    (folders["garbage"] / "t10k-images-idx3-ubyte.gz").write_bytes(b"not gzip at all")
+    (folders["garbage"] / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
+    return folders
+
+
+PLUGIN_FAULTS = {
+    "fails at import": "raise RuntimeError('broken on purpose')\n",
+    "raises when called": """
+        def classifier():
+            class Boom(nn.Module):
+                def forward(self, x):
+                    raise ValueError('boom')
+            return Boom()
+    """,
+    "wrong shape": """
+        def classifier():
+            return nn.Sequential(nn.Flatten(), nn.Linear(64, 3))
+    """,
+    "unannounced logits": """
+        classifier_outputs = "probabilities"
+        def classifier():
+            return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    """,
+    "NaN images": """
+        class NaNGenerator(TinyGenerator):
+            def decode(self, z):
+                return torch.full((len(z), 1, 8, 8), float('nan'))
+        def generator():
+            return NaNGenerator()
+    """,
+}
+
+
+def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
+    good = str(write_tiny_plugin(tmp_path))
+    plugins = {name: str(write_tiny_plugin(tmp_path, f"bad_{index}.py", extra=body))
+               for index, (name, body) in enumerate(PLUGIN_FAULTS.items())}
+    folders = _bad_idx_folders(tmp_path / "idx")
+    sample = ["sample", "--classifier", good, "--generator", good, "--target", "high:3", "--warmup", "2",
+              "--samples", "2"]
+    cases = [
+        ("zero chains", sample + ["--chains", "0"], "chains per target"),
+        ("negative chains", sample + ["--chains", "-3"], "chains per target"),
+        ("huge chains", sample + ["--chains", "100000000"], "chains per target"),
+        ("sigma zero", sample + ["--sigma", "0"], "sigma must be a positive"),
+        ("sigma negative", sample + ["--sigma", "-0.05"], "sigma must be a positive"),
+        ("sigma nan", sample + ["--sigma", "nan"], "sigma must be a positive"),
+        ("unknown class name", sample[:-6] + ["--target", "high:eleven", "--warmup", "2", "--samples", "2"],
+         "unknown class 'eleven'"),
+        ("bad target", sample[:-6] + ["--target", "probs:8=0.5", "--warmup", "2", "--samples", "2"],
+         "must sum to 1"),
+        ("zero samples", sample[:-1] + ["0"], "samples per chain"),
+    ]
+    for name, folder in folders.items():
+        cases.append((f"{name} IDX folder", ["--data-dir", str(folder), "data", "info", "mnist"], str(folder)))
+        cases.append((f"{name} IDX folder, sampling", ["--data-dir", str(folder)] + sample[:1] + ["--dataset", "mnist"]
+                      + sample[1:], str(folder)))
+    for name, path in plugins.items():
+        role = "--generator" if name == "NaN images" else "--classifier"
+        args = ["sample", "--classifier", good, "--generator", good, "--target", "high:3", "--chains", "2",
+                "--warmup", "2", "--samples", "2"]
+        args[args.index(role) + 1] = path
+        expected = {"fails at import": "failed to import", "raises when called": "raised ValueError: boom",
+                    "wrong shape": "returns 3 classes", "unannounced logits": 'classifier_outputs = "logits"',
+                    "NaN images": "NaN"}[name]
+        cases.append((f"plugin that {name}", args, expected))
+        cases.append((f"plugin that {name}, Defuse", ["defuse", "identify", role.replace("generator", "vae"), path,
+                      "--classifier" if role == "--generator" else "--vae", good, "--max-images", "5"], expected))
+    return cases
+
+
+def test_bad_input_at_each_cli_entry_point_gets_one_line_exit_2_and_changes_nothing(tmp_path, capsys):
+    workspace = tmp_path / "ws"
+    good = str(write_tiny_plugin(tmp_path))
+    # something already stored, which no bad input may change
+    assert main(["--workspace", str(workspace), "sample", "--classifier", good, "--generator", good,
+                 "--target", "high:3", "--chains", "2", "--warmup", "2", "--samples", "2"]) == 0
+    before = _snapshot(workspace)
+    for name, args, expected in _cases(tmp_path):
+        capsys.readouterr()
+        code = main(["--workspace", str(workspace), "--device", "cpu", *args])
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2, (name, code, err[-1500:])
+        assert len(lines) == 1 and expected in lines[0] and "unexpected" not in lines[0], (name, err[-1500:])
+        assert _snapshot(workspace) == before, name
+
+
+def _snapshot(workspace: Path) -> tuple:
+    from probe_core.store import Store
+
+    store = Store(workspace / "probe.sqlite")
+    try:
+        runs = [(r.id, r.kind, r.status, r.progress) for r in store.list_runs(limit=1000)]
+        samples = sum(store.count_samples(r[0]) for r in runs)
+        models = sorted(m["id"] for m in store.list_models())
+        return runs, samples, models
+    finally:
+        store.close()
+
+
+def _probe_page(app_env, **session):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    for key, value in session.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/views/probe.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_bad_input_on_the_probe_page_gets_st_error_and_stores_nothing(app_env, tmp_path):
+    store = app_env.store
+    before = len(store.list_runs(limit=10_000))
+    good = str(write_tiny_plugin(tmp_path))
+    # a target spec that does not parse, and a σ of zero, typed into the page
+    at = _probe_page(app_env, classifier_ref=good, generator_ref=good)
+    at.radio(key="probe_kind").set_value("Spec").run()
+    at.text_input(key="probe_spec").set_value("probs:8=0.5").run()
+    assert not at.exception and any("must sum to 1" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="probe_start").disabled
+    # every broken plugin, as the session's classifier or generator
+    for index, (name, body) in enumerate(PLUGIN_FAULTS.items()):
+        path = str(write_tiny_plugin(tmp_path, f"page_bad_{index}.py", extra=body))
+        role = "generator_ref" if name == "NaN images" else "classifier_ref"
+        at = _probe_page(app_env, **{"classifier_ref": good, "generator_ref": good, role: path})
+        assert any(path in e.value for e in at.error), (name, [e.value for e in at.error])
+    missing = str(tmp_path / "no_such_plugin.py")
+    at = _probe_page(app_env, classifier_ref=missing, generator_ref=good)
+    assert any("not found" in e.value and missing in e.value for e in at.error), [e.value for e in at.error]
+    assert len(store.list_runs(limit=10_000)) == before
