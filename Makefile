@@ -7,7 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
-.PHONY: install run test bench clean-venv
+BENCH_WORKSPACE ?= .bench-workspace
+BENCHMARKS := default_models sampler defuse_noise scenes cold_start
+
+.PHONY: install run test test-fast bench bench-quick clean-venv
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +26,18 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Every figure in the README is printed by one of these (see each script's docstring).
+bench: $(STAMP)
+	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; \
+	  $(BIN)/python benchmarks/$$name.py $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)) || exit 1; done
+
+# The same scripts in their quick modes (smoke runs; CI runs these), in a throw-away workspace.
+bench-quick: $(STAMP)
+	rm -rf $(BENCH_WORKSPACE)-quick
+	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; \
+	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; done
+	rm -rf $(BENCH_WORKSPACE)-quick
 
 clean-venv:
 	rm -rf $(VENV)

@@ -59,7 +59,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="workspace")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one start each (a smoke run, not the figures)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     modes = {"streamlit run app.py": [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")],
              "python app.py (make run)": [sys.executable, str(ROOT / "app.py")]}
     times = {name: [] for name in modes}

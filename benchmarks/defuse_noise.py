@@ -29,6 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="workspace")
     parser.add_argument("--max-samples", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="one mode on 100 images (a smoke run, not the figures)")
     args = parser.parse_args()
     workspace = Workspace(args.workspace)
     registry, store = workspace.registry, workspace.store
@@ -36,10 +37,11 @@ def main() -> None:
     print(f"classifier {flawed.id} (test accuracy {flawed.metrics['test_accuracy'] * 100:.1f} %), "
           f"oracle: the default digits classifier")
     print("mode      scale  failures  kept  labelable  failure regions  distinct kinds  seconds")
-    for noise, scale in MODES:
+    quick = {"max_images": 100, "samples_per_image": 50} if args.quick else {}
+    for noise, scale in MODES[2:3] if args.quick else MODES:
         started = time.perf_counter()
         identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
-            dataset="digits[mislabel=9->8:0.4]", classifier=flawed.id, noise=noise, noise_scale=scale))
+            dataset="digits[mislabel=9->8:0.4]", classifier=flawed.id, noise=noise, noise_scale=scale, **quick))
         distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
             identify_run=identify_run, max_samples=args.max_samples))
         _, verdicts = pipeline.auto_label(registry, store, distill_run, "default")

@@ -26,6 +26,11 @@ def rate(fn, count: int, repeats: int = 5) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="accepted for make bench-quick; the run is short already")
+    parser.parse_args()
     torch.set_num_threads(2)
     prior = ScenePrior()
     scenes = prior.sample(4096, torch.Generator().manual_seed(0))

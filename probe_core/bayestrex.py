@@ -170,13 +170,12 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Added to the stored ``target_index`` (to keep several calls apart in one run).
     init : str
         Chain starts (see :class:`SamplerConfig`); "auto" uses tempered SMC when the batch has an
-        ambiguous or vector target (all 45 digit pairs: 37 covered by the SMC stage alone, 80 % hits,
-        about 15 s) and an optimised start for high-confidence targets.
+        ambiguous or vector target and an optimised start for high-confidence targets (README,
+        "How it samples", for the measurements).
     anneal_sigma_from : float, None or "auto"
         Anneal σ from this value during warm-up. "auto" anneals from 0.5 unless the batch has an
-        ambiguous target: measured on digits, annealing lifts high-confidence hits from 90 % to 99 %
-        but sends ambiguous chains into the trap where other classes share the mass (26 vs 29 of
-        45 pairs covered).
+        ambiguous target: annealing lifts high-confidence hit rates but sends ambiguous chains into
+        the trap where other classes share the mass.
     """
     check_sampler_settings(chains=chains, warmup=warmup, samples=samples, sigma=sigma, sampler=sampler,
                            keep_every=keep_every)

@@ -5,10 +5,17 @@ are kept in ``tests/data/scenes-classifier.pt``. Run this after changing the ren
 scene prior, the data set or ``CountingClassifier``::
 
     .venv/bin/python tests/data/make_scene_classifier.py
+
+It also writes ``scenes-classifier.json``: the weights' sha256 and a fingerprint of the recipe
+they come from. ``tests/test_shipped_weights.py`` fails when either is out of date.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import inspect
+import json
 import shutil
 import sys
 import tempfile
@@ -22,6 +29,45 @@ sys.path.insert(0, str(ROOT))
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
+WEIGHTS = Path(__file__).with_name("scenes-classifier.pt")
+FINGERPRINT = Path(__file__).with_name("scenes-classifier.json")
+
+
+def _code_digest(source: str) -> str:
+    """Digest of Python code that ignores comments and layout (its syntax tree)."""
+    return hashlib.sha256(ast.dump(ast.parse(source)).encode()).hexdigest()
+
+
+def recipe_fingerprint() -> dict:
+    """What the shipped weights depend on: renderer, scene prior and data set, architecture, training recipe.
+
+    Each part is a digest of its code's syntax tree (comments and formatting do not count),
+    plus the zoo spec the weights stand for (seed 0).
+    """
+    from probe_core.data import load_dataset
+    from probe_core.models import architectures, training
+    from probe_core.scenes import generator, render, world
+
+    spec = ModelSpec(dataset="scenes", kind="classifier", seed=0).resolved(load_dataset("scenes"))
+    parts = {
+        "scene prior (probe_core/scenes/world.py)": inspect.getsource(world),
+        "renderer (probe_core/scenes/render.py)": inspect.getsource(render),
+        "scenes data set (probe_core/scenes/generator.py)": inspect.getsource(generator),
+        "architecture (CountingClassifier)": inspect.getsource(architectures.CountingClassifier),
+        "training recipe (train_classifier)": inspect.getsource(training.train_classifier),
+    }
+    return {"model_id": spec.model_id(), **{name: _code_digest(code) for name, code in parts.items()}}
+
+
+def weights_sha256() -> str:
+    return hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+
+
+def write_fingerprint() -> None:
+    """Record the current recipe and the weights' sha256 beside the weights."""
+    FINGERPRINT.write_text(json.dumps({"weights_sha256": weights_sha256(), "recipe": recipe_fingerprint()},
+                                      indent=1) + "\n")
+
 
 def main() -> None:
     torch.set_num_threads(2)
@@ -31,8 +77,9 @@ def main() -> None:
             ModelSpec(dataset="scenes", kind="classifier"),
             progress=lambda p: print(f"epoch {p.epoch}/{p.epochs} loss {p.loss:.3f} "
                                      f"{p.metric_name} {p.metric:.3f}", flush=True))
-        shutil.copy(model.record["path"], Path(__file__).with_name("scenes-classifier.pt"))
+        shutil.copy(model.record["path"], WEIGHTS)
         print(f"{model.id}: {model.metrics}")
+    write_fingerprint()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,20 @@
+"""The shipped scene-classifier weights still match the code that made them, and the file is the one recorded."""
+
+import json
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+
+import make_scene_classifier  # noqa: E402
+
+
+def test_shipped_weights_match_their_recipe_and_their_recorded_sha256():
+    recorded = json.loads(make_scene_classifier.FINGERPRINT.read_text())
+    assert make_scene_classifier.weights_sha256() == recorded["weights_sha256"], (
+        "tests/data/scenes-classifier.pt is not the file recorded beside it: rerun tests/data/make_scene_classifier.py")
+    current = make_scene_classifier.recipe_fingerprint()
+    stale = [part for part in current if current[part] != recorded["recipe"].get(part)]
+    assert not stale, (f"the shipped scene classifier was trained with another {', '.join(stale)}: retrain it with "
+                       f"python tests/data/make_scene_classifier.py (about 4 minutes)")
