@@ -282,6 +282,26 @@ def _store_chunk(store, run_id: int, posterior: BayesTrExPosterior, first_step: 
     store.add_samples(run_id, rows)
 
 
+RHAT_LIMIT = 1.1
+ESS_FLOOR = 100
+POOR_MIXING_NOTE = (
+    "poor mixing (split R-hat > {rhat} or ESS < {ess}): many chains, each stuck near its own start. The hits are "
+    "valid inputs at the target, but not a sample of the posterior: do not read their spread as its spread."
+).format(rhat=RHAT_LIMIT, ess=ESS_FLOOR)
+
+
+def mixing_ok(summary: dict) -> bool:
+    """Whether a target's chains mixed: split R-hat at most 1.1 and ESS at least 100 (NaN counts as not judged)."""
+    rhat, ess = summary.get("rhat_max", float("nan")), summary.get("ess_min", float("nan"))
+    return not ((not math.isnan(rhat) and rhat > RHAT_LIMIT) or (not math.isnan(ess) and ess < ESS_FLOOR))
+
+
+def target_status(entry: dict) -> str:
+    """``ok``, ``ok · poor mixing``, ``FAILED`` or ``FAILED · poor mixing`` for one target of a result."""
+    status = "FAILED" if entry["failed"] else "ok"
+    return status if mixing_ok(entry["summary"]) else f"{status} · poor mixing"
+
+
 def table2(result: dict) -> str:
     """The per-target summary as a text table (paper Table 2 plus diagnostics).
 
@@ -295,7 +315,7 @@ def table2(result: dict) -> str:
         s = entry["summary"]
         achieved = ", ".join(f"{name}: {v['mean']:.2f} ± {v['sd']:.2f}" for name, v in s["achieved"].items()
                              if not math.isnan(v["mean"]))
-        status = "FAILED" if entry["failed"] else "ok"
+        status = target_status(entry)
         if entry["failed"] and "nearest_miss" in s:
             status += " (nearest " + ", ".join(f"{k}={v:.2f}" for k, v in s["nearest_miss"]["confidences"].items()) + ")"
         baseline = entry.get("test_set_baseline")
@@ -306,7 +326,10 @@ def table2(result: dict) -> str:
                      status])
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    lines = [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
+        lines.append(POOR_MIXING_NOTE)
+    return "\n".join(lines)
 
 
 def summary_rows(result: dict) -> list[dict]:
@@ -324,6 +347,6 @@ def summary_rows(result: dict) -> list[dict]:
             "test set": f"{baseline['meeting_target']}/{baseline['test_images']}" if baseline else "-",
             "ESS": s["ess_min"], "R-hat": s["rhat_max"], "acceptance": s["acceptance"],
             "divergences": s["divergences"],
-            "status": "FAILED" if entry["failed"] else "ok",
+            "status": target_status(entry),
         })
     return rows

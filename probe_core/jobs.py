@@ -1,124 +1,61 @@
 """Background jobs whose state lives in the workspace database.
 
-A job is a function ``fn(context) -> result dict`` run in a daemon thread. It
-reports through :meth:`JobContext.report`, which writes progress to the
-``runs`` table (so any page, tab or process can show it) and raises
-:class:`CancelledError` once someone asked the run to stop. Jobs never touch
-the UI; the dashboard polls the database.
+A job is a function ``fn(context) -> result dict``. It reports through
+:meth:`JobContext.report`, which writes progress to the ``runs`` table (so any page,
+tab or process can show it) and raises :class:`CancelledError` once someone asked the
+run to stop. :class:`JobManager` records a run and starts it on an executor
+(:mod:`probe_core.executors`: a worker process by default); jobs never touch the UI,
+and the dashboard only reads the database.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
-import time
-import traceback
-from typing import Callable
 
-from probe_core.errors import CancelledError, ProbeError
+from probe_core.errors import ProbeError
+from probe_core.executors import JobSpec, ThreadExecutor, make_executor
+from probe_core.lifecycle import JobContext, JobFunction, execute_run, run_inline  # noqa: F401 (re-exported)
 from probe_core.store import Run, Store
 
-log = logging.getLogger(__name__)
 
-
-class JobContext:
-    """Handed to a running job: progress reporting and cancellation.
+class JobManager:
+    """Starts recorded runs on an executor (worker processes by default) and tracks them through the store.
 
     Parameters
     ----------
     store : Store
-    run_id : int
-    min_interval_s : float
-        Reports closer together than this are not written (the last one always is
-        when ``force=True``), so tight loops can report freely.
-    listener : callable, optional
-        Also called with ``(progress, message)`` on every report (the CLI's progress bar).
+    executor : str or Executor, optional
+        ``process`` (default, or ``$PROBE_EXECUTOR``) or ``thread``; see :mod:`probe_core.executors`.
+        A job given as a plain function (not a :class:`JobSpec`) always runs in a thread.
     """
 
-    def __init__(self, store: Store, run_id: int, min_interval_s: float = 0.25,
-                 listener: Callable[[float | None, str | None], None] | None = None) -> None:
+    def __init__(self, store: Store, executor=None) -> None:
         self.store = store
-        self.run_id = run_id
-        self.min_interval_s = min_interval_s
-        self.listener = listener
-        self._last_write = 0.0
-        self._cancelled = False
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        """Record progress in [0, 1], a message and JSON details.
-
-        Raises
-        ------
-        CancelledError
-            If the run was asked to stop.
-        """
-        if self.listener is not None:
-            self.listener(progress, message)
-        now = time.monotonic()
-        if force or now - self._last_write >= self.min_interval_s:
-            self._last_write = now
-            self._cancelled = self.store.update_run(self.run_id, progress, message, details) or self._cancelled
-        if self._cancelled:
-            raise CancelledError(f"run {self.run_id} cancelled")
-
-    def check_cancelled(self) -> None:
-        """Raise :class:`CancelledError` if cancellation was requested (reads the database)."""
-        run = self.store.get_run(self.run_id)
-        if run is not None and run.cancel_requested:
-            self._cancelled = True
-            raise CancelledError(f"run {self.run_id} cancelled")
-
-
-JobFunction = Callable[[JobContext], "dict | None"]
-
-
-class JobManager:
-    """Starts jobs in threads of this process and tracks them through the store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._threads: dict[int, threading.Thread] = {}
+        self.executor = executor if executor is not None and not isinstance(executor, str) \
+            else make_executor(executor)
+        self._threads = ThreadExecutor()
+        self._started: dict[int, object] = {}
         self._guard = threading.Lock()
 
-    def submit(self, kind: str, config: dict, fn: JobFunction, dedupe: bool = False) -> int:
+    def submit(self, kind: str, config: dict, job, dedupe: bool = False) -> int:
         """Record a run and start it in the background; returns the run id.
 
-        With ``dedupe``, an active run of the same kind and config is reused
-        instead of starting a second one (e.g. two tabs asking for the same training).
+        ``job`` is a :class:`JobSpec` (runs on this manager's executor) or a job function
+        (runs in a thread). With ``dedupe``, an active run of the same kind and config is
+        reused instead of starting a second one (e.g. two tabs asking for the same training).
         """
         with self._guard:
             if dedupe:
                 for run in self.store.list_runs(kind=kind, active_only=True):
                     if run.config == _normalise(config):
                         return run.id
-            run_id = self.store.create_run(kind, config)
-            thread = threading.Thread(target=self._execute, args=(run_id, fn), name=f"probe-job-{run_id}", daemon=True)
-            self._threads[run_id] = thread
-        thread.start()
+            spec = job if isinstance(job, JobSpec) else None
+            run_id = self.store.create_run(kind, config, job=spec.to_json() if spec else None)
+            executor = self.executor if spec is not None else self._threads
+            self._started[run_id] = executor
+        executor.start(self.store, run_id, job)
         return run_id
-
-    def _execute(self, run_id: int, fn: JobFunction) -> None:
-        self.store.start_run(run_id)
-        context = JobContext(self.store, run_id)
-        try:
-            result = fn(context)
-        except CancelledError:
-            self.store.finish_run(run_id, "cancelled")
-        except ProbeError as exc:
-            self.store.finish_run(run_id, "failed", error=str(exc))
-        except Exception as exc:  # a job must never die silently; the run records why
-            log.error("run %s failed:\n%s", run_id, traceback.format_exc())
-            self.store.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
-        else:
-            self.store.finish_run(run_id, "done", result=result or {})
-        finally:
-            self.store.close()
 
     def cancel(self, run_id: int) -> None:
         """Ask a run to stop (it stops at its next progress report)."""
@@ -126,36 +63,13 @@ class JobManager:
 
     def wait(self, run_id: int, timeout: float | None = None) -> Run:
         """Block until a run started by this manager ends (or the timeout passes); returns its state."""
-        thread = self._threads.get(run_id)
-        if thread is not None:
-            thread.join(timeout)
+        executor = self._started.get(run_id)
+        if executor is not None:
+            executor.wait(run_id, timeout)
         run = self.store.get_run(run_id)
         if run is None:
             raise ProbeError(f"no run {run_id}")
         return run
-
-
-def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
-               listener: Callable[[float | None, str | None], None] | None = None) -> tuple[int, dict]:
-    """Run a job in the calling thread (the CLI's way), recorded like a background run.
-
-    Returns ``(run_id, result)``; ``listener`` sees every progress report.
-    Failures, cancellation and Ctrl-C finish the run accordingly (anything it
-    already stored is kept) and are raised again.
-    """
-    run_id = store.create_run(kind, config)
-    store.start_run(run_id)
-    try:
-        result = fn(JobContext(store, run_id, listener=listener)) or {}
-    except (CancelledError, KeyboardInterrupt):
-        store.finish_run(run_id, "cancelled")
-        raise
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, ProbeError) else f"{type(exc).__name__}: {exc}"
-        store.finish_run(run_id, "failed", error=message)
-        raise
-    store.finish_run(run_id, "done", result=result)
-    return run_id, result
 
 
 def _normalise(config: dict) -> dict:
@@ -195,6 +109,10 @@ def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
     """
     from probe_core.data import load_dataset
 
+    from probe_core.models import ModelSpec
+
+    specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in specs]
+
     def run(context: JobContext) -> dict:
         resolved = [s.resolved(load_dataset(s.dataset_view(), registry.data_dir)) for s in specs]
         models = {
@@ -232,5 +150,13 @@ def start_default_training(manager: JobManager, registry, dataset: str = "digits
     if not registry.missing_defaults(dataset):
         return None
     config = {"dataset": dataset, "models": "defaults", "device": str(device)}
-    return manager.submit("train", config, training_job(registry, registry.default_specs(dataset), device),
-                          dedupe=True)
+    return submit_training(manager, registry, registry.default_specs(dataset), config, device)
+
+
+def submit_training(manager: JobManager, registry, specs: list, config: dict, device: str = "cpu") -> int:
+    """Train ``specs`` in the background (a worker process in the dashboard); deduplicated by ``config``."""
+    from dataclasses import asdict
+
+    job = JobSpec("probe_core.jobs:training_job", {"specs": [asdict(s) for s in specs], "device": str(device)},
+                  registry.data_dir)
+    return manager.submit("train", config, job, dedupe=True)

@@ -29,7 +29,7 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -109,10 +109,14 @@ _MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (run_id, name)
     );
     """,
+    3: """
+    ALTER TABLE runs ADD COLUMN job TEXT;
+    """,
 }
 
 ACTIVE_STATUSES = ("queued", "running")
 FINAL_STATUSES = ("done", "failed", "cancelled", "interrupted")
+REAPED_REASON = "the process running it stopped"
 
 
 def pack_array(array: Any) -> bytes:
@@ -154,8 +158,18 @@ def current_owner() -> str:
     return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}"
 
 
+def _process_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
 def owner_is_alive(owner: str) -> bool | None:
-    """Whether the process named by ``owner`` still runs; None if it is on another host."""
+    """Whether the process named by ``owner`` still runs; None if it is on another host.
+
+    A zombie (dead, not yet collected by its parent) counts as dead.
+    """
     host, _, rest = owner.partition(":")
     if host != socket.gethostname():
         return None
@@ -167,7 +181,7 @@ def owner_is_alive(owner: str) -> bool | None:
         return False
     except PermissionError:
         return True
-    return start in ("?", _process_start_ticks(pid))
+    return start in ("?", _process_start_ticks(pid)) and _process_state(pid) != "Z"
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,7 @@ class Run:
     started_at: float | None
     updated_at: float
     finished_at: float | None
+    job: dict | None = None  # how a worker rebuilds it (probe_core.executors.JobSpec), if it can
 
     @property
     def active(self) -> bool:
@@ -303,15 +318,31 @@ class Store:
         }
 
     # -- runs ------------------------------------------------------------------------
-    def create_run(self, kind: str, config: dict, status: str = "queued") -> int:
-        """Record a new run owned by this process; returns its id."""
+    def create_run(self, kind: str, config: dict, status: str = "queued", job: str | None = None) -> int:
+        """Record a new run owned by this process; returns its id.
+
+        ``job`` is the JSON of a :class:`probe_core.executors.JobSpec`, for a worker process to rebuild it.
+        """
         now = time.time()
         with self.transaction() as connection:
             cursor = connection.execute(
-                "INSERT INTO runs (kind, config, status, owner, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (kind, json.dumps(config, sort_keys=True, default=str), status, current_owner(), now, now),
+                "INSERT INTO runs (kind, config, status, owner, created_at, updated_at, job) VALUES (?,?,?,?,?,?,?)",
+                (kind, json.dumps(config, sort_keys=True, default=str), status, current_owner(), now, now, job),
             )
             return int(cursor.lastrowid)
+
+    def interrupt_run(self, run_id: int, reason: str) -> bool:
+        """Mark a still-active run ``interrupted`` with a reason; returns whether it changed.
+
+        A run already found interrupted by :meth:`reap_interrupted` gets the more precise reason.
+        """
+        now = time.time()
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                f"UPDATE runs SET status='interrupted', error=?, finished_at=COALESCE(finished_at, ?), updated_at=? "
+                f"WHERE id=? AND (status IN {ACTIVE_STATUSES} OR (status='interrupted' AND error=?))",
+                (reason, now, now, run_id, REAPED_REASON))
+            return cursor.rowcount > 0
 
     def start_run(self, run_id: int) -> None:
         now = time.time()
@@ -379,9 +410,9 @@ class Store:
         if dead:
             with self.transaction() as connection:
                 connection.executemany(
-                    f"UPDATE runs SET status='interrupted', error='the process running it stopped', "
+                    f"UPDATE runs SET status='interrupted', error=?, "
                     f"finished_at=? WHERE id=? AND status IN {ACTIVE_STATUSES}",
-                    [(now, run_id) for run_id in dead],
+                    [(REAPED_REASON, now, run_id) for run_id in dead],
                 )
         return len(dead)
 
@@ -393,6 +424,7 @@ class Store:
             result=_loads(row["result"]), error=row["error"], owner=row["owner"],
             cancel_requested=bool(row["cancel_requested"]), created_at=row["created_at"],
             started_at=row["started_at"], updated_at=row["updated_at"], finished_at=row["finished_at"],
+            job=_loads(row["job"]),
         )
 
     # -- samples ---------------------------------------------------------------------

@@ -10,6 +10,9 @@ import torch
 
 torch.set_num_threads(2)
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
+# In-process page tests run background jobs in threads (fast to start); worker processes, the
+# dashboard's default, are tested in tests/test_executors.py and by every browser test's server.
+os.environ.setdefault("PROBE_EXECUTOR", "thread")
 # PROBE_TEST_SEED: the seed of every model trained inside the tests (default 0). The suite must
 # pass with any seed; the product reads it as PROBE_MODEL_SEED, so subprocesses see it too.
 TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))

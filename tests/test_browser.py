@@ -60,7 +60,8 @@ LAUNCHERS = {
 def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run", autotrain: bool = False):
     """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it."""
     port = _free_port()
-    env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "1" if autotrain else "0"}
+    env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "1" if autotrain else "0",
+           "PROBE_EXECUTOR": "process"}  # the product's default: jobs in worker processes
     process = subprocess.Popen(
         [*LAUNCHERS[launcher], "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
@@ -134,13 +135,31 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     page.get_by_text("Hits (").first.wait_for(timeout=180_000)
     run = store.list_runs(kind="sample")[0]
     assert run.status == "done" and store.count_samples(run.id) > 0
+    assert f":{os.getpid()}:" not in run.owner  # it ran in a worker process, not in the server or here
+    status = f"run {run.id} · sample · done"  # the run's status line shows its current state, not "queued"
+    try:
+        page.wait_for_function("text => document.body.innerText.includes(text)", arg=status, timeout=30_000)
+    except Exception as exc:
+        raise AssertionError(f"{status!r} not on the page: {page.inner_text('body')[:3000]!r}") from exc
     assert page.locator("img").count() >= 3
 
     _open(page, server, "label", "Label")
     page.get_by_label("Your name (annotator)").fill("browser-user")
     page.get_by_label("Your name (annotator)").press("Enter")
     page.get_by_role("button", name="Save label and go to the next cluster").click()
+    page.get_by_text("nothing was stored").wait_for()  # no choice is preselected
+    page.locator('[data-testid="stRadio"]').filter(has_text="Is this a failure").get_by_text(
+        "failure", exact=True).click()
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="What do these images show?").locator(
+        "input").click()
+    page.keyboard.type("9")
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Save label and go to the next cluster").click()
     page.get_by_text("Saved: cluster").wait_for()
+    page.reload()  # the name is remembered in the URL
+    page.get_by_label("Your name (annotator)").wait_for()
+    page.wait_for_timeout(1500)
+    assert page.get_by_label("Your name (annotator)").input_value() == "browser-user"
     labels = [label for cluster in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)
               for label in store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "browser-user"]
     assert len(labels) == 1 and labels[0]["source"] == "human"

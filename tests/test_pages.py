@@ -121,6 +121,32 @@ def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
     assert any("Saved" in s.value for s in at.success)
 
 
+def test_label_page_needs_a_choice_remembers_the_name_and_shows_not_a_failure(app_env, flawed_run):
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["annotator"] = "returning-user"  # a reload keeps the name in the URL
+    at.run()
+    at.switch_page("pages/views/label.py").run()
+    at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"]).run()
+    assert at.text_input(key="annotator").value == "returning-user"
+    cluster = app_env.store.get_clusters(flawed_run["distill_run"])[1]
+    at.session_state["label_position"] = 1
+    at.run()
+    assert at.radio(key=f"label_failure_{cluster['id']}").value is None  # nothing preselected
+    assert at.selectbox(key=f"label_class_{cluster['id']}").value is None
+    next(b for b in at.button if "Save label" in b.label).click().run()
+    assert any("nothing was stored" in e.value for e in at.error)
+    assert not [label for label in app_env.store.get_labels(cluster_id=cluster["id"])
+                if label["annotator"] == "returning-user"]
+    at.radio(key=f"label_failure_{cluster['id']}").set_value("not a failure")
+    at.selectbox(key=f"label_class_{cluster['id']}").select("8")
+    next(b for b in at.button if "Save label" in b.label).click().run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "failure votes" in d.value.columns)
+    row = table[table["cluster"] == cluster["id"]].iloc[0]
+    if not row["failure region"]:
+        assert row["label"] == "not a failure", row.to_dict()
+
+
 def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
     source, _ = pipeline.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
     at = open_page("pages/views/finetune.py")
@@ -226,3 +252,35 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
     assert any("Object removal" in s.value for s in at.subheader)
     removal = at.dataframe[-1].value
     assert removal["decisive"].sum() == 1 and (removal["drop"].diff().dropna() <= 1e-9).all()
+
+
+def test_saliency_explains_the_predicted_class_of_each_new_image(app_env):
+    import torch
+
+    from probe_core.data import load_dataset
+
+    classifier = app_env.registry.resolve("default", "classifier", "digits").module
+    test_images = load_dataset("digits").test_images
+    at = open_page("pages/views/saliency.py")
+    at.selectbox(key="saliency_class_test-0").select("1").run()  # the user explains another class of image 0
+    for index in (5, 17):
+        at.number_input(key="saliency_index").set_value(index).run()
+        assert not at.exception
+        with torch.no_grad():
+            predicted = str(int(classifier(test_images[index:index + 1]).argmax()))
+        assert at.selectbox(key=f"saliency_class_test-{index}").value == predicted
+
+
+def test_pages_say_what_is_true_about_missing_models_and_running_builds(workspace, monkeypatch):
+    """No claim that a model 'trains in the background' unless a training run is active; a build in
+    progress is not called 'no matrix yet'."""
+    monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
+    at = open_page("pages/views/probe.py")
+    assert any("not trained yet: train it on the **Models** page" in i.value for i in at.info), \
+        [i.value for i in at.info]
+    assert not any("in the background" in i.value for i in at.info)
+    training = workspace.store.create_run("train", {"dataset": "digits", "models": "defaults"})
+    workspace.store.start_run(training)  # owned by this (living) process: active
+    at.run()
+    assert any(f"is training now (run {training})" in i.value for i in at.info), [i.value for i in at.info]
+    workspace.store.finish_run(training, "cancelled")

@@ -190,3 +190,20 @@ def test_ambiguity_matrix_runs_all_pairs_in_one_batch(models):
     text = table2(result)
     assert text.count("\n") == 46 and "test set" in text.splitlines()[0]
     assert all(t["test_set_baseline"]["test_images"] == 360 for t in targets)
+
+
+def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
+    from probe_core.bayestrex import POOR_MIXING_NOTE, mixing_ok, summary_rows, table2
+
+    def entry(rhat, ess, failed=False):
+        return {"spec": "ambiguous:4,9", "description": "ambiguous 4/9", "failed": failed, "hit_rate": 0.5,
+                "summary": {"achieved": {"4": {"mean": 0.5, "sd": 0.02}}, "chains_with_hits": 30, "chains": 32,
+                            "ess_min": ess, "rhat_max": rhat, "acceptance": 0.8, "divergences": 0}}
+
+    stuck, fine = entry(3.2, 20), entry(1.01, 400)
+    assert not mixing_ok(stuck["summary"]) and mixing_ok(fine["summary"])
+    assert not mixing_ok(entry(1.01, 50)["summary"]) and not mixing_ok(entry(1.3, 400)["summary"])
+    assert [r["status"] for r in summary_rows({"targets": [stuck, fine]})] == ["ok · poor mixing", "ok"]
+    text = table2({"targets": [stuck, fine]})
+    assert "ok · poor mixing" in text and POOR_MIXING_NOTE in text
+    assert POOR_MIXING_NOTE not in table2({"targets": [fine]})

@@ -18,6 +18,7 @@ import torch
 
 from probe_core.data import DEFAULT_DATASET, DATA_DIR_ENV, list_datasets, load_dataset
 from probe_core.errors import ProbeError
+from probe_core.executors import JobSpec
 from probe_core.jobs import JobManager
 from probe_core.models import FD_HELP, FD_METRIC
 from probe_core.render import image_grid, upscale_for_display
@@ -131,6 +132,16 @@ MODELS_COLUMN_CONFIG = {
 }
 
 
+def annotator_name(label: str = "Your name (annotator)") -> str:
+    """The annotator's name, remembered across reloads and pages in the URL (``?annotator=...``)."""
+    if "annotator" not in st.session_state:
+        st.session_state["annotator"] = st.query_params.get("annotator", "")
+    name = st.text_input(label, key="annotator", placeholder="e.g. alice").strip()
+    if name and st.query_params.get("annotator") != name:
+        st.query_params["annotator"] = name
+    return name
+
+
 def run_status_line(run) -> str:
     icon = {"running": ":material/autorenew:", "queued": ":material/schedule:", "done": ":material/check_circle:",
             "failed": ":material/error:", "cancelled": ":material/stop_circle:", "interrupted": ":material/warning:"}
@@ -161,8 +172,13 @@ def session_model(kind: str, dataset: str):
         base = clean_dataset_name(dataset) if kind == "generator" else dataset
         reference = ws.registry.default_id(base, "classifier" if kind == "classifier" else "vae")
         if not ws.registry.exists(reference):
-            st.info(f"The default {kind} for {dataset} is not trained yet: it trains in the background on the "
-                    f"Models page (digits: about 85 s; the scenes classifier about 4 minutes).")
+            training = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
+            if training:
+                st.info(f"The default {kind} for {dataset} is training now (run {training[0].id}); this page "
+                        f"continues by itself when it is done.")
+            else:
+                st.info(f"The default {kind} for {dataset} is not trained yet: train it on the **Models** page "
+                        f"(the button under Models; digits: about 85 s, the scenes classifier about 4 minutes).")
             return None
     try:
         return _load(str(ws.root.resolve()), reference, kind, dataset, device(), st.session_state.get("data_dir") or None)
@@ -365,6 +381,8 @@ def page_models(need_generator: bool = True):
     else:
         classifier, generator = session_model("classifier", dataset.name), None
     if classifier is None:
+        # a training run that ends (started here, on the Models page or at first start) reruns the page
+        active_runs("page-models", ("train",))
         st.stop()
     return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
 
@@ -377,13 +395,18 @@ def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[s
     the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.
     """
     store = workspace().store
-    running = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10)
-               if r.active and (predicate is None or predicate(r))]
+    runs = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10) if predicate is None or predicate(r)]
+    running = [r for r in runs if r.active]
     for run in running:
         run_progress(run, f"{key}_stop_{run.id}")
+    # A run that changed since the last look (even one that started and ended between two polls)
+    # reruns the page once, so every status it shows comes from the runs' current state.
+    latest = max((r.updated_at for r in runs if not r.active), default=0.0)
+    ended_since = latest > st.session_state.get(f"{key}_seen", latest)
+    st.session_state[f"{key}_seen"] = latest
     if running:
         st.session_state[f"{key}_watching"] = True
-    elif st.session_state.pop(f"{key}_watching", False):
+    elif st.session_state.pop(f"{key}_watching", False) or ended_since:
         for widget in reset:
             st.session_state.pop(widget, None)
         st.rerun(scope="app")
@@ -404,7 +427,6 @@ def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int | None:
 def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
     from probe_core.bayestrex import check_sampler_settings
     from probe_core.targets import parse_targets
-    from probe_core.usecases import sampling_job
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -416,6 +438,7 @@ def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
                   .class_names)
     config = {"dataset": dataset_name, "target": spec, "classifier": classifier.id, "generator": generator.id,
               **sample_kwargs}
-    return job_manager().submit("sample", config, sampling_job(workspace().registry, dataset_name, spec,
-                                                               config["classifier"], config["generator"],
-                                                               **sample_kwargs))
+    job = JobSpec("probe_core.usecases:sampling_job", {
+        "dataset": dataset_name, "spec": spec, "classifier": config["classifier"], "generator": config["generator"],
+        **sample_kwargs}, st.session_state.get("data_dir") or None)
+    return job_manager().submit("sample", config, job)

@@ -7,6 +7,7 @@ import torch
 from pages import ui as _ui
 from probe_core import usecases
 from probe_core.errors import ProbeError
+from probe_core.executors import JobSpec
 
 ws = _ui.workspace()
 st.title("Compare classifiers")
@@ -39,9 +40,9 @@ if start:
         generator = st.session_state.get("generator_ref", "default")
         config = {"dataset": dataset.name, "classifiers": [first, second], "generator": generator,
                   "chains": int(chains), "samples": int(samples)}
-        _ui.job_manager().submit("compare", config, usecases.compare_job(
-            ws.registry, dataset.name, first, second, generator, chains=int(chains), warmup=int(warmup),
-            samples=int(samples)))
+        _ui.job_manager().submit("compare", config, JobSpec("probe_core.usecases:compare_job", {
+            "dataset": dataset.name, "classifier_a": first, "classifier_b": second, "generator": generator,
+            "chains": int(chains), "warmup": int(warmup), "samples": int(samples)}, ws.registry.data_dir))
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))
@@ -50,7 +51,7 @@ run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True, d
 if run is None:
     st.stop()
 names = run.result["class_names"]
-annotator = st.text_input("Your name (annotator)", key="annotator", placeholder="e.g. alice").strip()
+annotator = _ui.annotator_name()
 shown_class = st.selectbox("Class", names, key="compare_class")
 to_label = [s for s in usecases.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
             == names.index(shown_class)]

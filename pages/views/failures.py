@@ -49,8 +49,7 @@ if start:
     else:
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau)}
-        run_id = manager.submit(pipeline.IDENTIFY, pipeline.settings_dict(identify),
-                                pipeline.find_failures_job(ws.registry, identify, distill, _ui.device()))
+        run_id = pipeline.submit_find_failures(manager, ws.registry, identify, distill, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 
 
@@ -81,10 +80,7 @@ if cached is None:
         st.info("The map is being computed in the background…")
     elif st.button("Compute the map", key="defuse_embed",
                    help="UMAP on up to 5,000 codes, the rest placed by nearest neighbours; cached in the workspace"):
-        registry = ws.registry
-        manager.submit("defuse-embedding", {"distill_run": distill_run.id},
-                       lambda context: {"points": len(pipeline.embedding(registry, context.store, distill_run.id)
-                                                      ["failure_xy"])})
+        pipeline.submit_embedding(manager, ws.registry, distill_run.id)
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)

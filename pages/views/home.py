@@ -5,7 +5,7 @@ import streamlit as st
 from pages import ui as _ui
 from probe_core.data import list_datasets
 from probe_core.errors import ProbeError
-from probe_core.jobs import start_default_training, training_job
+from probe_core.jobs import start_default_training, submit_training
 from probe_core.models import GENERATOR_KINDS, ModelSpec
 from probe_core.models.registry import has_renderer
 
@@ -124,8 +124,8 @@ if submitted:
             classes = [c for c in range(dataset.num_classes) if c not in indices]
         spec = ModelSpec(dataset=dataset.base_name, kind=kind, classes=classes, ambiguous=ambiguous,
                          epochs=int(epochs) or None, seed=int(seed))
-        run_id = manager.submit("train", {"spec": spec.__dict__, "device": _ui.device()},
-                                training_job(ws.registry, [spec], _ui.device()), dedupe=True)
+        run_id = submit_training(manager, ws.registry, [spec], {"spec": spec.__dict__, "device": _ui.device()},
+                                 _ui.device())
         st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
     except ProbeError as exc:
         st.error(str(exc))

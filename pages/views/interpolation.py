@@ -38,7 +38,10 @@ def is_path(run) -> bool:
 _ui.active_runs("path", ("sample",), is_path, reset=("path_run",))
 finished = [r for r in ws.store.list_runs(kind="sample", limit=50) if is_path(r) and r.status == "done" and r.result]
 if not finished:
-    st.info("No path sampled yet: pick two classes and press Sample.")
+    if any(r.active and is_path(r) for r in ws.store.list_runs(kind="sample", limit=20)):
+        st.info("A path is being sampled (progress above); the strip appears here when the run ends.")
+    else:
+        st.info("No path sampled yet: pick two classes and press Sample.")
     st.stop()
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Path run", list(by_id), key="path_run",

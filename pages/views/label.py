@@ -31,7 +31,7 @@ if not clusters:
     st.info("This run kept no clusters.")
     st.stop()
 
-annotator = st.text_input("Your name (annotator)", key="annotator", placeholder="e.g. alice").strip()
+annotator = _ui.annotator_name()
 if not annotator:
     st.info("Enter your name to start labelling; labels are stored per annotator.")
 
@@ -68,15 +68,20 @@ st.caption(f"The classifier says **{majority}** for most of these ({', '.join(na
 
 previous = mine.get(cluster["id"])
 choices = list(names) + ["none of the above"]
-default_class = choices.index(previous["label"]) if previous and previous["label"] in choices else \
-    (choices.index("none of the above") if previous and previous["label"] == label_tools.NONE_OF_THE_ABOVE else 0)
+# Nothing is preselected for a cluster you have not labelled: a careless Save cannot invent a label.
+default_class = None if previous is None else (
+    choices.index(previous["label"]) if previous["label"] in choices else
+    choices.index("none of the above") if previous["label"] == label_tools.NONE_OF_THE_ABOVE else None)
 with st.form(f"label-form-{cluster['id']}"):
     verdict = st.radio("Is this a failure of the classifier?", ["failure", "not a failure"], horizontal=True,
-                       index=0 if previous is None or previous["is_failure"] else 1, key=f"label_failure_{cluster['id']}")
+                       index=None if previous is None else (0 if previous["is_failure"] else 1),
+                       key=f"label_failure_{cluster['id']}")
     correct = st.selectbox("What do these images show?", choices, index=default_class,
-                           key=f"label_class_{cluster['id']}")
+                           key=f"label_class_{cluster['id']}", placeholder="choose the class you see")
     saved = st.form_submit_button("Save label and go to the next cluster", type="primary", disabled=not annotator)
-if saved:
+if saved and (verdict is None or correct is None):
+    st.error("Choose whether this is a failure and what the images show, then save; nothing was stored.")
+elif saved:
     try:
         label_tools.label_cluster(ws.store, cluster["id"], annotator, is_failure=verdict == "failure",
                                   label="none" if correct == "none of the above" else correct, class_names=names)
@@ -96,7 +101,8 @@ table = label_tools.cluster_label_table(ws.store, distill_run.id)
 frame = pd.DataFrame([{
     "cluster": r["id"], "classifier says": names[r["majority_prediction"]], "annotators": r["annotators"],
     "failure votes": f"{r['failure_votes']}/{r['votes']}", "failure region": r["is_failure"],
-    "label": r["label"], "agreement": r["agreement"]} for r in table])
+    "label": r["label"] if r["is_failure"] else ("not a failure" if r["votes"] else ""),
+    "agreement": r["agreement"]} for r in table])
 st.dataframe(frame, hide_index=True, column_config={
     "agreement": st.column_config.ProgressColumn("agreement", min_value=0.0, max_value=1.0, format="percent",
                                                  help="share of annotators voting for the majority label")})

@@ -31,7 +31,10 @@ runs = [r for r in ws.store.list_runs(kind="sample", limit=50) if r.config.get("
 _ui.active_runs("matrix", ("sample",), lambda r: r.config.get("target") == "ambiguous-matrix", reset=("matrix_run",))
 finished = [r for r in runs if r.status == "done" and r.result]
 if not finished:
-    st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about 2 minutes).")
+    if any(r.active for r in runs):
+        st.info("The matrix is being built (progress above); it appears here when the run ends.")
+    else:
+        st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about 2 minutes).")
     st.stop()
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",

@@ -9,7 +9,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import summary_rows
+from probe_core.bayestrex import POOR_MIXING_NOTE, mixing_ok, summary_rows
 from probe_core.errors import ProbeError
 from probe_core.reports import html_report
 from probe_core.targets import parse_targets
@@ -179,6 +179,8 @@ st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
                             "R-hat": st.column_config.NumberColumn("R-hat", format="%.2f", help="split R-hat, max"),
                             "acceptance": st.column_config.NumberColumn("acceptance", format="%.2f")})
 st.caption("'test set' counts test images that meet the same constraint (paper Sec. 4.10), next to the hit rate.")
+if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
+    st.warning(POOR_MIXING_NOTE[0].upper() + POOR_MIXING_NOTE[1:])
 
 stored = ws.store.get_samples(run.id)
 if not stored:
@@ -239,5 +241,6 @@ np.savez_compressed(buffer, z=np.stack([s["z"] for s in stored]), confidences=np
 d2.download_button("Samples and latents (.npz)", buffer.getvalue(), f"run{run.id}-samples.npz", key="probe_npz")
 report = html_report(f"Bayes-TrEx run {run.id}: {run.config.get('target', '')}",
                      {k: v for k, v in run.config.items()}, summary_rows(result),
-                     [(f"{descriptions[chosen]}: {'hits' if hits else 'closest samples'}", images)])
+                     [(f"{descriptions[chosen]}: {'hits' if hits else 'closest samples'}", images)],
+                     notes=POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result["targets"]) else "")
 d3.download_button("One-page report (HTML)", report, f"run{run.id}-report.html", mime="text/html", key="probe_html")

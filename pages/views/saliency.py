@@ -21,6 +21,7 @@ scene = None  # the scene vector behind the image, when it comes from the scene 
 if source == "test image":
     index = st.number_input("Test image index", 0, len(dataset.test_labels) - 1, 0, key="saliency_index")
     image = dataset.test_images[int(index)]
+    image_key = f"test-{int(index)}"
     st.caption(f"True class: {names[int(dataset.test_labels[int(index)])]}")
 else:
     run = _ui.pick_run("sample", "Probe run", "saliency_run", dataset=dataset.name,
@@ -32,6 +33,11 @@ else:
     hits = [s for s in stored if s["hit"]] or stored
     pick = st.slider("Sample", 0, len(hits) - 1, 0, key=f"saliency_sample_{run.id}") if len(hits) > 1 else 0
     image = torch.tensor(hits[pick]["image"])
+    image_key = f"sample-{hits[pick]['id']}"
+    made_with = run.config.get("classifier")
+    if made_with not in (None, "default", classifier.id):
+        st.warning(f"This sample comes from run {run.id}, made with the classifier `{made_with}`; the heat maps "
+                   f"below explain this session's classifier `{classifier.id}` (change it on the Models page).")
     if str(run.config.get("dataset", "")).startswith("scenes"):
         scene = torch.as_tensor(hits[pick]["z"])
     st.caption(f"Sample {hits[pick]['id']} (chain {hits[pick]['chain']}, step {hits[pick]['step']})"
@@ -41,7 +47,8 @@ with torch.no_grad():
     probs = classifier.module(image[None].to(_ui.device())).cpu()[0]
 predicted = int(probs.argmax())
 c1, c2, c3, c4 = st.columns(4)
-first = c1.selectbox("Explain class", names, index=predicted, key="saliency_class")
+# keyed by the image, so a new image starts at the class the classifier predicts for it
+first = c1.selectbox("Explain class", names, index=predicted, key=f"saliency_class_{image_key}")
 second = c2.selectbox("Compare with class", ["(none)"] + list(names), key="saliency_compare")
 noise = c3.slider("Noise level (sd, fraction of the pixel range)", 0.0, 0.5, 0.15, 0.01, key="saliency_noise")
 samples = c4.slider("Noisy samples", 1, 200, 50, key="saliency_samples")

@@ -37,6 +37,7 @@ from probe_core.errors import ProbeError
 from probe_core.jobs import JobContext, JobFunction, training_announcer
 
 IDENTIFY, DISTILL, CORRECT = "defuse-identify", "defuse-distill", "defuse-correct"
+EMBEDDING = "defuse-embedding"
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def assignments_of(store, distill_run: int) -> np.ndarray:
 
 def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> JobFunction:
     """Identification as a job: failures are streamed into the run as each batch is done."""
+    settings = _settings(IdentifySettings, settings)
 
     def run(context: JobContext) -> dict:
         started = time.perf_counter()
@@ -205,6 +207,7 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
 
 def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> JobFunction:
     """Distillation as a job: clusters to the store with their description and review statistics."""
+    settings = _settings(DistillSettings, settings)
 
     def run(context: JobContext) -> dict:
         started = time.perf_counter()
@@ -330,6 +333,7 @@ def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], 
 
 def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> JobFunction:
     """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
+    settings = _settings(CorrectSettings, settings)
 
     def run(context: JobContext) -> dict:
         started = time.perf_counter()
@@ -447,9 +451,46 @@ def run_step(registry, store, settings, device: str = "cpu", listener=None) -> t
 
 
 def submit_step(manager, registry, settings, device: str = "cpu") -> int:
-    """Start one step as a background job (dashboard); returns the run id."""
+    """Start one step as a background job (dashboard: a worker process); returns the run id."""
+    from probe_core.executors import JobSpec
+
     kind, factory = _step(settings)
-    return manager.submit(kind, settings_dict(settings), factory(registry, settings, device))
+    job = JobSpec(f"{__name__}:{factory.__name__}", {"settings": settings_dict(settings), "device": device},
+                  registry.data_dir)
+    return manager.submit(kind, settings_dict(settings), job)
+
+
+def submit_find_failures(manager, registry, identify: IdentifySettings, distill: dict | None = None,
+                         device: str = "cpu") -> int:
+    """Start identification then distillation in the background (the Failures page's one button)."""
+    from probe_core.executors import JobSpec
+
+    job = JobSpec(f"{__name__}:find_failures_job", {"identify": settings_dict(identify), "distill": distill,
+                                                    "device": device}, registry.data_dir)
+    return manager.submit(IDENTIFY, settings_dict(identify), job)
+
+
+def submit_embedding(manager, registry, distill_run: int) -> int:
+    """Compute (and cache) a distillation run's failure map in the background."""
+    from probe_core.executors import JobSpec
+
+    return manager.submit(EMBEDDING, {"distill_run": distill_run},
+                          JobSpec(f"{__name__}:embedding_job", {"distill_run": distill_run}, registry.data_dir))
+
+
+def embedding_job(registry, distill_run: int) -> JobFunction:
+    """:func:`embedding` as a job (its result is cached in the workspace)."""
+
+    def run(context: JobContext) -> dict:
+        context.report(0.05, "fitting UMAP", force=True)
+        return {"points": len(embedding(registry, context.store, distill_run)["failure_xy"])}
+
+    return run
+
+
+def _settings(cls, value):
+    """Settings given as the dataclass or as its JSON dict (a job rebuilt in a worker process)."""
+    return cls(**value) if isinstance(value, dict) else value
 
 
 def report(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN, rho: float = DEFAULT_RHO,
@@ -498,6 +539,7 @@ def find_failures_job(registry, identify: IdentifySettings, distill: dict | None
     ends; its id is in this run's result (``distill_run``). ``distill`` holds
     :class:`DistillSettings` fields other than ``identify_run``.
     """
+    identify = _settings(IdentifySettings, identify)
     identify_fn = identify_job(registry, identify, device)
 
     def run(context: JobContext) -> dict:

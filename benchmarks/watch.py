@@ -1,0 +1,107 @@
+"""Does watching a run slow it down? A Probe run timed with 0, 1 and 2 headless-Chromium tabs watching it.
+
+    .venv/bin/python benchmarks/watch.py [--workspace DIR]   # the README figure
+    .venv/bin/python benchmarks/watch.py --quick             # a shorter run: a smoke test
+
+Side by side in one run, against one dashboard server (``python app.py``, as ``make run``
+starts it): the same sampling job (high confidence in 3, the default digits models) is
+submitted as the Probe page submits it, to the server's kind of executor (a worker process),
+while 0, 1 or 2 tabs show the Probe page with its live view of that run. The run's own time
+(started to finished, from the workspace database) is printed for each, and watched ÷ unwatched.
+Needs Debian's ``chromium`` and the ``playwright`` package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from probe_core.executors import JobSpec, ProcessExecutor  # noqa: E402
+from probe_core.jobs import JobManager  # noqa: E402
+from probe_core.workspace import Workspace  # noqa: E402
+
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PROBE_WORKSPACE": str(workspace), "PROBE_AUTOTRAIN": "0", "PROBE_EXECUTOR": "process"}
+    process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--server.port", str(port),
+                                "--server.headless", "true", "--server.address", "127.0.0.1"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+            return process, url
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit("the dashboard server did not come up")
+
+
+def timed_run(workspace: Workspace, arguments: dict) -> float:
+    """Submit one sampling job as the Probe page does; its own run time in seconds."""
+    manager = JobManager(workspace.store, ProcessExecutor())
+    config = {"dataset": "digits", "target": arguments["spec"], "classifier": arguments["classifier"],
+              "generator": arguments["generator"], "benchmark": "watch"}
+    run = manager.wait(manager.submit("sample", config, JobSpec("probe_core.usecases:sampling_job", arguments)))
+    if run.status != "done":
+        raise SystemExit(f"run {run.id} ended {run.status}: {run.error}")
+    return run.finished_at - run.started_at
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", help="with the default digits models (trained here if missing)")
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not the figure)")
+    args = parser.parse_args()
+    root = Path(args.workspace or tempfile.mkdtemp(prefix="probe-watch-"))
+    workspace = Workspace(root)
+    for spec in workspace.registry.default_specs("digits", seed=0):
+        workspace.registry.get_or_train(spec)
+    registry = workspace.registry
+    arguments = {"dataset": "digits", "spec": "high:3", "classifier": registry.default_id("digits", "classifier"),
+                 "generator": registry.default_id("digits", "vae"), "chains": 32,
+                 "warmup": 60 if args.quick else 300, "samples": 60 if args.quick else 300, "keep_every": 5,
+                 "seed": 0}
+    server, url = start_server(root)
+    times = {}
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+            for tabs in (0, 1, 2):
+                pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
+                for page in pages:
+                    page.goto(f"{url}/probe")
+                    page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
+                times[tabs] = timed_run(workspace, arguments)
+                for page in pages:
+                    page.close()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"Probe run (high:3, 32 chains, {arguments['warmup']} + {arguments['samples']}), run time by tabs watching:")
+    for tabs, seconds in times.items():
+        ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / times[0]:.2f}"
+        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}")
+
+
+if __name__ == "__main__":
+    main()

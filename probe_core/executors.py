@@ -1,0 +1,225 @@
+"""Where background work runs: the executor seam between a stored run and the process that does it.
+
+A run that may execute elsewhere is described by a :class:`JobSpec`: the dotted path of a
+*job builder* and JSON arguments. The builder is called in the process that does the work as
+``builder(registry, **arguments)`` and returns the job function (``fn(context) -> result``).
+The spec is stored with the run, so any process can rebuild the job from the database alone.
+
+Executors:
+
+``process`` (:class:`ProcessExecutor`, the dashboard's default)
+    One worker process per run (``python -m probe_core.worker``). The dashboard server never
+    runs a job's torch work, so watching a run cannot slow it (no shared interpreter lock, no
+    shared garbage collection). Progress, previews and cancellation go through the database.
+    A worker dies with the server; a worker that dies (killed, out of memory) leaves its run
+    ``interrupted`` with everything it stored.
+``thread`` (:class:`ThreadExecutor`)
+    A daemon thread of the calling process: for tests, and for job functions that are plain
+    closures rather than specs.
+
+The scale-out executor (Ray) plugs in behind the same :class:`Executor` protocol.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from probe_core.errors import ProbeError
+from probe_core.store import Store
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_ENV = "PROBE_EXECUTOR"
+EXECUTORS = ("process", "thread")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How to build a job in any process: ``builder(registry, **arguments)``.
+
+    Parameters
+    ----------
+    builder : str
+        ``"package.module:function"``; the function takes a :class:`ModelRegistry` first.
+    arguments : dict
+        JSON-serialisable keyword arguments.
+    data_dir : str, optional
+        The data folder of the person who started it (their setting, carried with the job).
+    """
+
+    builder: str
+    arguments: dict = field(default_factory=dict)
+    data_dir: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"builder": self.builder, "arguments": self.arguments, "data_dir": self.data_dir},
+                          sort_keys=True, default=_jsonable)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "JobSpec":
+        return cls(data["builder"], data.get("arguments") or {}, data.get("data_dir"))
+
+    def build(self, workspace_root: str | Path):
+        """The job function, built in this process against the workspace at ``workspace_root``."""
+        from probe_core.workspace import Workspace
+
+        module_name, _, function_name = self.builder.partition(":")
+        try:
+            builder = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as exc:
+            raise ProbeError(f"unknown job builder {self.builder!r}: {exc}") from exc
+        registry = Workspace(workspace_root, data_dir=self.data_dir).registry
+        return builder(registry, **self.arguments)
+
+
+def _jsonable(value):
+    """JSON for dataclass settings and tuples inside job arguments."""
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value):
+        return asdict(value)
+    return str(value)
+
+
+class Executor(Protocol):
+    """Starts a stored run somewhere; the run's state lives in the store, not in the executor."""
+
+    def start(self, store: Store, run_id: int, job) -> None:
+        """Start run ``run_id`` (already recorded as queued) doing ``job`` (a JobSpec or, for threads, a function)."""
+
+    def wait(self, run_id: int, timeout: float | None = None) -> None:
+        """Block until the run's worker ends (or the timeout passes)."""
+
+
+class ThreadExecutor:
+    """Runs each job in a daemon thread of this process (tests; closures that cannot be rebuilt elsewhere)."""
+
+    def __init__(self) -> None:
+        self._threads: dict[int, threading.Thread] = {}
+
+    def start(self, store: Store, run_id: int, job) -> None:
+        from probe_core.lifecycle import execute_run
+
+        function = job.build(store.path.parent) if isinstance(job, JobSpec) else job
+        thread = threading.Thread(target=execute_run, args=(store, run_id, function), name=f"probe-job-{run_id}",
+                                  daemon=True)
+        self._threads[run_id] = thread
+        thread.start()
+
+    def wait(self, run_id: int, timeout: float | None = None) -> None:
+        thread = self._threads.get(run_id)
+        if thread is not None:
+            thread.join(timeout)
+
+
+def _die_with_parent() -> None:
+    """In the worker before exec: get SIGKILL when the process that started it dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the worker outlives a killed server and finishes its run
+        pass
+
+
+class ProcessExecutor:
+    """Runs each job in its own worker process (``python -m probe_core.worker WORKSPACE RUN_ID``).
+
+    Workers are started by one long-lived launcher thread: Linux delivers the "parent died"
+    signal when the *thread* that started a child ends, and the dashboard calls :meth:`start`
+    from short-lived script-run threads.
+
+    Parameters
+    ----------
+    python : str, optional
+        Interpreter for the workers (default: this one).
+    """
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+        self._processes: dict[int, subprocess.Popen] = {}
+        self._requests: queue.Queue = queue.Queue()
+        self._launcher: threading.Thread | None = None
+        self._launcher_guard = threading.Lock()
+
+    def start(self, store: Store, run_id: int, job) -> None:
+        if not isinstance(job, JobSpec):
+            raise ProbeError("a worker process needs a JobSpec (a builder and JSON arguments), not a function")
+        with self._launcher_guard:
+            if self._launcher is None or not self._launcher.is_alive():
+                self._launcher = threading.Thread(target=self._launch_loop, name="probe-worker-launcher",
+                                                  daemon=True)
+                self._launcher.start()
+        reply: queue.Queue = queue.Queue(maxsize=1)
+        self._requests.put((store, run_id, reply))
+        error = reply.get()
+        if error is not None:
+            store.interrupt_run(run_id, f"its worker process could not start: {error}")
+            raise ProbeError(f"could not start a worker process for run {run_id}: {error}")
+
+    def _launch_loop(self) -> None:
+        while True:
+            store, run_id, reply = self._requests.get()
+            try:
+                self._spawn(store, run_id)
+            except OSError as exc:
+                reply.put(exc)
+            else:
+                reply.put(None)
+
+    def _spawn(self, store: Store, run_id: int) -> None:
+        root = Path(store.path).parent
+        log_path = root / "logs" / f"run-{run_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                         os.environ.get("PYTHONPATH")]))}
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(
+                [self.python, "-m", "probe_core.worker", str(root), str(run_id)], stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+                start_new_session=True)
+        self._processes[run_id] = process
+        threading.Thread(target=self._reap, args=(store, run_id, process), name=f"probe-reap-{run_id}",
+                         daemon=True).start()
+
+    @staticmethod
+    def _reap(store: Store, run_id: int, process: subprocess.Popen) -> None:
+        """Collect the worker's exit; a run it left active was cut off (killed, out of memory)."""
+        code = process.wait()
+        if code != 0:
+            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+            store.interrupt_run(run_id, f"the worker process {how}{hint}; what it stored is kept")
+        store.close()
+
+    def wait(self, run_id: int, timeout: float | None = None) -> None:
+        process = self._processes.get(run_id)
+        if process is not None:
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def make_executor(name: str | None = None) -> Executor:
+    """``process`` or ``thread`` (default ``$PROBE_EXECUTOR``, else ``process``)."""
+    name = (name or os.environ.get(EXECUTOR_ENV) or "process").strip().lower()
+    if name == "process":
+        return ProcessExecutor()
+    if name == "thread":
+        return ThreadExecutor()
+    raise ProbeError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+
+
+JobBuilder = Callable[..., Callable]

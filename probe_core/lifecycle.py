@@ -1,0 +1,131 @@
+"""A run's life in one place: its context (progress, cancellation) and how it ends.
+
+:func:`execute_run` is used by worker processes and threads, :func:`run_inline` by the CLI;
+both decide a run's final status in :func:`_finish`: done, cancelled, or failed with the
+reason. Jobs never touch the UI; progress goes to the ``runs`` table, where any page, tab or
+process can read it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from typing import Callable
+
+from probe_core.errors import CancelledError, ProbeError
+from probe_core.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class JobContext:
+    """Handed to a running job: progress reporting and cancellation.
+
+    Parameters
+    ----------
+    store : Store
+    run_id : int
+    min_interval_s : float
+        Reports closer together than this are not written (the last one always is
+        when ``force=True``), so tight loops can report freely.
+    listener : callable, optional
+        Also called with ``(progress, message)`` on every report (the CLI's progress bar).
+    """
+
+    def __init__(self, store: Store, run_id: int, min_interval_s: float = 0.25,
+                 listener: Callable[[float | None, str | None], None] | None = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.min_interval_s = min_interval_s
+        self.listener = listener
+        self._last_write = 0.0
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        """Record progress in [0, 1], a message and JSON details.
+
+        Raises
+        ------
+        CancelledError
+            If the run was asked to stop.
+        """
+        if self.listener is not None:
+            self.listener(progress, message)
+        now = time.monotonic()
+        if force or now - self._last_write >= self.min_interval_s:
+            self._last_write = now
+            self._cancelled = self.store.update_run(self.run_id, progress, message, details) or self._cancelled
+        if self._cancelled:
+            raise CancelledError(f"run {self.run_id} cancelled")
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`CancelledError` if cancellation was requested (reads the database)."""
+        run = self.store.get_run(self.run_id)
+        if run is not None and run.cancel_requested:
+            self._cancelled = True
+            raise CancelledError(f"run {self.run_id} cancelled")
+
+
+JobFunction = Callable[[JobContext], "dict | None"]
+
+
+def _finish(store: Store, run_id: int, outcome: BaseException | None, result: dict | None) -> None:
+    """The one place a run's final status is decided from how its job ended."""
+    if outcome is None:
+        store.finish_run(run_id, "done", result=result or {})
+    elif isinstance(outcome, (CancelledError, KeyboardInterrupt)):
+        store.finish_run(run_id, "cancelled")
+    elif isinstance(outcome, ProbeError):
+        store.finish_run(run_id, "failed", error=str(outcome))
+    else:
+        store.finish_run(run_id, "failed", error=f"{type(outcome).__name__}: {outcome}")
+
+
+def execute_run(store: Store, run_id: int, fn: JobFunction,
+                listener: Callable[[float | None, str | None], None] | None = None) -> dict:
+    """Run a recorded job in this thread: running, progress through the store, then its final status.
+
+    Never raises for a job's own failure (the run records it); used by worker processes and threads.
+    """
+    store.start_run(run_id)
+    try:
+        try:
+            result = fn(JobContext(store, run_id, listener=listener)) or {}
+        except BaseException as exc:  # a job must never die silently; the run records why
+            if not isinstance(exc, (CancelledError, ProbeError, KeyboardInterrupt)):
+                log.error("run %s failed:\n%s", run_id, traceback.format_exc())
+            _finish(store, run_id, exc, None)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return {}
+        _finish(store, run_id, None, result)
+        return result
+    finally:
+        if threading.current_thread() is not threading.main_thread():
+            store.close()  # connections are per thread: a job thread's ends with it
+
+
+def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
+               listener: Callable[[float | None, str | None], None] | None = None) -> tuple[int, dict]:
+    """Run a job in the calling thread (the CLI's way), recorded like a background run.
+
+    Returns ``(run_id, result)``; ``listener`` sees every progress report.
+    Failures, cancellation and Ctrl-C finish the run accordingly (anything it
+    already stored is kept) and are raised again.
+    """
+    run_id = store.create_run(kind, config)
+    store.start_run(run_id)
+    try:
+        result = fn(JobContext(store, run_id, listener=listener)) or {}
+    except BaseException as exc:
+        _finish(store, run_id, exc, None)
+        raise
+    _finish(store, run_id, None, result)
+    return run_id, result

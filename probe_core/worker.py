@@ -1,0 +1,41 @@
+"""A worker process: ``python -m probe_core.worker WORKSPACE RUN_ID`` does one stored run and exits.
+
+Started by :class:`probe_core.executors.ProcessExecutor`. It rebuilds the job from the run's
+stored :class:`JobSpec`, runs it with the usual lifecycle (running, progress, done / failed /
+cancelled) and exits 0; the run's outcome is in the database, not in the exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from probe_core.executors import JobSpec
+    from probe_core.lifecycle import execute_run
+    from probe_core.store import Store
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m probe_core.worker WORKSPACE RUN_ID", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root, run_id = args[0], int(args[1])
+    store = Store(f"{root}/probe.sqlite")
+    run = store.get_run(run_id)
+    if run is None or run.job is None:
+        print(f"run {run_id} has no job to do", file=sys.stderr)
+        return 2
+    try:
+        function = JobSpec.from_dict(run.job).build(root)
+    except Exception as exc:  # the run records why it could not start
+        store.start_run(run_id)
+        store.finish_run(run_id, "failed", error=f"could not build the job: {type(exc).__name__}: {exc}")
+        return 0
+    execute_run(store, run_id, function)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

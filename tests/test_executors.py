@@ -1,0 +1,71 @@
+"""Background jobs in worker processes: they run outside the caller, stop on request, and a killed worker
+leaves its run interrupted with what it stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from probe_core.executors import JobSpec, ProcessExecutor
+from probe_core.jobs import JobManager
+
+from helpers import write_tiny_plugin
+
+
+def _sampling_spec(plugin: str, samples: int) -> JobSpec:
+    return JobSpec("probe_core.usecases:sampling_job", {
+        "dataset": "digits", "spec": "high:3", "classifier": plugin, "generator": plugin, "chains": 4,
+        "warmup": 2, "samples": samples, "keep_every": 1})
+
+
+def _wait(condition, timeout: float = 120.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_path):
+    manager = JobManager(workspace.store, ProcessExecutor())
+    run_id = manager.submit("sample", {"target": "high:3"}, _sampling_spec(str(write_tiny_plugin(tmp_path)), 20))
+    run = manager.wait(run_id, timeout=180)
+    assert run.status == "done", (run.status, run.error)
+    assert f":{os.getpid()}:" not in run.owner  # it ran in another process
+    assert workspace.store.count_samples(run_id) == 4 * 20
+    assert run.job["builder"] == "probe_core.usecases:sampling_job"
+    assert (workspace.root / "logs" / f"run-{run_id}.log").is_file()
+
+
+def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(workspace, tmp_path):
+    plugin = str(write_tiny_plugin(tmp_path))
+    manager = JobManager(workspace.store, ProcessExecutor())
+    stopped = manager.submit("sample", {"target": "high:3"}, _sampling_spec(plugin, 100_000))
+    _wait(lambda: workspace.store.count_samples(stopped) > 0)
+    manager.cancel(stopped)
+    run = manager.wait(stopped, timeout=120)
+    assert run.status == "done" and run.result["cancelled"]  # stopped early, summary of what was kept
+
+    killed = manager.submit("sample", {"target": "high:3"}, _sampling_spec(plugin, 100_000))
+    _wait(lambda: workspace.store.count_samples(killed) > 0)
+    owner = workspace.store.get_run(killed).owner
+    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+    run = _wait(lambda: (r := workspace.store.get_run(killed)).status == "interrupted" and r)
+    assert "killed by signal 9" in run.error
+    assert workspace.store.count_samples(killed) > 0
+
+
+def test_a_job_that_cannot_be_built_fails_with_the_reason(workspace):
+    manager = JobManager(workspace.store, ProcessExecutor())
+    run = manager.wait(manager.submit("t", {}, JobSpec("probe_core.nothing:here")), timeout=120)
+    assert run.status == "failed" and "unknown job builder 'probe_core.nothing:here'" in run.error
+
+
+def test_a_function_cannot_go_to_a_worker_process(workspace):
+    with pytest.raises(Exception, match="JobSpec"):
+        ProcessExecutor().start(workspace.store, workspace.store.create_run("t", {}), lambda context: {})
