@@ -66,6 +66,35 @@ def timed_run(workspace: Workspace, arguments: dict) -> float:
     return run.finished_at - run.started_at
 
 
+def training_seconds(tabs: int, browser, quick: bool) -> float:
+    """Default digits training, submitted as the dashboard's first start does, with ``tabs`` Models pages open."""
+    from dataclasses import replace
+
+    from probe_core.jobs import submit_training
+
+    root = Path(tempfile.mkdtemp(prefix="probe-watch-train-"))
+    workspace = Workspace(root)
+    server, url = start_server(root)
+    try:
+        pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
+        for page in pages:
+            page.goto(url)
+            page.get_by_role("heading", name="Model Probe").first.wait_for(timeout=120_000)
+        specs = workspace.registry.default_specs("digits", seed=0)
+        if quick:
+            specs = [replace(spec, epochs=3) for spec in specs]
+        manager = JobManager(workspace.store, ProcessExecutor())
+        run = manager.wait(submit_training(manager, workspace.registry, specs, {"benchmark": "watch"}))
+        for page in pages:
+            page.close()
+        if run.status != "done":
+            raise SystemExit(f"training run {run.id} ended {run.status}: {run.error}")
+        return run.finished_at - run.started_at
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="with the default digits models (trained here if missing)")
@@ -100,7 +129,13 @@ def main() -> None:
     print(f"Probe run (high:3, 32 chains, {arguments['warmup']} + {arguments['samples']}), run time by tabs watching:")
     for tabs, seconds in times.items():
         ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / times[0]:.2f}"
-        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}")
+        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}", flush=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        trained = {tabs: training_seconds(tabs, browser, args.quick) for tabs in (0, 1)}
+        browser.close()
+    print(f"default digits training{' (3 epochs each)' if args.quick else ''} with the Models page open: "
+          f"{trained[1]:.0f} s, closed: {trained[0]:.0f} s (ratio {trained[1] / trained[0]:.2f})")
 
 
 if __name__ == "__main__":

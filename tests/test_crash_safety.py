@@ -92,7 +92,7 @@ def test_kill_9_of_a_cli_sampling_run_leaves_it_interrupted_with_its_samples(tmp
 
 def test_kill_9_of_a_defuse_identification_keeps_its_failures(tmp_path):
     workspace, plugin = tmp_path / "ws", str(write_tiny_plugin(tmp_path))
-    process = _start_cli(["defuse", "identify", "--classifier", plugin, "--vae", plugin, "--samples-per-image", "400"],
+    process = _start_cli(["defuse", "identify", "--classifier", plugin, "--vae", plugin, "--samples-per-image", "5000"],
                          workspace, tmp_path / "cli.log")
     store = None
 
@@ -102,14 +102,14 @@ def test_kill_9_of_a_defuse_identification_keeps_its_failures(tmp_path):
             return None
         store = store or _store(workspace)
         runs = store.list_runs(kind="defuse-identify")
-        return runs and runs[0].progress > 0.05 and store.concat_arrays(runs[0].id, "failures/") is not None
+        return runs and runs[0].progress > 0.01 and store.concat_arrays(runs[0].id, "failures/") is not None
 
     _wait_for(some_failures, process, tmp_path / "cli.log")
     run_id = store.list_runs(kind="defuse-identify")[0].id
     stored = len(store.concat_arrays(run_id, "failures/")["latents"])
     _kill_9(process)
     [run] = [r for r in _runs_json(workspace) if r["id"] == run_id]
-    assert run["status"] == "interrupted" and 0.05 < run["progress"] < 1
+    assert run["status"] == "interrupted" and 0.01 < run["progress"] < 1
     assert len(store.concat_arrays(run_id, "failures/")["latents"]) >= stored > 0
     # its failures can still be distilled
     from probe_core.cli import main
