@@ -20,8 +20,10 @@ def test_home_shows_data_models_and_samples(app_env):
 
 def test_home_trains_a_model_from_the_form(app_env):
     at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not [m for m in at.multiselect if m.key == "train_classes"]  # "all": no class picker shown
+    at.radio(key="train_subset_mode").set_value("all except").run()
     at.selectbox(key="train_kind").select("classifier")
-    at.radio(key="train_subset_mode").set_value("all except")
+    assert at.multiselect(key="train_classes").label == "Classes to leave out"
     at.multiselect(key="train_classes").select("7")
     at.number_input(key="train_epochs").set_value(2)
     at.number_input(key="train_seed").set_value(5)
@@ -43,3 +45,20 @@ def test_missing_data_folder_is_a_message_not_a_traceback(app_env, monkeypatch):
     at.selectbox(key="dataset").select("mnist").run()
     assert not at.exception
     assert any("PROBE_DATA_DIR" in e.value for e in at.error)
+
+
+def test_a_plugin_path_is_checked_where_it_is_typed(app_env, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from helpers import write_tiny_plugin
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.selectbox(key="classifier_pick:digits").select("plugin file…").run()
+    missing = str(tmp_path / "nowhere.py")
+    at.text_input(key="classifier_plugin_path:digits").input(missing).run()
+    assert any("not found" in e.value and missing in e.value for e in at.error), [e.value for e in at.error]
+    assert "classifier" not in at.query_params  # the session's classifier did not change
+    good = str(write_tiny_plugin(tmp_path))
+    at.text_input(key="classifier_plugin_path:digits").input(good).run()
+    assert not at.error and at.query_params["classifier"].startswith(f"plugin:{Path(good).resolve()}#sha256=")

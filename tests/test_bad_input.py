@@ -156,12 +156,13 @@ def _snapshot(workspace: Path) -> tuple:
         store.close()
 
 
-def _probe_page(app_env, **session):
+def _probe_page(app_env, **models):
+    """The Probe page opened from a URL naming the session's models (``classifier=…``, ``generator=…``)."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
-    for key, value in session.items():
-        at.session_state[key] = value
+    for kind, reference in models.items():
+        at.query_params[kind] = reference
     at.run()
     at.switch_page("pages/views/probe.py").run()
     assert not at.exception, at.exception
@@ -173,7 +174,7 @@ def test_bad_input_on_the_probe_page_gets_st_error_and_stores_nothing(app_env, t
     before = len(store.list_runs(limit=10_000))
     good = str(write_tiny_plugin(tmp_path))
     # a target spec that does not parse, and a σ of zero, typed into the page
-    at = _probe_page(app_env, classifier_ref=good, generator_ref=good)
+    at = _probe_page(app_env, classifier=good, generator=good)
     at.radio(key="probe_kind").set_value("Spec").run()
     at.text_input(key="probe_spec").set_value("probs:8=0.5").run()
     assert not at.exception and any("must sum to 1" in e.value for e in at.error), [e.value for e in at.error]
@@ -181,10 +182,10 @@ def test_bad_input_on_the_probe_page_gets_st_error_and_stores_nothing(app_env, t
     # every broken plugin, as the session's classifier or generator
     for index, (name, body) in enumerate(PLUGIN_FAULTS.items()):
         path = str(write_tiny_plugin(tmp_path, f"page_bad_{index}.py", extra=body))
-        role = "generator_ref" if name == "NaN images" else "classifier_ref"
-        at = _probe_page(app_env, **{"classifier_ref": good, "generator_ref": good, role: path})
+        role = "generator" if name == "NaN images" else "classifier"
+        at = _probe_page(app_env, **{"classifier": good, "generator": good, role: path})
         assert any(path in e.value for e in at.error), (name, [e.value for e in at.error])
     missing = str(tmp_path / "no_such_plugin.py")
-    at = _probe_page(app_env, classifier_ref=missing, generator_ref=good)
+    at = _probe_page(app_env, classifier=missing, generator=good)
     assert any("not found" in e.value and missing in e.value for e in at.error), [e.value for e in at.error]
     assert len(store.list_runs(limit=10_000)) == before

@@ -103,6 +103,18 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
     at.session_state[f"defuse_map_hover_{run_id}"] = {"hover": -1}  # the first training image
     at.run()
     assert json.loads(at.get("bidi_component")[0].proto.json)["image"]["caption"].startswith("training image 0, class ")
+    # the map: lasso and box selection, the legend clear of the tool bar, one colour per cluster, and
+    # cluster numbers as on the Label page (1-based)
+    chart = at.get("plotly_chart")[0].proto
+    spec = json.loads(chart.spec)
+    assert set(chart.selection_mode) == {0, 1, 2}  # points, box and lasso
+    assert spec["layout"]["legend"]["orientation"] == "h" and spec["layout"]["legend"]["y"] < 0
+    clusters = [t for t in spec["data"] if t.get("name", "").startswith("cluster ")]
+    assert len({t["marker"]["color"] for t in clusters}) == len(clusters) > 10
+    numbers = sorted(int(t["name"].split()[1]) for t in clusters)
+    stored = sorted(c["cluster_index"] + 1 for c in app_env.store.get_clusters(run_id))
+    assert set(numbers) <= set(stored) and min(numbers) >= 1
+    assert any(m.value.startswith(f"**Cluster {stored[0]}** (id ") for m in at.markdown)
 
 
 def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
@@ -164,8 +176,31 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     table = at.dataframe[-1].value
     assert list(table["classifier"]) == ["before", "Defuse", "baseline: individual failures"]
     assert table["failure-region accuracy"].iloc[1] > table["failure-region accuracy"].iloc[0]
+    # the trade-off at the chosen λ, and a warning past the test-accuracy drop the user allows
+    assert any("At the chosen λ = 1:" in c.value for c in at.caption)
+    drop = (table["test accuracy"].iloc[0] - table["test accuracy"].iloc[1]) * 100
+    at.number_input(key="finetune_allowed_drop").set_value(max(0.0, round(drop, 1) - 0.5)).run()
+    assert (drop > 0.5) == any("points of test accuracy" in w.value for w in at.warning)
+    at.number_input(key="finetune_allowed_drop").set_value(100.0).run()
+    assert not any("points of test accuracy" in w.value for w in at.warning)
     at.button(key="finetune_promote").click().run()
-    assert at.session_state["classifier_ref"] == app_env.store.get_run(run.id).result["corrected_model"]
+    corrected = app_env.store.get_run(run.id).result["corrected_model"]
+    assert at.query_params["classifier"] == corrected  # kept in the URL: a reload keeps the choice
+    # a reload (a new session from that URL) and a data-set switch and back keep the corrected classifier
+    reloaded = AppTest.from_file(APP, default_timeout=120)
+    reloaded.query_params["classifier"] = corrected
+    reloaded.run()
+    reloaded.switch_page("pages/views/probe.py").run()
+    assert any(corrected in c.value for c in reloaded.caption), [c.value for c in reloaded.caption]
+    reloaded.selectbox(key="dataset").set_value("scenes").run()
+    reloaded.selectbox(key="dataset").set_value("digits").run()
+    assert any(corrected in c.value for c in reloaded.caption), [c.value for c in reloaded.caption]
+    # another λ of the sweep can be picked (or clicked on the chart) and finetuned alone
+    assert at.selectbox(key="finetune_other_lambda").options[0].startswith("λ = 1: test ")
+    at.button(key="finetune_other_start").click().run()
+    again = app_env.store.list_runs(kind=pipeline.CORRECT)[0]
+    assert again.id != run.id and again.config["lambdas"] == [1.0] and again.config["epochs"] == 1
+    app_env.store.request_cancel(again.id)  # not needed further
 
 
 def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
@@ -180,7 +215,7 @@ def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
     run = next(r for r in app_env.store.list_runs(kind="sample") if r.config.get("target") == "ambiguous-matrix")
     assert len(run.result["targets"]) == 45
     at.selectbox(key="matrix_pair").set_value(1).run()
-    assert not at.exception and any("hit rate" in m.value for m in at.markdown)
+    assert not at.exception and any("samples are hits" in m.value for m in at.markdown)
 
 
 def test_interpolation_samples_a_path_and_draws_the_strip(app_env):

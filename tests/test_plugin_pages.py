@@ -12,10 +12,10 @@ from test_pages import rerun_until
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
-def _page(page: str, **session) -> AppTest:
+def _page(page: str, **models) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
-    for key, value in session.items():
-        at.session_state[key] = value
+    for kind, reference in models.items():  # the session's models, as a URL names them
+        at.query_params[kind] = reference
     at.run()
     at.switch_page(page).run()
     assert not at.exception, at.exception
@@ -30,7 +30,7 @@ def test_defuse_pages_work_end_to_end_with_plugin_models(workspace, monkeypatch,
             torch.manual_seed(7)
             return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
     """))
-    session = {"classifier_ref": model, "generator_ref": model}
+    session = {"classifier": model, "generator": model}
     store = workspace.store
 
     at = _page("pages/views/failures.py", **session)

@@ -25,6 +25,10 @@ from probe_core.render import image_grid, upscale_for_display
 from probe_core.workspace import Workspace, default_workspace_path
 
 AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
+# Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
+# redraws its charts in every watching tab; every 2 s keeps that cost small next to the run itself
+# (benchmarks/watch.py) while progress still moves visibly.
+LIVE_REFRESH_S = 2.0
 
 
 @st.cache_resource
@@ -55,10 +59,49 @@ def device() -> str:
     return st.session_state.get("device", "cpu")
 
 
+MODEL_KINDS = ("classifier", "generator")
+
+
+def model_ref(kind: str, dataset: str | None = None) -> str:
+    """This person's classifier or generator reference for a data set (``default`` until they pick one).
+
+    Choices are kept per data set in the session (a switch to another data set and back keeps
+    them) and mirrored in the URL (``?dataset=…&classifier=…&generator=…``), so a reload or a
+    bookmark restores them.
+    """
+    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
+    key = f"{kind}_ref:{dataset}"
+    if key not in st.session_state:
+        in_url = st.query_params.get("dataset", DEFAULT_DATASET) == dataset
+        st.session_state[key] = (st.query_params.get(kind) if in_url else None) or "default"
+    return st.session_state[key]
+
+
+def set_model_ref(kind: str, reference: str, dataset: str | None = None) -> None:
+    """Make ``reference`` this person's classifier or generator for a data set (and put it in the URL)."""
+    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
+    st.session_state[f"{kind}_ref:{dataset}"] = reference or "default"
+    _sync_query_params()
+
+
+def _sync_query_params() -> None:
+    dataset = st.session_state.get("dataset", DEFAULT_DATASET)
+    wanted = {"dataset": None if dataset == DEFAULT_DATASET else dataset,
+              **{kind: model_ref(kind, dataset) for kind in MODEL_KINDS}}
+    for name, value in wanted.items():
+        if value in (None, "default"):
+            if name in st.query_params:
+                del st.query_params[name]
+        elif st.query_params.get(name) != value:
+            st.query_params[name] = value
+
+
 def sidebar_settings() -> None:
     """Data set, data folder and device pickers shared by every page."""
     names = [info.name for info in list_datasets()]
-    st.session_state.setdefault("dataset", DEFAULT_DATASET)
+    if "dataset" not in st.session_state:
+        from_url = st.query_params.get("dataset")
+        st.session_state["dataset"] = from_url if from_url in names else DEFAULT_DATASET
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
     with st.sidebar:
         st.selectbox("Data set", names, key="dataset",
@@ -68,6 +111,7 @@ def sidebar_settings() -> None:
                           help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
         st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
+    _sync_query_params()
 
 
 def current_dataset():
@@ -125,7 +169,8 @@ def models_table(models: list[dict]) -> pd.DataFrame:
 
 
 MODELS_COLUMN_CONFIG = {
-    "test accuracy": st.column_config.ProgressColumn("test accuracy", min_value=0.0, max_value=1.0, format="percent"),
+    "test accuracy": st.column_config.ProgressColumn("test accuracy", min_value=0.0, max_value=1.0, format="percent",
+                                                     color="blue"),
     "FD-clf": st.column_config.NumberColumn("FD-clf", help=FD_HELP, format="%.1f"),
     "test ELBO": st.column_config.NumberColumn("test ELBO", help="nats per image, higher is better", format="%.1f"),
     "recon MSE": st.column_config.NumberColumn("recon MSE", help="per pixel, at the posterior mean", format="%.4f"),
@@ -162,7 +207,7 @@ def session_model(kind: str, dataset: str):
     """
     from probe_core.models.registry import default_scene_generator, has_renderer
 
-    reference = st.session_state.get(f"{kind}_ref") or "default"
+    reference = model_ref(kind, dataset)
     ws = workspace()
     if reference == "default" and kind == "generator" and has_renderer(dataset):
         reference = default_scene_generator(dataset)
@@ -206,16 +251,26 @@ def model_choice(kind: str, dataset: str) -> None:
     if kind == "generator" and has_renderer(dataset):
         ids = list(SCENE_GENERATORS) + ids
     options = ["default"] + ids + ["plugin file…"]
-    current = st.session_state.get(f"{kind}_ref", "default")
+    current = model_ref(kind, dataset)
     index = options.index(current) if current in options else len(options) - 1
-    choice = st.selectbox(f"{kind.capitalize()} for this session", options, index=index, key=f"{kind}_pick",
+    choice = st.selectbox(f"{kind.capitalize()} for this session", options, index=index,
+                          key=f"{kind}_pick:{dataset}",
                           help="'default' is the data set's default zoo model; a plugin is a .py file")
     if choice == "plugin file…":
-        path = st.text_input(f"{kind.capitalize()} plugin path", value=current if current.endswith(".py") else "",
-                             key=f"{kind}_plugin_path", placeholder="/path/to/my_model.py")
-        st.session_state[f"{kind}_ref"] = path.strip() or "default"
+        path = st.text_input(f"{kind.capitalize()} plugin path", value="" if current in options else current,
+                             key=f"{kind}_plugin_path:{dataset}", placeholder="/path/to/my_model.py").strip()
+        if not path:
+            return
+        try:  # checked here, where it is typed, not later on another page
+            loaded = _load(str(ws.root.resolve()), path, kind, dataset, device(),
+                           st.session_state.get("data_dir") or None)
+        except ProbeError as exc:
+            st.error(f"Cannot use this plugin: {exc}")
+            return
+        set_model_ref(kind, loaded.id, dataset)
+        st.caption(f"Using `{loaded.id}`")
     else:
-        st.session_state[f"{kind}_ref"] = choice
+        set_model_ref(kind, choice, dataset)
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -387,9 +442,9 @@ def page_models(need_generator: bool = True):
     return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
 
 
-@st.fragment(run_every=1.0)
+@st.fragment(run_every=LIVE_REFRESH_S)
 def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[str, ...] = ()) -> None:
-    """Progress of this page's active runs, polled once a second; reruns the page once when they end.
+    """Progress of this page's active runs, polled every LIVE_REFRESH_S; reruns the page once when they end.
 
     ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind);
     the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.

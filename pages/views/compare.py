@@ -37,7 +37,10 @@ if start:
     if first == second:
         st.error("Pick two different classifiers.")
     else:
-        generator = st.session_state.get("generator_ref", "default")
+        loaded = _ui.session_model("generator", dataset.name)  # stored by its resolved reference
+        if loaded is None:
+            st.stop()
+        generator = loaded.id
         config = {"dataset": dataset.name, "classifiers": [first, second], "generator": generator,
                   "chains": int(chains), "samples": int(samples)}
         _ui.job_manager().submit("compare", config, JobSpec("probe_core.usecases:compare_job", {

@@ -2,6 +2,7 @@
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 import streamlit as st
 import torch
 
@@ -41,8 +42,8 @@ with st.form("defuse-find"):
 if start:
     try:  # models are checked (and their references resolved) before a run is stored
         identify = pipeline.checked_identify_settings(ws.registry, pipeline.IdentifySettings(
-            dataset=dataset.name, classifier=st.session_state.get("classifier_ref", "default"),
-            vae=st.session_state.get("generator_ref", "default"), samples_per_image=int(per_image),
+            dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
+            vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_per_image=int(keep), noise=noise, noise_scale=float(scale)), _ui.device())
     except ProbeError as exc:
         st.error(f"Cannot start: {exc}")
@@ -92,6 +93,9 @@ else:
                                   hovertext=[f"training image, class {names[c]}" for c in cached["train_labels"]],
                                   hoverinfo="text"))
     index = cached["failure_index"]
+    kept = [c for c in np.unique(cached["failure_cluster"]) if c >= 0]
+    # one distinct colour per cluster however many there are (a qualitative palette repeats after 10-24)
+    colours = dict(zip(kept, sample_colorscale("Turbo", list(np.linspace(0.05, 0.95, max(len(kept), 2))))))
     for cluster in np.unique(cached["failure_cluster"]):
         members = cached["failure_cluster"] == cluster
         rows = index[members]
@@ -99,11 +103,13 @@ else:
                  for i in rows]
         figure.add_trace(go.Scattergl(
             x=cached["failure_xy"][members, 0], y=cached["failure_xy"][members, 1], mode="markers",
-            name="no kept cluster" if cluster < 0 else f"cluster {cluster}", customdata=rows,
-            marker=dict(size=4, color="black" if cluster < 0 else None, opacity=0.7),
+            name="no kept cluster" if cluster < 0 else f"cluster {cluster + 1}", customdata=rows,
+            marker=dict(size=4, color="black" if cluster < 0 else colours[cluster], opacity=0.7),
             hovertext=hover, hoverinfo="text"))
-    figure.update_layout(height=520, margin=dict(l=10, r=10, t=10, b=10), legend=dict(itemsizing="constant"))
-    event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="defuse_map")
+    # the legend sits below the map, clear of the tool bar in the top right corner
+    figure.update_layout(height=560, margin=dict(l=10, r=10, t=30, b=10), dragmode="lasso",
+                         legend=dict(itemsizing="constant", orientation="h", yanchor="top", y=-0.04, x=0))
+    event = st.plotly_chart(figure, on_select="rerun", selection_mode=("points", "box", "lasso"), key="defuse_map")
 
     def image_of_point(point: int) -> tuple[torch.Tensor, str]:
         if point < 0:
@@ -144,7 +150,7 @@ for position, cluster in enumerate(clusters):
     info = cluster["info"]
     with columns[position % 3].container(border=True):
         images, predicted = review(cluster["id"], 10, tau, (classifier_of_run.id, vae_of_run.id))
-        st.markdown(f"**Cluster {cluster['cluster_index']}** (id {cluster['id']}) · weight {cluster['weight']:.3f} · "
+        st.markdown(f"**Cluster {cluster['cluster_index'] + 1}** (id {cluster['id']}) · weight {cluster['weight']:.3f} · "
                     f"{cluster['size']} failures")
         _ui.show_picture(images, columns=5)
         st.caption(f"classifier mostly says **{names[info['majority_prediction']]}** "

@@ -69,6 +69,17 @@ for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "bas
 percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, format="percent")
            for k in ("test accuracy", "failure-region accuracy")}
 st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
+before, after = result["results"]["before"], result["results"]["defuse"]
+test_drop = before["test_accuracy"] - after["test_accuracy"]
+allowed = st.number_input("Warn when test accuracy falls by more than (points)", 0.0, 100.0, 1.0, 0.5,
+                          key="finetune_allowed_drop")
+st.caption(f"At the chosen λ = {after.get('lambda', float('nan')):g}: test accuracy "
+           f"{before['test_accuracy'] * 100:.1f} → {after['test_accuracy'] * 100:.1f} % "
+           f"({-test_drop * 100:+.1f} points), failure-region accuracy {before['failure_accuracy'] * 100:.1f} → "
+           f"{after['failure_accuracy'] * 100:.1f} %.")
+if test_drop * 100 > allowed:
+    st.warning(f"The corrected classifier costs {test_drop * 100:.1f} points of test accuracy (more than the "
+               f"{allowed:g} you allow): look at the trade-off below before using it.")
 
 figure = go.Figure()
 for key, name, dash in (("sweep", "Defuse", None), ("baseline_sweep", "baseline", "dot")):
@@ -80,12 +91,30 @@ for key, name, dash in (("sweep", "Defuse", None), ("baseline_sweep", "baseline"
                                 line=dict(dash=dash, color="#d62728")))
 figure.update_layout(height=360, title="Trade-off over λ", xaxis=dict(type="log", title="λ"),
                      yaxis=dict(range=[0, 1.02], title="accuracy"), margin=dict(l=10, r=10, t=40, b=10))
-st.plotly_chart(figure, key="finetune_tradeoff")
+event = st.plotly_chart(figure, key="finetune_tradeoff", on_select="rerun", selection_mode="points")
+
+# Another point of the trade-off: click it on the chart (or pick it), then finetune at that λ alone.
+swept = [s["lambda"] for s in result["sweep"]]
+clicked = [p.get("x") for p in (event.selection.points if event and hasattr(event, "selection") else [])]
+if clicked and clicked[0] in swept and st.session_state.get("finetune_clicked") != clicked[0]:
+    st.session_state["finetune_clicked"] = clicked[0]
+    st.session_state["finetune_other_lambda"] = clicked[0]
+o1, o2 = st.columns([2, 1])
+other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lambda",
+                     format_func=lambda v: next(f"λ = {v:g}: test {s['test_accuracy'] * 100:.1f} %, failure regions "
+                                                f"{s['failure_accuracy'] * 100:.1f} %" for s in result["sweep"]
+                                                if s["lambda"] == v))
+if o2.button("Finetune at this λ", key="finetune_other_start"):
+    pipeline.submit_step(manager, ws.registry, pipeline.CorrectSettings(
+        distill_run=distill_run.id, source=result["source"], lambdas=(float(other),),
+        epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256))),
+        _ui.device())
+    st.rerun()
 
 corrected = result["corrected_model"]
 st.write(f"Corrected classifier: `{corrected}` (original `{result['original_model']}` kept).")
-if st.session_state.get("classifier_ref") == corrected:
-    st.success("The corrected classifier is the session classifier.")
+if _ui.model_ref("classifier") == corrected:
+    st.success("The corrected classifier is the session classifier (kept in the page address, so a reload keeps it).")
 elif st.button("Use the corrected classifier in this session", key="finetune_promote"):
-    st.session_state["classifier_ref"] = corrected
+    _ui.set_model_ref("classifier", corrected)
     st.rerun()

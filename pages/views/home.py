@@ -20,9 +20,9 @@ st.markdown(
 st.caption(f"Workspace `{ws.root.resolve()}` · device `{_ui.device()}`")
 
 
-@st.fragment(run_every=1.0)
+@st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def training_progress() -> None:
-    """Live progress of training runs; polls the database once a second."""
+    """Live progress of training runs; polls the database every LIVE_REFRESH_S seconds."""
     runs = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
     if not runs:
         if st.session_state.pop("train_watching", False):  # training just ended: show the new models
@@ -103,10 +103,12 @@ with pick_generator:
     _ui.model_choice("generator", dataset.name)
 
 st.header("Train a model")
+subset_mode = st.radio("Classes", ["all", "only these", "all except"], horizontal=True, key="train_subset_mode")
 with st.form("train-model"):
     kind = st.selectbox("Kind", ["classifier", "vae", "gan"], key="train_kind")
-    subset_mode = st.radio("Classes", ["all", "only these", "all except"], horizontal=True, key="train_subset_mode")
-    chosen = st.multiselect("Classes for the subset", list(dataset.class_names), key="train_classes")
+    chosen = [] if subset_mode == "all" else st.multiselect(
+        "Classes to train on" if subset_mode == "only these" else "Classes to leave out",
+        list(dataset.class_names), key="train_classes")
     ambiguous = st.checkbox("Always-ambiguous variant (classifier only)", key="train_ambiguous",
                             help="KL loss to soft targets 0.5 on y and 0.5 on (y+1) mod K (Bayes-TrEx Sec. 4.5)")
     epochs = st.number_input("Epochs (0 = default for this data set)", min_value=0, value=0, key="train_epochs")
@@ -130,8 +132,14 @@ if submitted:
     except ProbeError as exc:
         st.error(str(exc))
 
-recent = ws.store.list_runs(limit=10)
-if recent:
-    with st.expander("Recent runs"):
-        for run in recent:
-            st.write(_ui.run_status_line(run) + (f" — {run.error}" if run.error else ""))
+@st.fragment(run_every=_ui.LIVE_REFRESH_S)
+def recent_runs() -> None:
+    """The latest runs, re-read every 2 s like the progress lines above (a static list would lag them)."""
+    recent = ws.store.list_runs(limit=10)
+    if recent:
+        with st.expander("Recent runs"):
+            for run in recent:
+                st.write(_ui.run_status_line(run) + (f" — {run.error}" if run.error else ""))
+
+
+recent_runs()

@@ -57,7 +57,8 @@ if nav3.button("Next unlabelled", key="label_next_open"):
 cluster = clusters[st.session_state["label_position"]]
 info = cluster["info"]
 
-st.subheader(f"Cluster {cluster['cluster_index'] + 1} of {len(clusters)} (id {cluster['id']})")
+st.subheader(f"Cluster {cluster['cluster_index'] + 1} (id {cluster['id']}) · "
+             f"{st.session_state['label_position'] + 1} of {len(clusters)} to label")
 count = st.select_slider("Samples shown", [10, 20, 40], value=10, key="label_count")
 shown = pipeline.review_samples(vae, classifier, cluster, count, pipeline.distill_tau(ws.store, distill_run.id))
 predicted = shown["probs"].argmax(1).numpy()

@@ -71,9 +71,10 @@ centres, labels = [], []
 for (first, second), index in pairs.items():
     for row, column in ((first, second), (second, first)):
         centres.append(((column + 1) * tile + width / 2, (row + 1) * tile + height / 2))
-        hits = run.result["targets"][index]["summary"]["hits"]
-        labels.append(f"{names[first]} vs {names[second]}: {hits} hits" if hits else
-                      f"{names[first]} vs {names[second]}: not reached")
+        summary = run.result["targets"][index]["summary"]
+        hits = summary["hits"]
+        labels.append(f"{names[first]} vs {names[second]}: {hits} of {summary['kept']} samples are hits" if hits
+                      else f"{names[first]} vs {names[second]}: not reached")
 figure.add_trace(go.Scatter(x=[c[0] for c in centres], y=[c[1] for c in centres], mode="markers",
                             marker=dict(size=18, opacity=0.01), hovertext=labels, hoverinfo="text"))
 figure.update_layout(height=620, width=620, margin=dict(l=0, r=0, t=0, b=0), xaxis=dict(visible=False),
@@ -82,17 +83,21 @@ reached = sum(not t["failed"] for t in run.result["targets"])
 st.caption(f"{reached} of {len(pairs)} pairs reached · edges: a test image of each class · click a cell to open it")
 event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="matrix_chart")
 points = event.selection.points if event and hasattr(event, "selection") else []
+cells = [p.get("point_index", p.get("pointIndex")) for p in points if p.get("curve_number", p.get("curveNumber")) == 1]
 pair_names = [f"{names[a]} vs {names[b]}" for a, b in pairs]
-default = 0
-if points:
-    chosen_cell = points[0].get("point_index", points[0].get("pointIndex", 0))
-    default = chosen_cell // 2
-picked = st.selectbox("Pair", range(len(pairs)), index=default, format_func=lambda i: pair_names[i], key="matrix_pair")
+if cells and cells[0] is not None and st.session_state.get("matrix_clicked") != cells[0]:
+    # a click on a cell opens its pair (the picker below is keyed, so it is set through its state)
+    st.session_state["matrix_clicked"] = cells[0]
+    st.session_state["matrix_pair"] = cells[0] // 2
+picked = st.selectbox("Pair", range(len(pairs)), format_func=lambda i: pair_names[i], key="matrix_pair")
 index = list(pairs.values())[picked]
 entry = run.result["targets"][index]
 pair_samples = [s for s in stored if s["target_index"] == index]
 shown = [s for s in pair_samples if s["hit"]] or sorted(pair_samples, key=lambda s: s["target_distance"])[:10]
-st.write(f"**{entry['description']}** · hit rate {entry['hit_rate'] * 100:.0f} % · "
-         + ("FAILED: closest samples shown" if entry["failed"] else f"{len(shown)} stored hits"))
+keep_every = int(run.config.get("keep_every", 1))
+st.write(f"**{entry['description']}** · {entry['summary']['hits']} of {entry['summary']['kept']} samples are hits "
+         f"({entry['hit_rate'] * 100:.0f} %) · "
+         + ("FAILED: closest samples shown" if entry["failed"] else
+            f"{len(shown)} hits stored (every {keep_every}th sample is stored) and shown below"))
 if shown:
     _ui.show_picture(torch.tensor(np.stack([s["image"] for s in shown[:30]])), columns=10)

@@ -123,9 +123,9 @@ def trace_figure(trace: dict, series: str, title: str, y_range=None):
     return figure
 
 
-@st.fragment(run_every=1.0)
+@st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def live_view(run_id: int) -> None:
-    """Polls the run once a second; reruns the page once when the run ends."""
+    """Polls the run every LIVE_REFRESH_S seconds; reruns the page once when the run ends."""
     current = ws.store.get_run(run_id)
     if current is None:
         return
@@ -143,7 +143,7 @@ def live_view(run_id: int) -> None:
         diagnostics.update_layout(height=240, title="acceptance and step size", margin=dict(l=10, r=10, t=35, b=10),
                                   yaxis2=dict(overlaying="y", side="right", type="log"), legend=dict(orientation="h"))
         right.plotly_chart(diagnostics, key=f"trace_diag_{run_id}")
-        m1, m2, m3, m4 = st.columns(4)
+        m1, m2, m3, m4 = st.columns([2, 1, 1, 1])  # the stage text is the longest
         m1.metric("Stage", f"{details.get('stage', '?')} {details.get('iteration', 0)}/{details.get('total', 0)}")
         m2.metric("σ now", f"{details.get('sigma', float('nan')):.3f}")
         m3.metric("split R-hat (max)", f"{details['rhat']:.2f}" if "rhat" in details else "–")
@@ -177,7 +177,9 @@ st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
                                                                         format="percent"),
                             "ESS": st.column_config.NumberColumn("ESS", format="%.0f", help="minimum over latent dims"),
                             "R-hat": st.column_config.NumberColumn("R-hat", format="%.2f", help="split R-hat, max"),
-                            "acceptance": st.column_config.NumberColumn("acceptance", format="%.2f")})
+                            "acceptance": st.column_config.NumberColumn("acceptance", format="%.2f"),
+                            "status": st.column_config.TextColumn("status", width="medium"),
+                            "target": st.column_config.TextColumn("target", width="medium")})
 st.caption("'test set' counts test images that meet the same constraint (paper Sec. 4.10), next to the hit rate.")
 if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
     st.warning(POOR_MIXING_NOTE[0].upper() + POOR_MIXING_NOTE[1:])
