@@ -124,21 +124,30 @@ class ThreadExecutor:
             thread.join(timeout)
 
 
-def _die_with_parent() -> None:
-    """In the worker before exec: get SIGKILL when the process that started it dies (Linux)."""
+PARENT_ENV = "PROBE_WORKER_PARENT"
+
+
+def die_with_parent() -> None:
+    """Called first thing in a worker: get SIGKILL when the process that started it dies (Linux).
+
+    Done in the worker itself rather than between fork and exec (a ``preexec_fn`` is unsafe in a
+    server with many threads); if the starter is already gone by then, the worker exits at once.
+    """
+    expected = os.environ.get(PARENT_ENV)
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the worker outlives a killed server and finishes its run
-        pass
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the worker outlives a killed server and finishes its run
+        return
+    if expected and os.getppid() != int(expected):
+        os._exit(0)
 
 
 class ProcessExecutor:
     """Runs each job in its own worker process (``python -m probe_core.worker WORKSPACE RUN_ID``).
 
     Workers are started by one long-lived launcher thread: Linux delivers the "parent died"
-    signal when the *thread* that started a child ends, and the dashboard calls :meth:`start`
-    from short-lived script-run threads.
+    signal (:func:`die_with_parent`) when the *thread* that started a child ends, and the
+    dashboard calls :meth:`start` from short-lived script-run threads.
 
     Parameters
     ----------
@@ -182,13 +191,13 @@ class ProcessExecutor:
         root = Path(store.path).parent
         log_path = root / "logs" / f"run-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                                         os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, PARENT_ENV: str(os.getpid()),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                           os.environ.get("PYTHONPATH")]))}
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(
                 [self.python, "-m", "probe_core.worker", str(root), str(run_id)], stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
-                start_new_session=True)
+                stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._processes[run_id] = process
         threading.Thread(target=self._reap, args=(store, run_id, process), name=f"probe-reap-{run_id}",
                          daemon=True).start()

@@ -12,7 +12,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probe_core.executors import JobSpec
+    from probe_core.executors import JobSpec, die_with_parent
+
+    die_with_parent()
     from probe_core.lifecycle import execute_run
     from probe_core.store import Store
 
