@@ -34,7 +34,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from probe_core.errors import ProbeError
 from probe_core.store import Store
@@ -229,6 +229,3 @@ def make_executor(name: str | None = None) -> Executor:
     if name == "thread":
         return ThreadExecutor()
     raise ProbeError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
-
-
-JobBuilder = Callable[..., Callable]
