@@ -1,4 +1,4 @@
-# Model Probe: `make run` starts the dashboard, `make test` runs the test suite.
+# Model Probe: `make run` starts the dashboard, `make test` runs the test suite (`make test-fast`: unit tests only).
 # Both create .venv and install on first use. torch is installed first, from its
 # exact pin in requirements.txt, so that nothing pulls a CUDA build.
 PYTHON ?= python3
@@ -26,6 +26,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The unit tests alone: tiny fake models, no training, well under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
 
 # Every figure in the README is printed by one of these (see each script's docstring).
 bench: $(STAMP)

@@ -13,6 +13,8 @@ import torch
 
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
+from probe_core.export import format_table
+from probe_core.protocols import StructuredPrior, is_differentiable
 from probe_core.sampling import BayesTrExPosterior, ChainResult, Progress, SamplerConfig, run_hmc, run_pyro_nuts, run_rwm
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, parse_targets
 
@@ -179,7 +181,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
     """
     check_sampler_settings(chains=chains, warmup=warmup, samples=samples, sigma=sigma, sampler=sampler,
                            keep_every=keep_every)
-    if not getattr(generator, "differentiable", True):
+    if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     targets = parse_targets(spec, class_names) if isinstance(spec, str) else list(spec)
     if targets[0].num_classes != len(class_names):
@@ -223,14 +225,14 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
     report_targets = []
     for target, result in per_target:
         summary = summarise_target(target, result.positions, result.probs, result.acceptance, result.divergent,
-                                   class_names, structured_prior=callable(getattr(generator, "sample_prior", None)))
+                                   class_names, structured_prior=isinstance(generator, StructuredPrior))
         entry = {
             "spec": target.spec,
             "description": target.describe(class_names),
             "failed": summary["hits"] == 0,
             "hit_rate": summary["hits"] / summary["kept"] if summary["kept"] else 0.0,
             "summary": summary,
-            "samples": _sample_records(target, result, describe=getattr(generator, "describe", None)),
+            "samples": _sample_records(target, result, describe=generator.describe if isinstance(generator, StructuredPrior) else None),
         }
         if dataset is not None:
             entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
@@ -324,9 +326,7 @@ def table2(result: dict) -> str:
                      f"{entry['hit_rate'] * 100:.0f}%", f"{s['chains_with_hits']}/{s['chains']}", test_set,
                      f"{s['ess_min']:.0f}", f"{s['rhat_max']:.2f}", f"{s['acceptance']:.2f}", str(s["divergences"]),
                      status])
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    lines = [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    lines = [format_table(rows, header)]
     if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
         lines.append(POOR_MIXING_NOTE)
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec, ThreadExecutor, make_executor
 from probe_core.lifecycle import JobContext, JobFunction, execute_run, run_inline  # noqa: F401 (re-exported)
@@ -107,8 +108,7 @@ def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
     ``details["models"]`` maps each model id to ``{"kind", "status", "fraction",
     "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw.
     """
-    from probe_core.data import load_dataset
-
+    from probe_core.catalog import load_dataset
     from probe_core.models import ModelSpec
 
     specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in specs]
@@ -142,7 +142,7 @@ def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
     return run
 
 
-def start_default_training(manager: JobManager, registry, dataset: str = "digits", device: str = "cpu") -> int | None:
+def start_default_training(manager: JobManager, registry, dataset: str = DEFAULT_DATASET, device: str = "cpu") -> int | None:
     """Start training the data set's missing default models; returns the run id, or None if all exist.
 
     Deduplicated: a second call while the first is running returns the same run.

@@ -232,6 +232,7 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._migrate()
+        self.reap_interrupted()  # once, when the workspace is opened; reads never write
 
     # -- connections -----------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
@@ -381,13 +382,12 @@ class Store:
             connection.execute("UPDATE runs SET cancel_requested=1 WHERE id=?", (run_id,))
 
     def get_run(self, run_id: int) -> Run | None:
-        self.reap_interrupted()
+        """A run as it stands; one whose owning process is gone reads as ``interrupted`` (see :meth:`_run_row`)."""
         rows = self._query("SELECT * FROM runs WHERE id=?", (run_id,))
         return self._run_row(rows[0]) if rows else None
 
     def list_runs(self, kind: str | None = None, limit: int = 100, active_only: bool = False) -> list[Run]:
-        """Runs newest first."""
-        self.reap_interrupted()
+        """Runs newest first, read as :meth:`get_run` reads them (nothing is written)."""
         sql, params = "SELECT * FROM runs WHERE 1=1", []
         if kind is not None:
             sql += " AND kind=?"
@@ -396,17 +396,22 @@ class Store:
             sql += f" AND status IN {ACTIVE_STATUSES}"
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
-        return [self._run_row(r) for r in self._query(sql, params)]
+        runs = [self._run_row(r) for r in self._query(sql, params)]
+        return [r for r in runs if r.active] if active_only else runs
+
+    def _owner_gone(self, owner: str, updated_at: float, now: float) -> bool:
+        alive = owner_is_alive(owner)
+        return alive is False or (alive is None and now - updated_at > self.stale_after_s)
 
     def reap_interrupted(self) -> int:
-        """Mark active runs whose owning process is gone as ``interrupted``; returns how many."""
+        """Write ``interrupted`` on active runs whose owning process is gone; returns how many.
+
+        Called when the store is opened. Reads do not need it: they already show such runs as
+        interrupted, so a page polling every second never writes.
+        """
         rows = self._query(f"SELECT id, owner, updated_at FROM runs WHERE status IN {ACTIVE_STATUSES}")
         now = time.time()
-        dead = []
-        for row in rows:
-            alive = owner_is_alive(row["owner"])
-            if alive is False or (alive is None and now - row["updated_at"] > self.stale_after_s):
-                dead.append(row["id"])
+        dead = [row["id"] for row in rows if self._owner_gone(row["owner"], row["updated_at"], now)]
         if dead:
             with self.transaction() as connection:
                 connection.executemany(
@@ -416,14 +421,17 @@ class Store:
                 )
         return len(dead)
 
-    @staticmethod
-    def _run_row(row: sqlite3.Row) -> Run:
+    def _run_row(self, row: sqlite3.Row) -> Run:
+        """A row as a :class:`Run`; an active run whose owner is gone reads as interrupted, without a write."""
+        status, error, finished_at = row["status"], row["error"], row["finished_at"]
+        if status in ACTIVE_STATUSES and self._owner_gone(row["owner"], row["updated_at"], time.time()):
+            status, error, finished_at = "interrupted", REAPED_REASON, row["updated_at"]
         return Run(
-            id=row["id"], kind=row["kind"], config=json.loads(row["config"]), status=row["status"],
+            id=row["id"], kind=row["kind"], config=json.loads(row["config"]), status=status,
             progress=row["progress"], message=row["message"], details=_loads(row["details"]),
-            result=_loads(row["result"]), error=row["error"], owner=row["owner"],
+            result=_loads(row["result"]), error=error, owner=row["owner"],
             cancel_requested=bool(row["cancel_requested"]), created_at=row["created_at"],
-            started_at=row["started_at"], updated_at=row["updated_at"], finished_at=row["finished_at"],
+            started_at=row["started_at"], updated_at=row["updated_at"], finished_at=finished_at,
             job=_loads(row["job"]),
         )
 

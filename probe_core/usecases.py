@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 from probe_core.bayestrex import sample
-from probe_core.data import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.jobs import training_announcer
 from probe_core.models import ModelSpec
 
 
 def _models(registry, dataset: str, classifier: str | None, generator: str | None):
-    return (registry.resolve(classifier or "default", "classifier", dataset),
-            registry.resolve(generator or "default", "generator", dataset))
+    return (registry.get_or_train_reference(classifier or "default", "classifier", dataset),
+            registry.get_or_train_reference(generator or "default", "generator", dataset))
 
 
 def probe_target(registry, dataset: str, spec: str, classifier: str | None = None, generator: str | None = None,
@@ -75,8 +75,8 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
         data = load_dataset(dataset, models.data_dir)
-        gen = models.resolve(generator or "default", "generator", dataset)
-        sides = [models.resolve(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
+        gen = models.get_or_train_reference(generator or "default", "generator", dataset)
+        sides = [models.get_or_train_reference(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
         names = tuple(sides[0].class_names or data.class_names)
         if tuple(sides[1].class_names or data.class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
@@ -116,7 +116,7 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     """
     from probe_core.jobs import run_inline
 
-    ids = [registry.resolve(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b)]
+    ids = [registry.get_or_train_reference(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b)]
     config = {"dataset": dataset, "classifiers": ids, "generator": generator, "chains": chains, "samples": samples}
     run_id, _ = run_inline(store, "compare", config, compare_job(
         registry, dataset, classifier_a, classifier_b, generator, chains=chains, warmup=warmup, samples=samples,
@@ -249,7 +249,7 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
 
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
-        clf = models.resolve(classifier or "default", "classifier", dataset)
+        clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
         targets = parse_targets(spec, clf.class_names or load_dataset(dataset, models.data_dir).class_names)
         chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", 64)
         trace = LiveTrace(targets, chains)

@@ -1,9 +1,13 @@
-"""Helpers shared by the tests: tiny plugin models that need no training."""
+"""Helpers shared by the tests: tiny plugin models that need no training, the shipped scene classifier."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
+
+import pytest
+import torch
 
 TINY_PLUGIN = '''
 import torch
@@ -48,3 +52,60 @@ def write_tiny_plugin(folder: Path, name: str = "tiny_model.py", extra: str = ""
     path = Path(folder) / name
     path.write_text(TINY_PLUGIN + textwrap.dedent(extra))
     return path
+
+
+MISLABELLED = "digits[mislabel=9->8:0.4]"
+
+
+SCENE_CLASSIFIER = Path(__file__).resolve().parent / "data" / "scenes-classifier.pt"
+
+
+def shipped_scene_classifier():
+    """The zoo's square-counting classifier for ``scenes``, trained once and shipped (about 4 min to train).
+
+    Regenerate with ``python tests/data/make_scene_classifier.py`` after changing the renderer
+    or the architecture. Returns a :class:`LoadedModel` (probabilities out).
+    """
+    from probe_core.models.architectures import CountingClassifier, ProbabilityModel
+    from probe_core.models.registry import LoadedModel
+    from probe_core.scenes.generator import CLASS_NAMES
+
+    if not SCENE_CLASSIFIER.is_file():
+        pytest.fail(f"{SCENE_CLASSIFIER} is missing: run python tests/data/make_scene_classifier.py")
+    module = CountingClassifier((3, 32, 32), len(CLASS_NAMES))
+    module.load_state_dict(torch.load(SCENE_CLASSIFIER, weights_only=True))
+    return LoadedModel("scenes-classifier-shipped", "classifier", ProbabilityModel(module.eval(), "logits").eval(),
+                       CLASS_NAMES)
+
+
+def register_scene_classifier(workspace) -> str:
+    """Store the shipped scene classifier as the workspace's default ``scenes`` classifier; returns its id."""
+    from dataclasses import asdict
+
+    from probe_core.catalog import load_dataset
+    from probe_core.models import ModelSpec
+
+    dataset = load_dataset("scenes")
+    spec = ModelSpec(dataset="scenes", kind="classifier").resolved(dataset)
+    if not workspace.registry.exists(spec.model_id()):
+        record = asdict(spec)
+        record.update(architecture={"class": "CountingClassifier", "args": {"image_shape": [3, 32, 32],
+                                                                             "num_classes": dataset.num_classes}},
+                      class_names=list(dataset.class_names), original_classes=list(dataset.original_classes),
+                      dataset_view=dataset.name, image_shape=list(dataset.image_shape))
+        workspace.registry.register(shipped_scene_classifier().module.net, record, {"shipped": True},
+                                    spec.model_id())
+    return spec.model_id()
+
+
+SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
+
+
+def require_shared_mnist() -> Path:
+    """The real MNIST test set in ../shared; skipped where it is absent, but a failure under ``CI=true``."""
+    if not SHARED_MNIST.is_dir():
+        message = f"the shared MNIST t10k folder {SHARED_MNIST} is not next to this checkout"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {message}")
+        pytest.skip(message)
+    return SHARED_MNIST

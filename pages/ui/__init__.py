@@ -16,7 +16,8 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from probe_core.data import DEFAULT_DATASET, DATA_DIR_ENV, list_datasets, load_dataset
+from probe_core.catalog import generator_source, list_datasets, load_dataset
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec
 from probe_core.jobs import JobManager
@@ -140,14 +141,12 @@ def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def scene_prior_samples(variant: str, count: int = 8, seed: int = 0):
-    """Rendered scenes from a scene-world prior and their descriptions."""
-    from probe_core.scenes.generator import SceneGenerator
-    from probe_core.scenes.world import ScenePrior
-
-    generator = SceneGenerator(ScenePrior.variant(variant))
+def prior_samples(reference: str, count: int = 8, seed: int = 0):
+    """Images and descriptions of prior draws from a built generator with a structured prior (``scene:novel``)."""
+    generator = load_model(reference, "generator", st.session_state.get("dataset", DEFAULT_DATASET)).module
     scenes = generator.sample_prior(count, torch.Generator().manual_seed(seed))
-    return generator.decode(scenes), [generator.describe(scene) for scene in scenes]
+    with torch.no_grad():
+        return generator.decode(scenes).cpu(), [generator.describe(scene) for scene in scenes]
 
 
 def models_table(models: list[dict]) -> pd.DataFrame:
@@ -203,33 +202,39 @@ def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, 
 def session_model(kind: str, dataset: str):
     """The classifier or generator picked for this session (Models page), loaded and cached; None after an error.
 
-    Untrained defaults are not trained here (that is the Models page's job); the page says so instead.
+    Lookups never train: an untrained default is trained on the Models page, and the page says so instead.
     """
-    from probe_core.models.registry import default_scene_generator, has_renderer
-
     reference = model_ref(kind, dataset)
     ws = workspace()
-    if reference == "default" and kind == "generator" and has_renderer(dataset):
-        reference = default_scene_generator(dataset)
-    if reference == "default":
-        from probe_core.data import clean_dataset_name
-
-        base = clean_dataset_name(dataset) if kind == "generator" else dataset
-        reference = ws.registry.default_id(base, "classifier" if kind == "classifier" else "vae")
-        if not ws.registry.exists(reference):
-            training = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
-            if training:
-                st.info(f"The default {kind} for {dataset} is training now (run {training[0].id}); this page "
-                        f"continues by itself when it is done.")
-            else:
-                st.info(f"The default {kind} for {dataset} is not trained yet: train it on the **Models** page "
-                        f"(the button under Models; digits: about 85 s, the scenes classifier about 4 minutes).")
-            return None
     try:
-        return _load(str(ws.root.resolve()), reference, kind, dataset, device(), st.session_state.get("data_dir") or None)
+        if reference == "default":
+            reference = ws.registry.default_id(dataset, kind)
+            if generator_source(reference) is None and not ws.registry.exists(reference):
+                training = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
+                if training:
+                    st.info(f"The default {kind} for {dataset} is training now (run {training[0].id}); this page "
+                            f"continues by itself when it is done.")
+                else:
+                    st.info(f"The default {kind} for {dataset} is not trained yet: train it on the **Models** "
+                            f"page (the button under Models; digits: about 85 s, the scenes classifier about "
+                            f"4 minutes).")
+                return None
+        return load_model(reference, kind, dataset)
     except ProbeError as exc:
         st.error(f"Cannot use the {kind} {reference!r}: {exc}")
         return None
+
+
+def load_model(reference: str, kind: str, dataset: str):
+    """A model by reference (never trained here), cached per workspace, data folder and device.
+
+    Raises
+    ------
+    ProbeError
+        If it cannot be loaded (unknown id, untrained default, broken plugin).
+    """
+    return _load(str(workspace().root.resolve()), reference, kind, dataset, device(),
+                 st.session_state.get("data_dir") or None)
 
 
 def session_models(dataset: str):
@@ -243,13 +248,11 @@ def session_models(dataset: str):
 def model_choice(kind: str, dataset: str) -> None:
     """A picker for the session's classifier or generator: zoo models of the data set, or a plugin file."""
     ws = workspace()
-    kinds = ("classifier",) if kind == "classifier" else ("vae", "gan")
-    base = dataset.partition("[")[0]
-    ids = [m["id"] for m in ws.registry.list() if m["kind"] in kinds and m["dataset"].partition("[")[0] == base]
-    from probe_core.models.registry import SCENE_GENERATORS, has_renderer
-
-    if kind == "generator" and has_renderer(dataset):
-        ids = list(SCENE_GENERATORS) + ids
+    if kind == "generator":
+        ids = ws.registry.generator_choices(dataset)
+    else:
+        base = split_view(dataset)[0]
+        ids = [m["id"] for m in ws.registry.list(kind="classifier") if split_view(m["dataset"])[0] == base]
     options = ["default"] + ids + ["plugin file…"]
     current = model_ref(kind, dataset)
     index = options.index(current) if current in options else len(options) - 1
@@ -415,7 +418,7 @@ def preload_for_server() -> None:
     import sklearn.neighbors  # noqa: F401
 
     import probe_core.bayestrex  # noqa: F401
-    import probe_core.defuse.commands  # noqa: F401
+    import probe_core.cli  # noqa: F401
     import probe_core.reports  # noqa: F401
     import probe_core.saliency  # noqa: F401
     import probe_core.usecases  # noqa: F401

@@ -16,6 +16,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages import ui as _ui
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.jobs import start_default_training
 
@@ -44,7 +45,7 @@ def run() -> None:
         # while the page is already up (deduplicated across reruns and tabs).
         try:
             ws = _ui.workspace()
-            start_default_training(_ui.job_manager(), ws.registry, "digits", device=_ui.device())
+            start_default_training(_ui.job_manager(), ws.registry, DEFAULT_DATASET, device=_ui.device())
         except ProbeError as exc:
             st.error(f"Could not start training the default models: {exc}")
     pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)

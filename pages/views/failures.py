@@ -17,7 +17,7 @@ st.markdown("Perturb the VAE codes of the training data, keep what the classifie
             "failures into clusters (Defuse). Then label the clusters on the **Label** page.")
 
 dataset, classifier, generator, names = _ui.page_models()
-if not callable(getattr(generator.module, "encode", None)):
+if not generator.capabilities.encoder:
     st.error(f"Defuse needs a VAE with an encoder; the session generator `{generator.id}` has none. "
              "Pick a VAE on the Models page.")
     st.stop()

@@ -3,11 +3,11 @@
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core.data import list_datasets
+from probe_core.catalog import dataset_entry, list_datasets
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.jobs import start_default_training, submit_training
 from probe_core.models import GENERATOR_KINDS, ModelSpec
-from probe_core.models.registry import has_renderer
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -48,6 +48,7 @@ dataset = _ui.current_dataset()
 if dataset is None:
     st.info("Pick another data set in the sidebar, or name the folder that holds its IDX files.")
     st.stop()
+entry = dataset_entry(dataset.name)
 
 st.header(f"Data: {dataset.name}")
 left, right = st.columns([2, 3])
@@ -66,10 +67,11 @@ st.header("Models")
 models = [m for m in ws.registry.list() if m["dataset"].partition("[")[0] == dataset.base_name]
 if not models:
     st.info("No models for this data set yet." +
-            (" The defaults are training (see above)." if dataset.base_name == "digits" else ""))
-    label = ("Train the default classifier (the generator is the scene renderer)" if has_renderer(dataset.base_name)
-             else "Train the default classifier, VAE and GAN")
-    if dataset.base_name != "digits" and st.button(label):
+            (" The defaults are training (see above)." if dataset.base_name == DEFAULT_DATASET else ""))
+    trained = " and ".join(["classifier", *(kind.upper() for kind in entry.zoo_generators)])
+    label = f"Train the default {trained}" + (f" (the generator is {entry.default_generator})"
+                                              if entry.default_generator else "")
+    if dataset.base_name != DEFAULT_DATASET and st.button(label):
         try:
             start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
             st.rerun()
@@ -86,12 +88,12 @@ else:
             with columns[index % len(columns)]:
                 _ui.show_picture(_ui.generator_samples(root, model["id"]), caption=model["id"])
 
-if has_renderer(dataset.base_name):
-    st.subheader("Scene renderer samples (drawn from each prior)")
-    for column, variant in zip(st.columns(3), ("standard", "no-squares", "novel")):
+if entry.generator_choices:
+    st.subheader("Built generators: samples from their priors")
+    for column, reference in zip(st.columns(len(entry.generator_choices)), entry.generator_choices):
         with column:
-            images, descriptions = _ui.scene_prior_samples(variant)
-            _ui.show_picture(images, caption=f"scene:{variant}", columns=4)
+            images, descriptions = _ui.prior_samples(reference)
+            _ui.show_picture(images, caption=reference, columns=4)
             st.caption(" · ".join(descriptions[:2]))
 
 st.subheader("Models for this session")

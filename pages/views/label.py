@@ -1,7 +1,5 @@
 """Label: judge each failure cluster from its samples; every label is saved the moment it is given."""
 
-import io
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -10,6 +8,7 @@ from pages import ui as _ui
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 from probe_core.errors import ProbeError
+from probe_core.export import npz_bytes
 
 ws = _ui.workspace()
 st.title("Label")
@@ -124,10 +123,7 @@ e1.download_button(f"Labels (CSV, {rows} rows)", text, f"labels-run{distill_run.
 
 def labelled_failures_npz() -> bytes:
     """Built only when the button is clicked: it reads every failure of the run."""
-    archive = io.BytesIO()
-    chosen = pipeline.labelled_failure_set(ws.store, distill_run.id, names)
-    np.savez_compressed(archive, **chosen, class_names=np.array(names))
-    return archive.getvalue()
+    return npz_bytes(**pipeline.labelled_failure_set(ws.store, distill_run.id, names), class_names=names)
 
 
 in_failure_regions = sum(r["size"] for r in table if r["usable"])  # the failures assigned to those clusters

@@ -1,7 +1,5 @@
 """Probe: build a target, run Bayes-TrEx in the background, watch the chains live, inspect the hits."""
 
-import io
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -11,6 +9,7 @@ import torch
 from pages import ui as _ui
 from probe_core.bayestrex import POOR_MIXING_NOTE, mixing_ok, summary_rows
 from probe_core.errors import ProbeError
+from probe_core.export import npz_bytes, sample_arrays
 from probe_core.reports import html_report
 from probe_core.targets import parse_targets
 
@@ -20,8 +19,8 @@ st.markdown("Sample in-distribution inputs on which the classifier hits a **targ
 
 dataset, classifier, generator, names = _ui.page_models()
 st.caption(f"Classifier `{classifier.id}` · generator `{generator.id}` (change them on the Models page)")
-differentiable = getattr(generator.module, "differentiable", True)
-describe_scene = getattr(generator.module, "describe", None)
+differentiable = generator.capabilities.differentiable
+describe_scene = generator.module.describe if generator.capabilities.structured_prior else None
 if not differentiable:
     st.info("This generator is a renderer without gradients: runs use **random-walk Metropolis** over its scene "
             "descriptions (Gaussian steps on positions and rotation, categorical resampling of the rest).")
@@ -236,11 +235,8 @@ st.subheader("Downloads")
 d1, d2, d3 = st.columns(3)
 with d1:
     _ui.png_download(images, "Gallery (PNG)", f"run{run.id}-target{chosen}.png", "probe_png")
-buffer = io.BytesIO()
-np.savez_compressed(buffer, z=np.stack([s["z"] for s in stored]), confidences=np.stack([s["confidences"] for s in stored]),
-                    images=np.stack([s["image"] for s in stored]), target_index=[s["target_index"] for s in stored],
-                    hit=[bool(s["hit"]) for s in stored])
-d2.download_button("Samples and latents (.npz)", buffer.getvalue(), f"run{run.id}-samples.npz", key="probe_npz")
+d2.download_button("Samples and latents (.npz)", lambda: npz_bytes(**sample_arrays(stored)), f"run{run.id}-samples.npz",
+                   key="probe_npz")
 report = html_report(f"Bayes-TrEx run {run.id}: {run.config.get('target', '')}",
                      {k: v for k, v in run.config.items()}, summary_rows(result),
                      [(f"{descriptions[chosen]}: {'hits' if hits else 'closest samples'}", images)],

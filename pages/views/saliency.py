@@ -7,6 +7,7 @@ import torch
 from pages import ui as _ui
 from probe_core.errors import ProbeError
 from probe_core.saliency import overlay, smoothgrad
+from probe_core.scenes.generator import SceneGenerator
 
 ws = _ui.workspace()
 st.title("Saliency")
@@ -38,7 +39,11 @@ else:
     if made_with not in (None, "default", classifier.id):
         st.warning(f"This sample comes from run {run.id}, made with the classifier `{made_with}`; the heat maps "
                    f"below explain this session's classifier `{classifier.id}` (change it on the Models page).")
-    if str(run.config.get("dataset", "")).startswith("scenes"):
+    try:
+        run_generator = _ui.load_model(run.config.get("generator") or "default", "generator", dataset.name)
+    except ProbeError:
+        run_generator = None  # its generator is gone: the sample's image is still shown and explained
+    if run_generator is not None and isinstance(run_generator.module, SceneGenerator):
         scene = torch.as_tensor(hits[pick]["z"])
     st.caption(f"Sample {hits[pick]['id']} (chain {hits[pick]['chain']}, step {hits[pick]['step']})"
                + (", a hit" if hits[pick]["hit"] else ""))

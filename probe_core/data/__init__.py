@@ -1,20 +1,25 @@
-"""Data sets: registry, IDX reader, class-subset views."""
+"""Image data: the :class:`ImageDataset` type, the built-in data sets, IDX files, class-subset views.
+
+The data sets a user can name are listed by :mod:`probe_core.catalog`, which adds the
+scene world's entries to the built-in ones declared here; load them with
+:func:`probe_core.catalog.load_dataset`.
+"""
 
 from probe_core.data.datasets import (
+    BUILTIN_DATASETS,
     DATA_DIR_ENV,
-    DATASETS,
     DEFAULT_DATASET,
     FASHION_MNIST_CLASSES,
-    DatasetInfo,
+    DatasetEntry,
     ImageDataset,
+    apply_view,
     clean_dataset_name,
-    list_datasets,
-    load_dataset,
     resolve_data_folder,
+    split_view,
 )
 from probe_core.data.idx import read_idx, write_idx
 
 __all__ = [
-    "DATA_DIR_ENV", "DATASETS", "DEFAULT_DATASET", "FASHION_MNIST_CLASSES", "DatasetInfo", "ImageDataset", "clean_dataset_name",
-    "list_datasets", "load_dataset", "resolve_data_folder", "read_idx", "write_idx",
+    "BUILTIN_DATASETS", "DATA_DIR_ENV", "DEFAULT_DATASET", "FASHION_MNIST_CLASSES", "DatasetEntry", "ImageDataset",
+    "apply_view", "clean_dataset_name", "resolve_data_folder", "split_view", "read_idx", "write_idx",
 ]

@@ -49,10 +49,6 @@ class ImageDataset:
     original_classes : tuple of int
         For a class-subset view, the parent's class index of each label;
         for a full data set, ``range(K)``.
-    classifier_architecture : str, optional
-        The zoo classifier suited to this data (None: by image size).
-    classifier_epochs : int, optional
-        Training epochs for that classifier (None: by image size).
     """
 
     name: str
@@ -64,8 +60,6 @@ class ImageDataset:
     source: str
     default_latent_dim: int = 8
     original_classes: tuple[int, ...] = field(default=())
-    classifier_architecture: str | None = None
-    classifier_epochs: int | None = None
 
     def __post_init__(self) -> None:
         if not self.original_classes:
@@ -359,16 +353,46 @@ def _load_idx_folder(folder: str, name: str, class_names: tuple[str, ...] | None
     )
 
 
-# --- registry -----------------------------------------------------------------
+# --- entries and views ----------------------------------------------------------
 
 @dataclass(frozen=True)
-class DatasetInfo:
-    """What the registry knows about a data set before loading it."""
+class DatasetEntry:
+    """A data set as the catalogue knows it before loading it, with its capabilities.
+
+    Parameters
+    ----------
+    name : str
+        Catalogue name (``digits``, ``mnist``, ``scenes-novel``, ...).
+    description : str
+    loader : callable
+        ``loader(data_dir) -> ImageDataset``; ``data_dir`` is None for embedded data sets.
+    needs_folder : bool
+        Whether the data is read from a folder the user names.
+    classifier_dataset : str, optional
+        The data set whose default classifier probes this one (None: its own).
+    default_generator : str, optional
+        Generator reference used for ``default`` (None: the zoo VAE of this data set), e.g.
+        ``scene:novel`` for a data set whose generator is a renderer.
+    generator_choices : tuple of str
+        Generator references offered besides the workspace's trained generators.
+    zoo_generators : tuple of str
+        Generator kinds (``vae``, ``gan``) trained by default for this data set.
+    classifier_architecture : str, optional
+        Zoo classifier class for this data (None: by image size).
+    classifier_epochs : int, optional
+        Training epochs for that classifier (None: by image size).
+    """
 
     name: str
     description: str
-    needs_folder: bool
     loader: Callable[[Path | None], ImageDataset]
+    needs_folder: bool = False
+    classifier_dataset: str | None = None
+    default_generator: str | None = None
+    generator_choices: tuple[str, ...] = ()
+    zoo_generators: tuple[str, ...] = ("vae", "gan")
+    classifier_architecture: str | None = None
+    classifier_epochs: int | None = None
 
 
 def _idx_loader(name: str, class_names: Sequence[str] | None, latent_dim: int) -> Callable[[Path | None], ImageDataset]:
@@ -379,81 +403,40 @@ def _idx_loader(name: str, class_names: Sequence[str] | None, latent_dim: int) -
     return load
 
 
-DATASETS: dict[str, DatasetInfo] = {
-    "digits": DatasetInfo(
-        "digits", "scikit-learn's embedded 8x8 handwritten digits (default, offline)", False,
-        lambda _dir: load_digits_dataset(),
-    ),
-    "mnist": DatasetInfo(
-        "mnist", "MNIST 28x28 digits from IDX files in a folder you name", True,
-        _idx_loader("mnist", None, 5),
-    ),
-    "fashion-mnist": DatasetInfo(
-        "fashion-mnist", "Fashion-MNIST 28x28 clothing from IDX files in a folder you name", True,
-        _idx_loader("fashion-mnist", FASHION_MNIST_CLASSES, 5),
-    ),
-    "scenes": DatasetInfo(
-        "scenes", "procedural 32x32 scenes of shapes (embedded); question: how many squares are there?", False,
-        lambda _dir: _load_scenes("standard"),
-    ),
-    "scenes-no-squares": DatasetInfo(
-        "scenes-no-squares", "the scene world with squares removed from the prior (every label is 0)", False,
-        lambda _dir: _load_scenes("no-squares"),
-    ),
-    "scenes-novel": DatasetInfo(
-        "scenes-novel", "the scene world with a novel shape (stars) and no squares (every label is 0)", False,
-        lambda _dir: _load_scenes("novel"),
-    ),
-    "idx": DatasetInfo(
-        "idx", "any IDX image/label set in a folder (class names from classes.txt if present)", True,
-        _idx_loader("idx", None, 8),
-    ),
-}
+BUILTIN_DATASETS: tuple[DatasetEntry, ...] = (
+    DatasetEntry("digits", "scikit-learn's embedded 8x8 handwritten digits (default, offline)",
+                 lambda _dir: load_digits_dataset()),
+    DatasetEntry("mnist", "MNIST 28x28 digits from IDX files in a folder you name",
+                 _idx_loader("mnist", None, 5), needs_folder=True),
+    DatasetEntry("fashion-mnist", "Fashion-MNIST 28x28 clothing from IDX files in a folder you name",
+                 _idx_loader("fashion-mnist", FASHION_MNIST_CLASSES, 5), needs_folder=True),
+    DatasetEntry("idx", "any IDX image/label set in a folder (class names from classes.txt if present)",
+                 _idx_loader("idx", None, 8), needs_folder=True),
+)
 
 DEFAULT_DATASET = "digits"
 
 
-def _load_scenes(variant: str) -> ImageDataset:
-    from probe_core.scenes.generator import load_scenes_dataset
-
-    return load_scenes_dataset(variant)
-
-
-def list_datasets() -> list[DatasetInfo]:
-    """All registered data sets."""
-    return list(DATASETS.values())
+def split_view(name: str) -> tuple[str, str]:
+    """``"digits[drop=5]"`` -> ``("digits", "drop=5")``; a plain name gives an empty view."""
+    base, _, view = name.partition("[")
+    return base, view.rstrip("]")
 
 
-def load_dataset(name: str, data_dir: str | Path | None = None) -> ImageDataset:
-    """Load a data set by registry name.
-
-    Parameters
-    ----------
-    name : str
-        ``digits``, ``mnist``, ``fashion-mnist`` or ``idx``; a class-subset view
-        is written ``NAME[keep=0,1,3]`` or ``NAME[drop=5]``, a view with
-        systematic training-label errors ``NAME[mislabel=9->8:0.4]``
-        (see :meth:`ImageDataset.mislabel`).
-    data_dir : str or Path, optional
-        Folder with IDX files for the folder-based sets (default ``$PROBE_DATA_DIR``).
+def apply_view(dataset: ImageDataset, view: str) -> ImageDataset:
+    """A class-subset (``keep=0,1,3``, ``drop=5``) or mislabel (``mislabel=9->8:0.4``) view of a data set.
 
     Raises
     ------
     DataError
-        For an unknown name, a missing folder or malformed files.
+        For a view that is not one of those forms.
     """
-    base, _, view = name.partition("[")
-    info = DATASETS.get(base)
-    if info is None:
-        raise DataError(f"unknown data set {base!r}; known: {', '.join(DATASETS)}")
-    dataset = info.loader(Path(data_dir) if data_dir is not None else None)
-    if view:
-        key, _, values = view.rstrip("]").partition("=")
-        if key == "mislabel" and values:
-            return _parse_mislabel(dataset, values)
-        if key not in ("keep", "drop") or not values:
-            raise DataError(f"bad view {view.rstrip(']')!r}: write NAME[keep=0,1,3], NAME[drop=5] "
-                            f"or NAME[mislabel=9->8:0.4]")
-        classes = [dataset.class_index(v) for v in values.split(",")]
-        dataset = dataset.subset(**{key: classes})
-    return dataset
+    if not view:
+        return dataset
+    key, _, values = view.partition("=")
+    if key == "mislabel" and values:
+        return _parse_mislabel(dataset, values)
+    if key not in ("keep", "drop") or not values:
+        raise DataError(f"bad view {view!r}: write NAME[keep=0,1,3], NAME[drop=5] or NAME[mislabel=9->8:0.4]")
+    classes = [dataset.class_index(v) for v in values.split(",")]
+    return dataset.subset(**{key: classes})

@@ -5,6 +5,8 @@
 - :mod:`~probe_core.defuse.labels`: store, aggregate (ρ, agreement), oracle labels, CSV export.
 - :mod:`~probe_core.defuse.correct`: L(D) + λ·CE(D_f) finetuning over a λ sweep, and the baseline.
 - :mod:`~probe_core.defuse.pipeline`: the steps as stored runs, for the dashboard, the CLI and scripts.
+
+The ``probe defuse`` commands are in :mod:`probe_core.cli.defuse`.
 """
 
 from probe_core.defuse.cluster import FailureClusterer

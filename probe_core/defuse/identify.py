@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from probe_core.errors import ProbeError
+from probe_core.protocols import Encoder, Generator
 
 NOISE_MODES = ("paper", "centered")
 FAILURE_PREFIX = "failures/"
@@ -118,7 +119,7 @@ def perturbation_noise(shape: tuple[int, ...], mode: str, a: float, b: float, sc
 
 
 def _require_encoder(vae: torch.nn.Module) -> None:
-    if not callable(getattr(vae, "encode", None)) or not callable(getattr(vae, "decode", None)):
+    if not isinstance(vae, Encoder) or not isinstance(vae, Generator):
         raise ProbeError("Defuse needs a VAE with encode() and decode(); a GAN or a decoder-only plugin cannot "
                          "encode the training data")
 

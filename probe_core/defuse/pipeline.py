@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from probe_core.data import ImageDataset, clean_dataset_name, load_dataset
+from probe_core.data import ImageDataset, clean_dataset_name
+from probe_core.catalog import load_dataset
 from probe_core.defuse.cluster import (
     FailureClusterer, decode_and_classify, describe_clusters, embed_2d, sample_cluster_latents,
 )
@@ -71,15 +72,18 @@ class IdentifySettings:
             raise ProbeError("max images must be >= 1")
 
 
-def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu") -> IdentifySettings:
+def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu",
+                              train_missing: bool = False) -> IdentifySettings:
     """The settings with the classifier and VAE resolved to stored references, loading both first.
 
     Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
     then records references that resolve again in any process (never ``default`` or a relative path).
+    With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
     """
-    classifier = registry.resolve(settings.classifier, "classifier", settings.dataset, device=device)
-    vae = registry.resolve(settings.vae, "generator", settings.dataset, device=device)
-    if not callable(getattr(vae.module, "encode", None)):
+    lookup = registry.get_or_train_reference if train_missing else registry.resolve
+    classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)
+    vae = lookup(settings.vae, "generator", settings.dataset, device=device)
+    if not vae.capabilities.encoder:
         raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
     return replace(settings, classifier=classifier.id, vae=vae.id)
 
@@ -173,8 +177,8 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         dataset = load_dataset(settings.dataset, registry.data_dir)
         context.report(0.0, "loading models", force=True)
         models = registry.announcing(training_announcer(context))
-        classifier = models.resolve(settings.classifier, "classifier", settings.dataset, device=device)
-        vae = models.resolve(settings.vae, "generator", settings.dataset, device=device)
+        classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
+        vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id}
         images, labels = dataset.train_images, dataset.train_labels
         if settings.max_images is not None:
@@ -293,7 +297,7 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, samples: int 
     """
     dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
     # the oracle stands in for people who know the true classes: its default is the clean data set's classifier
-    oracle = registry.resolve(oracle_ref, "classifier", clean_dataset_name(dataset.name), device=device)
+    oracle = registry.get_or_train_reference(oracle_ref, "classifier", clean_dataset_name(dataset.name), device=device)
     if oracle.id == classifier.id:
         raise ProbeError("the oracle must be a different classifier from the one being debugged")
     tau = distill_tau(store, distill_run)

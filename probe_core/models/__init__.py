@@ -1,4 +1,13 @@
-"""Model zoo: architectures, training, registry, plugins."""
+"""Model zoo: architectures, training, the registry, plugins.
+
+- :mod:`~probe_core.models.architectures`: classifiers, VAEs, GAN; :class:`ProbabilityModel` wraps logits.
+- :mod:`~probe_core.models.training`: seeded training loops with a progress callback; FD-clf.
+- :mod:`~probe_core.models.registry`: :class:`ModelSpec` (what determines a zoo model) and
+  :class:`ModelRegistry` over a store and a models folder. Lookups never train; training is asked
+  for by name (``get_or_train``). Data-set capabilities come from :mod:`probe_core.catalog`.
+- :mod:`~probe_core.models.plugins`: user ``.py`` files with ``classifier()``/``generator()``,
+  referenced as ``plugin:/abs/path.py#sha256=…``.
+"""
 
 from probe_core.models.architectures import (
     VAE,

@@ -1,8 +1,11 @@
-"""The model registry: trained models as ``state_dict`` files plus metadata in the workspace.
+"""The model registry: trained models as ``state_dict`` files plus metadata in the store.
 
 A model is identified by its :class:`ModelSpec` (data set, kind, class subset,
-variant, hyperparameters, seed). :meth:`ModelRegistry.get_or_train` returns the
-stored model for a spec when there is one and trains it otherwise.
+variant, hyperparameters, seed). Lookups never train: :meth:`ModelRegistry.load` and
+:meth:`ModelRegistry.resolve` raise :class:`ModelNotFoundError` for a model that is not
+trained yet. Training is always asked for by name: :meth:`ModelRegistry.get_or_train`
+(a spec) and :meth:`ModelRegistry.get_or_train_reference` (a reference whose default may
+still need training), both with progress.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from probe_core.data import DEFAULT_DATASET, ImageDataset, load_dataset
-from probe_core.data.datasets import clean_dataset_name
+from probe_core.catalog import classifier_dataset, dataset_entry, generator_dataset, generator_source, load_dataset
+from probe_core.data import DEFAULT_DATASET, ImageDataset
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
@@ -39,7 +42,9 @@ from probe_core.models.training import (
     train_gan,
     train_vae,
 )
-from probe_core.workspace import Workspace, resolve_device
+from probe_core.devices import resolve_device
+from probe_core.protocols import GeneratorCapabilities, generator_capabilities
+from probe_core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +152,15 @@ class ModelSpec:
         return self.dataset if self.classes is None else f"{self.dataset}[keep={','.join(map(str, self.classes))}]"
 
     def resolved(self, dataset: ImageDataset) -> "ModelSpec":
-        """This spec with epochs, latent size and architecture filled in from the data set."""
+        """This spec with epochs, latent size and architecture filled in from the data set and its entry."""
+        entry = dataset_entry(self.dataset)
         classifier = self.kind == "classifier"
-        epochs = self.epochs or (classifier and dataset.classifier_epochs) or default_epochs(self.kind,
-                                                                                             dataset.image_shape)
+        epochs = self.epochs or (classifier and entry.classifier_epochs) or default_epochs(self.kind,
+                                                                                           dataset.image_shape)
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
         kl_warmup = self.kl_warmup if self.kl_warmup is not None else (epochs // 2 if self.kind == "vae" else None)
         return replace(self, epochs=epochs, latent_dim=latent, kl_warmup=kl_warmup,
-                       architecture=self.architecture or (classifier and dataset.classifier_architecture)
+                       architecture=self.architecture or (classifier and entry.classifier_architecture)
                        or default_architecture(self.kind, dataset.image_shape))
 
     def model_id(self) -> str:
@@ -183,6 +189,11 @@ class LoadedModel:
     module: nn.Module
     class_names: tuple[str, ...]
     record: dict = field(default_factory=dict)
+    capabilities: GeneratorCapabilities | None = None  # generators only, checked when loaded
+
+    def __post_init__(self) -> None:
+        if self.is_generator and self.capabilities is None:
+            self.capabilities = generator_capabilities(self.module, source=self.id)
 
     @property
     def metrics(self) -> dict:
@@ -190,24 +201,28 @@ class LoadedModel:
 
     @property
     def is_generator(self) -> bool:
-        return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "scene-renderer")
+        return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "built-generator")
 
 
 TrainingAnnouncer = Callable[["ModelSpec", str], "ProgressCallback | None"]
 
 
 class ModelRegistry:
-    """Trained models of one workspace.
+    """The trained models of one workspace.
 
     Parameters
     ----------
-    workspace : Workspace
+    store : Store
+        Where model metadata is recorded.
+    models_dir : str or Path
+        Where the weight files are written.
     data_dir : str or Path, optional
-        Folder for IDX data sets (default ``$PROBE_DATA_DIR``).
+        Folder of file-based data sets (default ``$PROBE_DATA_DIR``); it belongs to whoever
+        made this registry and is never changed on a shared one.
     on_training : callable, optional
         ``on_training(spec, model_id)`` is called before a model is trained that the caller did
-        not give a progress callback for (a missing default found by :meth:`resolve`, the
-        reference classifier of a generator, a recipe's variant); it says so to the user
+        not give a progress callback for (a missing default met by :meth:`get_or_train_reference`,
+        the reference classifier of a generator, a recipe's variant); it says so to the user
         (the CLI prints a line, a job reports it) and returns the progress callback to use.
         Without it such training is logged.
     """
@@ -217,23 +232,24 @@ class ModelRegistry:
     _locks: dict[str, threading.Lock] = {}
     _locks_guard = threading.Lock()
 
-    def __init__(self, workspace: Workspace, data_dir: str | Path | None = None,
+    def __init__(self, store: Store, models_dir: str | Path, data_dir: str | Path | None = None,
                  on_training: TrainingAnnouncer | None = None) -> None:
-        self.workspace = workspace
+        self.store = store
+        self.models_dir = Path(models_dir)
         self.data_dir = data_dir
         self.on_training = on_training
 
     def announcing(self, on_training: TrainingAnnouncer) -> "ModelRegistry":
-        """This registry (same workspace and data folder) with another training announcer."""
-        return ModelRegistry(self.workspace, self.data_dir, on_training)
+        """This registry (same store, files and data folder) with another training announcer."""
+        return ModelRegistry(self.store, self.models_dir, self.data_dir, on_training)
 
     # -- queries -------------------------------------------------------------------------
     def list(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
         """Metadata of stored models, newest first."""
-        return self.workspace.store.list_models(dataset=dataset, kind=kind)
+        return self.store.list_models(dataset=dataset, kind=kind)
 
     def exists(self, model_id: str) -> bool:
-        record = self.workspace.store.get_model(model_id)
+        record = self.store.get_model(model_id)
         return record is not None and Path(record["path"]).is_file()
 
     def load(self, model_id: str, device: str | torch.device | None = "cpu") -> LoadedModel:
@@ -244,10 +260,10 @@ class ModelRegistry:
         ModelNotFoundError
             If the id is unknown or its file is missing.
         """
-        record = self.workspace.store.get_model(model_id)
+        record = self.store.get_model(model_id)
         if record is None:
             known = ", ".join(m["id"] for m in self.list()[:8]) or "none yet"
-            raise ModelNotFoundError(f"no model {model_id!r} in {self.workspace.root} (known: {known})")
+            raise ModelNotFoundError(f"no model {model_id!r} in {self.models_dir} (known: {known})")
         path = Path(record["path"])
         if not path.is_file():
             raise ModelNotFoundError(f"model {model_id!r} is registered but its file {path} is missing")
@@ -273,7 +289,7 @@ class ModelRegistry:
 
     # -- training ------------------------------------------------------------------------
     def _lock(self, model_id: str) -> threading.Lock:
-        key = str((self.workspace.models_dir / model_id).resolve())
+        key = str((self.models_dir / model_id).resolve())
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
@@ -290,7 +306,7 @@ class ModelRegistry:
                         progress = self.on_training(spec, model_id)
                     else:
                         log.warning("training %s (%s on %s, %s epochs): it is not in %s yet", model_id, spec.kind,
-                                    spec.dataset_view(), spec.epochs, self.workspace.root)
+                                    spec.dataset_view(), spec.epochs, self.models_dir)
                 self._train_and_register(spec, dataset, progress, resolve_device(device))
         return self.load(model_id, device)
 
@@ -334,64 +350,93 @@ class ModelRegistry:
         for key in ("dataset", "kind", "architecture", "class_names"):
             if key not in record:
                 raise ProbeError(f"model metadata needs {key!r}")
-        path = self.workspace.models_dir / f"{model_id}.pt"
+        path = self.models_dir / f"{model_id}.pt"
         temporary = path.with_suffix(".pt.tmp")
         torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, temporary)
         os.replace(temporary, path)
-        self.workspace.store.put_model(model_id, record["kind"], record["dataset"], str(path), record, metrics)
+        self.store.put_model(model_id, record["kind"], record["dataset"], str(path), record, metrics)
         return model_id
 
     # -- defaults and references ------------------------------------------------------------
     @staticmethod
-    def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
-        """The default set for a data set: classifier (trained first, it scores generators), VAE, GAN.
+    def default_spec(dataset: str, kind: str, seed: int | None = None) -> ModelSpec | None:
+        """The zoo spec behind ``default`` for a kind (``classifier`` or ``generator``) of a data set.
 
-        A data set whose generator is a renderer (the scene world) has only the classifier to train.
+        None when the data set's default generator is built rather than trained (the scene renderer).
         """
-        if has_renderer(dataset):  # scene variants share the scenes classifier; their generator is the renderer
-            return [ModelSpec(dataset="scenes", kind="classifier", seed=seed)]
-        return [ModelSpec(dataset=dataset, kind=kind, seed=seed) for kind in KINDS]
+        if kind == "classifier":
+            return ModelSpec(dataset=classifier_dataset(dataset), kind="classifier", seed=seed)
+        if kind != "generator":
+            raise ProbeError(f"a default is a 'classifier' or a 'generator', got {kind!r}")
+        if dataset_entry(dataset).default_generator is not None:
+            return None
+        return ModelSpec(dataset=generator_dataset(dataset), kind="vae", seed=seed)
+
+    @staticmethod
+    def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
+        """What the data set's defaults train: its classifier first (it scores generators), then its zoo generators."""
+        generators = [ModelSpec(dataset=generator_dataset(dataset), kind=kind, seed=seed)
+                      for kind in dataset_entry(dataset).zoo_generators]
+        return [ModelSpec(dataset=classifier_dataset(dataset), kind="classifier", seed=seed), *generators]
 
     def missing_defaults(self, dataset: str = DEFAULT_DATASET) -> list[ModelSpec]:
         """Default specs of a data set that are not trained yet."""
-        loaded = load_dataset(dataset, self.data_dir)
-        return [s for s in self.default_specs(dataset) if not self.exists(s.resolved(loaded).model_id())]
+        return [s for s in self.default_specs(dataset) if not self.exists(self._model_id(s))]
+
+    def _model_id(self, spec: ModelSpec) -> str:
+        return spec.resolved(load_dataset(spec.dataset_view(), self.data_dir)).model_id()
 
     def default_id(self, dataset: str, kind: str) -> str:
-        """Id of the default model of a kind for a data set (trained or not)."""
-        if kind == "classifier" and has_renderer(dataset):
-            dataset = "scenes"
-        loaded = load_dataset(dataset, self.data_dir)
-        return ModelSpec(dataset=dataset, kind=kind).resolved(loaded).model_id()
+        """The reference ``default`` stands for: a model id (trained or not) or a built generator's reference.
+
+        ``kind`` is ``classifier``, ``generator``, or a zoo kind (``vae``, ``gan``).
+        """
+        if kind in GENERATOR_KINDS:
+            return self._model_id(ModelSpec(dataset=generator_dataset(dataset), kind=kind))
+        spec = self.default_spec(dataset, kind)
+        return dataset_entry(dataset).default_generator if spec is None else self._model_id(spec)
+
+    def generator_choices(self, dataset: str) -> list[str]:
+        """Generator references for a data set: what its entry offers, then the workspace's trained generators."""
+        trained = [m["id"] for m in self.list(dataset=generator_dataset(dataset)) if m["kind"] in GENERATOR_KINDS]
+        return [*dataset_entry(dataset).generator_choices, *trained]
 
     def resolve(self, reference: str | None, kind: str, dataset: str = DEFAULT_DATASET,
-                device: str | torch.device | None = "cpu",
-                progress: Callable | None = None) -> LoadedModel:
-        """A classifier or generator from an id, ``default``, or a plugin ``.py`` path.
+                device: str | torch.device | None = "cpu") -> LoadedModel:
+        """A classifier or generator from a reference; never trains.
 
         Parameters
         ----------
         reference : str or None
-            Model id, ``default`` / None (the data set's default, trained if needed),
-            a path to a plugin file, or for generators ``scene:VARIANT`` (the scene
-            world's renderer, the default generator of ``scenes``).
+            Model id; ``default`` / None (the data set's default, see :meth:`default_id`); a plugin
+            reference or ``.py`` path; or for generators a built generator's reference such as
+            ``scene:novel``.
         kind : {"classifier", "generator"}
             What is wanted; a generator reference may name a VAE or a GAN.
+        dataset : str
+            The data set it is used on (for ``default`` and a plugin classifier's input shape).
+
+        Raises
+        ------
+        ModelNotFoundError
+            If the reference names a model that is not trained; the message says how to train it.
         """
         if kind not in ("classifier", "generator"):
             raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
-        scene_renderer = (reference or "").startswith("scene:") or (
-            reference in (None, "default") and has_renderer(dataset))
-        if kind == "generator" and scene_renderer:
-            return _scene_generator(default_scene_generator(dataset) if reference in (None, "default") else reference,
-                                    device)
         if reference is None or reference == "default":
-            if kind == "generator":  # a generator ignores labels: a mislabelled view shares the clean default
-                dataset = clean_dataset_name(dataset)
-            elif has_renderer(dataset):  # the scene variants are probed with the scenes classifier
-                dataset = "scenes"
-            spec = ModelSpec(dataset=dataset, kind="classifier" if kind == "classifier" else "vae")
-            return self.get_or_train(spec, progress=progress, device=device)
+            reference = self.default_id(dataset, kind)
+            if generator_source(reference) is None and not self.exists(reference):
+                raise ModelNotFoundError(
+                    f"the default {kind} of {dataset} ({reference}) is not trained yet: train it with "
+                    f"`probe models defaults --dataset {dataset}` or the Train button on the Home page")
+        source = generator_source(reference)
+        if source is not None:
+            if kind != "generator":
+                raise ProbeError(f"{reference!r} is a generator, not a {kind}")
+            if reference not in source.choices:
+                raise ProbeError(f"unknown generator {reference!r}; use one of {', '.join(source.choices)}")
+            module = source.build(reference).to(resolve_device(device))
+            return LoadedModel(reference, "built-generator", module, (), {"metrics": {}})
         if is_plugin_reference(reference) or Path(reference).is_file():
             image_shape = load_dataset(dataset, self.data_dir).image_shape if kind == "classifier" else None
             plugin = load_plugin_reference(reference, image_shape=image_shape)
@@ -406,26 +451,16 @@ class ModelRegistry:
             raise ProbeError(f"model {reference!r} is a {loaded.kind}, not a {kind}")
         return loaded
 
+    def get_or_train_reference(self, reference: str | None, kind: str, dataset: str = DEFAULT_DATASET,
+                               device: str | torch.device | None = "cpu",
+                               progress: ProgressCallback | None = None) -> LoadedModel:
+        """Like :meth:`resolve`, but a ``default`` that is not trained yet is trained first.
 
-def has_renderer(dataset: str) -> bool:
-    """Whether a data set's generator is a renderer rather than a trained model (the scene world)."""
-    return clean_dataset_name(dataset).startswith("scenes")
-
-
-SCENE_GENERATORS = ("scene:standard", "scene:no-squares", "scene:novel")
-
-
-def default_scene_generator(dataset: str) -> str:
-    """The renderer whose prior made a scene data set: ``scenes-novel`` -> ``scene:novel``."""
-    variant = clean_dataset_name(dataset).removeprefix("scenes").lstrip("-") or "standard"
-    return f"scene:{variant}"
-
-
-def _scene_generator(reference: str | None, device) -> LoadedModel:
-    """The scene world's renderer with a prior variant: ``scene:standard``, ``scene:no-squares``, ``scene:novel``."""
-    from probe_core.scenes.generator import SceneGenerator
-    from probe_core.scenes.world import ScenePrior
-
-    variant = reference.split(":", 1)[1]
-    module = SceneGenerator(ScenePrior.variant(variant)).to(resolve_device(device))
-    return LoadedModel(f"scene:{variant}", "scene-renderer", module, (), {"metrics": {}, "prior": variant})
+        The training is announced (``on_training``) unless ``progress`` is given; used by jobs and
+        commands that promise to train what they need.
+        """
+        if reference is None or reference == "default":
+            spec = self.default_spec(dataset, kind)
+            if spec is not None:
+                return self.get_or_train(spec, progress=progress, device=device)
+        return self.resolve(reference, kind, dataset, device)

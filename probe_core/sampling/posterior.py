@@ -13,6 +13,7 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from probe_core.protocols import StructuredPrior
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch
 
 
@@ -59,9 +60,8 @@ class BayesTrExPosterior:
 
     def prior(self):
         """p(z): N(0, I), or the generator's own prior when it has one (e.g. the scene world's)."""
-        own = getattr(self.generator, "prior_distribution", None)
-        if callable(own):
-            return own(self.num_chains)
+        if isinstance(self.generator, StructuredPrior):
+            return self.generator.prior_distribution(self.num_chains)
         return dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0, validate_args=False).to_event(1)
 
     def model(self, sigma: float | None = None, temperature: float = 1.0) -> torch.Tensor:

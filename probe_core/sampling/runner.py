@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from probe_core.protocols import StructuredPrior
 from probe_core.sampling import adaptation, hmc, rwm
 from probe_core.sampling.posterior import BayesTrExPosterior
 
@@ -118,9 +119,8 @@ def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
     A generator with its own prior (``sample_prior``, e.g. the scene world) always starts
     from prior draws: its codes are not Gaussian and it has no gradients to optimise with.
     """
-    own_prior = getattr(posterior.generator, "sample_prior", None)
-    if callable(own_prior):
-        return own_prior(posterior.num_chains, generator).to(posterior.device)
+    if isinstance(posterior.generator, StructuredPrior):
+        return posterior.generator.sample_prior(posterior.num_chains, generator).to(posterior.device)
     shape = (posterior.num_chains, posterior.latent_dim)
     if config.init == "uniform":
         return (torch.rand(shape, generator=generator) * 4 - 2).to(posterior.device)
@@ -308,7 +308,8 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         return posterior.logdensity(z, sigma=sigma)
 
     sigma = _sigma_schedule(config, posterior.sigma, 0)
-    make_proposal = getattr(posterior.generator, "proposal", None)  # structured spaces bring their own moves
+    # structured spaces bring their own moves
+    make_proposal = posterior.generator.proposal if isinstance(posterior.generator, StructuredPrior) else None
     state = rwm.init(initial, logdensity_fn)
     log_scale = torch.full((chains, 1), math.log(config.rwm_initial_scale))
     recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)

@@ -5,9 +5,13 @@ are there?" about rendered scenes, and random-walk Metropolis samples scene desc
 
 - :mod:`~probe_core.scenes.world`: scene vectors, :class:`ScenePrior`, :class:`SceneProposal`.
 - :mod:`~probe_core.scenes.render`: :func:`render_scenes` (numpy, deterministic).
-- :mod:`~probe_core.scenes.generator`: the renderer as a generator module for the samplers and
-  the data set ``scenes`` for the zoo.
+- :mod:`~probe_core.scenes.generator`: the renderer as a generator module for the samplers (it
+  satisfies :class:`~probe_core.protocols.StructuredPrior`) and the scene data sets.
 - :mod:`~probe_core.scenes.counterfactual`: remove each object, re-render, see the confidence drop.
+- :mod:`~probe_core.scenes.catalog`: what the scene world adds to :mod:`probe_core.catalog`: its
+  data sets (with their capabilities) and the ``scene:`` generator source.
+
+The ``probe scenes`` commands are in :mod:`probe_core.cli.scenes`.
 """
 
 from probe_core.scenes.render import render_scenes

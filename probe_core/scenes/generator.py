@@ -8,6 +8,7 @@ import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import nn
 
+from probe_core.data.datasets import ImageDataset
 from probe_core.scenes.render import count_shape, render_scenes
 from probe_core.scenes.world import ScenePrior, SceneProposal, describe_text
 
@@ -82,14 +83,12 @@ def scene_labels(scenes: torch.Tensor, max_objects: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=2)
-def load_scenes_dataset(variant: str = "standard", seed: int = 0):
+def load_scenes_dataset(variant: str = "standard", seed: int = 0) -> ImageDataset:
     """The ``scenes`` data set: rendered scenes from a prior variant, labelled with the number of squares.
 
     Deterministic for a seed: 24,000 training and 2,000 test scenes, 3×32×32, rendered in
     a few seconds and kept for the process.
     """
-    from probe_core.data.datasets import ImageDataset
-
     prior = ScenePrior.variant(variant)
     generator = torch.Generator().manual_seed(seed)
     scenes = prior.sample(TRAIN_SCENES + TEST_SCENES, generator)
@@ -100,5 +99,4 @@ def load_scenes_dataset(variant: str = "standard", seed: int = 0):
         name=name, train_images=images[:TRAIN_SCENES], train_labels=labels[:TRAIN_SCENES],
         test_images=images[TRAIN_SCENES:], test_labels=labels[TRAIN_SCENES:], class_names=CLASS_NAMES,
         source=f"procedural scenes ({variant} prior, up to {prior.max_objects} objects, seed {seed}), "
-               f"question: {QUESTION}", default_latent_dim=prior.dim,
-        classifier_architecture="CountingClassifier", classifier_epochs=CLASSIFIER_EPOCHS)
+               f"question: {QUESTION}", default_latent_dim=prior.dim)

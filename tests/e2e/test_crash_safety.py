@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import write_tiny_plugin
 
 from probe_core.store import Store
 
-from helpers import write_tiny_plugin
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict:

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import write_tiny_plugin
 
 from probe_core.errors import PluginError
 from probe_core.models.plugins import load_plugin_reference, parse_plugin_reference
 
-from helpers import write_tiny_plugin
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def probe(args: list[str], cwd: Path, workspace: Path) -> subprocess.CompletedProcess:

@@ -1,10 +1,10 @@
 """A command or job that needs a model the workspace lacks says what it trains and shows progress."""
 
+from helpers import write_tiny_plugin
+
 from probe_core.cli import main
 from probe_core.jobs import run_inline
 from probe_core.usecases import sampling_job
-
-from helpers import write_tiny_plugin
 
 
 def test_probe_sample_says_which_default_model_it_trains_with_a_progress_bar(tmp_path, capsys):

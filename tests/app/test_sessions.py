@@ -2,11 +2,10 @@
 
 from pathlib import Path
 
+from helpers import require_shared_mnist
 from streamlit.testing.v1 import AppTest
 
-from conftest import require_shared_mnist
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def _session(data_dir: str) -> AppTest:

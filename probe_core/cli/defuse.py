@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
+from probe_core.cli.common import format_table, job_progress_bar, workspace_from_args
 from probe_core.errors import ProbeError
-
-
-def _bar(description: str):
-    """A tqdm bar driven by job progress reports (fractions in [0, 1])."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=1000, desc=description, file=sys.stderr, bar_format="{l_bar}{bar}| {elapsed} {postfix}")
-
-    def listener(progress, message) -> None:
-        if progress is not None:
-            bar.update(int(progress * 1000) - bar.n)
-        if message:
-            bar.set_postfix_str(message, refresh=False)
-
-    return bar, listener
+from probe_core.export import npz_bytes, write_file
 
 
 def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
-    bar, listener = _bar(description)
+    bar, listener = job_progress_bar(description)
     try:
         return pipeline.run_step(workspace.registry, workspace.store, settings, args.device, listener)
     finally:
@@ -35,7 +21,7 @@ def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
 
 
 def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
-    from probe_core.data import load_dataset
+    from probe_core.catalog import load_dataset
 
     return load_dataset(pipeline.run_models(workspace.store, run_id)["dataset"], data_dir).class_names
 
@@ -69,14 +55,12 @@ def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], s
                      f"{class_names[r['majority_prediction']]} ({r['prediction_share'] * 100:.0f}%)",
                      f"{class_names[r['majority_true_label']]} ({r['true_label_share'] * 100:.0f}%)",
                      failure, r["label"] or "-", agreement, r["annotators"]])
-    from probe_core.cli import format_table
 
     print(format_table(rows, ["id", "#", "weight", "size", "predicted", "true label", "failure", "label", "agreement",
                               "annotators"]))
 
 
 def _print_results(result: dict) -> None:
-    from probe_core.cli import format_table
 
     rows = []
     for name, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline (individual failures)")):
@@ -89,10 +73,10 @@ def _print_results(result: dict) -> None:
 
 
 def _identify(args) -> int:
-    from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
-    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device)
+    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+                                                  train_missing=True)
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
     print(f"next: probe defuse distill --run {run_id}")
@@ -106,7 +90,6 @@ def _distill_settings(args, identify_run: int) -> pipeline.DistillSettings:
 
 
 def _distill(args) -> int:
-    from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
     run_id, result = _run_step(args, workspace, _distill_settings(args, args.run), "distill")
@@ -120,7 +103,6 @@ def _distill(args) -> int:
 
 
 def _label(args) -> int:
-    from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
     store = workspace.store
@@ -149,10 +131,8 @@ def _label(args) -> int:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
     if args.export_npz:
-        import numpy as np
-
         chosen = pipeline.labelled_failure_set(store, args.run, class_names, source, args.rho)
-        np.savez_compressed(args.export_npz, **chosen, class_names=np.array(class_names))
+        write_file(args.export_npz, npz_bytes(**chosen, class_names=class_names))
         print(f"{len(chosen['labels'])} labelled failures written to {args.export_npz}")
     _print_clusters(workspace, args.run, class_names, source, args.rho)
     return 0
@@ -183,7 +163,6 @@ def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSe
 
 
 def _correct(args) -> int:
-    from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
     run_id, result = _run_step(args, workspace, _correct_settings(args, args.run, args.source), "correct")
@@ -203,12 +182,12 @@ def _write_out(args, workspace, distill_run: int, source: str, correct_run: int 
 
 
 def _run_all(args) -> int:
-    from probe_core.cli import workspace_from_args
 
     workspace = workspace_from_args(args)
     if args.auto_label:
         _oracle(args.auto_label)
-    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device)
+    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+                                                  train_missing=True)
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
     _print_identify(identify_run, result, class_names)
@@ -235,7 +214,6 @@ def _run_all(args) -> int:
 
 
 def _runs(args) -> int:
-    from probe_core.cli import format_table, workspace_from_args
 
     workspace = workspace_from_args(args)
     rows = []

@@ -3,10 +3,11 @@ import gzip
 import numpy as np
 import pytest
 import torch
+from helpers import require_shared_mnist
 
-from probe_core.data import FASHION_MNIST_CLASSES, load_dataset, read_idx, write_idx
+from probe_core.catalog import load_dataset
+from probe_core.data import FASHION_MNIST_CLASSES, read_idx, write_idx
 from probe_core.errors import DataError
-from tests.conftest import require_shared_mnist
 
 
 def make_idx_pair(folder, prefix, count, seed=0, size=8, gz=True):

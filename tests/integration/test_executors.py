@@ -8,11 +8,10 @@ import signal
 import time
 
 import pytest
+from helpers import write_tiny_plugin
 
 from probe_core.executors import JobSpec, ProcessExecutor
 from probe_core.jobs import JobManager
-
-from helpers import write_tiny_plugin
 
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:

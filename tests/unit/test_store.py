@@ -105,7 +105,7 @@ def test_run_of_a_dead_process_shows_as_interrupted(tmp_path):
         "import sys; sys.path.insert(0, %r)\n"
         "from probe_core.store import Store\n"
         "s = Store(%r); r = s.create_run('sample', {}); s.start_run(r); print(r)\n"
-    ) % (str(__import__("pathlib").Path(__file__).resolve().parents[1]), str(path))
+    ) % (str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(path))
     run_id = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     store = Store(path)
     live = store.create_run("sample", {})

@@ -2,14 +2,13 @@
 
 from pathlib import Path
 
+from helpers import write_tiny_plugin
 from streamlit.testing.v1 import AppTest
+from test_pages import rerun_until
 
 from probe_core.defuse import pipeline
 
-from helpers import write_tiny_plugin
-from test_pages import rerun_until
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def _page(page: str, **models) -> AppTest:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def test_home_shows_data_models_and_samples(app_env):
@@ -48,9 +48,6 @@ def test_missing_data_folder_is_a_message_not_a_traceback(app_env, monkeypatch):
 
 
 def test_a_plugin_path_is_checked_where_it_is_typed(app_env, tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from helpers import write_tiny_plugin
 
     at = AppTest.from_file(APP, default_timeout=60).run()

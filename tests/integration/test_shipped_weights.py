@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
 
 import make_scene_classifier  # noqa: E402

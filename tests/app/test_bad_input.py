@@ -7,15 +7,13 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import pytest
+from helpers import write_tiny_plugin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from probe_core.cli import main
 from probe_core.errors import ProbeError
 from probe_core.targets import parse_targets
-
-from helpers import write_tiny_plugin
 
 CLASS_NAMES = tuple(str(i) for i in range(10))
 SPEC_ALPHABET = st.sampled_from(list("0123456789:;,.=->_ abhigmuxprs") + ["high", "ambiguous", "probs", "path",
@@ -160,7 +158,7 @@ def _probe_page(app_env, **models):
     """The Probe page opened from a URL naming the session's models (``classifier=…``, ``generator=…``)."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
     for kind, reference in models.items():
         at.query_params[kind] = reference
     at.run()

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGES = [("", "Model Probe", "models"), ("probe", "Probe", "probe"), ("matrix", "Ambiguity matrix", "matrix"),
          ("interpolation", "Interpolation", "interpolation"), ("failures", "Failures", "failures"),

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import torch
 
+from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
 
 
@@ -30,9 +31,9 @@ def _hit_scene(store, run_id: int, sample_id: int | None) -> dict:
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
-    from probe_core.cli import workspace_from_args
     from probe_core.render import image_grid, png_bytes
     from probe_core.scenes.counterfactual import object_removal, removal_table
+    from probe_core.scenes.generator import SceneGenerator
     from probe_core.scenes.world import describe_text
     from probe_core.targets import class_index
 
@@ -41,12 +42,13 @@ def _counterfactual(args: argparse.Namespace) -> int:
     if run is None:
         raise ProbeError(f"no run {args.run} in {workspace.root}")
     dataset = run.config.get("dataset", "scenes")
-    if not str(dataset).startswith("scenes"):
-        raise ProbeError(f"run {args.run} is on {dataset!r}; object removal needs a scene-world run")
-    classifier = workspace.registry.resolve(run.config.get("classifier") or "default", "classifier", dataset,
-                                            device=args.device)
     generator = workspace.registry.resolve(run.config.get("generator") or "default", "generator", dataset,
                                            device=args.device)
+    if not isinstance(generator.module, SceneGenerator):
+        raise ProbeError(f"run {args.run} used the generator {generator.id}; object removal needs a run whose "
+                         "generator is the scene renderer (scene:...)")
+    classifier = workspace.registry.resolve(run.config.get("classifier") or "default", "classifier", dataset,
+                                            device=args.device)
     max_objects = generator.module.prior.max_objects
     sample = _hit_scene(workspace.store, args.run, args.sample)
     scene = torch.as_tensor(sample["z"])

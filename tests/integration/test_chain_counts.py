@@ -1,9 +1,9 @@
 """Every chain count works for every kind of target (the SMC start splits chains into islands)."""
 
+from helpers import write_tiny_plugin
+
 from probe_core.cli import main
 from probe_core.sampling.smc import MIN_ISLAND_SIZE, island_count
-
-from helpers import write_tiny_plugin
 
 
 def test_island_count_divides_every_chain_count_the_pages_accept_into_large_enough_islands():

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def open_page(page: str) -> AppTest:
@@ -256,7 +256,7 @@ def test_saliency_page_explains_two_classes_side_by_side(app_env):
 
 
 def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
-    from tests.conftest import register_scene_classifier
+    from helpers import register_scene_classifier
 
     register_scene_classifier(app_env)
     at = AppTest.from_file(APP, default_timeout=120)
@@ -292,7 +292,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
 def test_saliency_explains_the_predicted_class_of_each_new_image(app_env):
     import torch
 
-    from probe_core.data import load_dataset
+    from probe_core.catalog import load_dataset
 
     classifier = app_env.registry.resolve("default", "classifier", "digits").module
     test_images = load_dataset("digits").test_images

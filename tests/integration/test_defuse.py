@@ -9,29 +9,17 @@ import threading
 import numpy as np
 import pytest
 import torch
+from helpers import MISLABELLED
 
-from probe_core.data import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
-from probe_core.defuse.cluster import FailureClusterer, embed_2d
-from probe_core.defuse.identify import FailureSet, identify_failures, perturbation_noise
+from probe_core.defuse.cluster import embed_2d
+from probe_core.defuse.identify import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
-
-from tests.conftest import MISLABELLED
-
 
 # --- identification ---------------------------------------------------------------------------
 
-def test_noise_modes_have_the_documented_moments():
-    rng = np.random.default_rng(0)
-    paper = perturbation_noise((20000, 8), "paper", 50, 50, 0.15, rng)
-    centered = perturbation_noise((20000, 8), "centered", 50, 50, 0.15, rng)
-    assert abs(paper.mean() - 0.5) < 0.002 and abs(paper.std() - 0.0498) < 0.002
-    assert abs(centered.mean()) < 0.003 and abs(centered.std() - 0.15) < 0.003
-    with pytest.raises(ProbeError, match="noise mode"):
-        perturbation_noise((2, 2), "gaussian", 50, 50, 0.15, rng)
-    with pytest.raises(ProbeError, match="a > 0"):
-        perturbation_noise((2, 2), "paper", 0, 50, 0.15, rng)
 
 
 def _models(workspace):
@@ -82,36 +70,8 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
 
 # --- distillation -----------------------------------------------------------------------------
 
-def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_clusters():
-    from sklearn.metrics import adjusted_rand_score
-
-    rng = np.random.default_rng(0)
-    centres = np.array([[0.0] * 4, [6.0] * 4, [-6.0, 6.0, -6.0, 6.0]])
-    truth = np.repeat([0, 1, 2], [600, 300, 100])
-    latents = centres[truth] + rng.normal(scale=0.5, size=(1000, 4))
-    clusterer = FailureClusterer(n_components=20, max_samples=800, random_state=0)
-    assert (clusterer.n_components, clusterer.max_samples) == (20, 800)  # arguments stored as given
-    with pytest.raises(ProbeError, match="not fitted"):
-        clusterer.predict(latents)
-    assert clusterer.fit(latents) is clusterer
-    assert clusterer.n_clusters_ == 3
-    assert clusterer.weights_ == pytest.approx([0.6, 0.3, 0.1], abs=0.03)
-    assert clusterer.means_.shape == (3, 4) and clusterer.covariances_.shape == (3, 4, 4)
-    assert adjusted_rand_score(truth, clusterer.labels_) > 0.95
-    assert (clusterer.predict(centres) == clusterer.predict(centres[[0, 1, 2]])).all()
-    with pytest.raises(ProbeError, match="NaN"):
-        FailureClusterer().fit(np.full((10, 2), np.nan))
 
 
-def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighbours():
-    rng = np.random.default_rng(1)
-    truth = np.repeat([0, 1], 400)
-    latents = np.array([[0.0] * 6, [8.0] * 6])[truth] + rng.normal(size=(800, 6))
-    xy = embed_2d(latents, max_fit=300, seed=0)
-    assert xy.shape == (800, 2) and np.isfinite(xy).all()
-    centre = [xy[truth == c].mean(0) for c in (0, 1)]
-    nearest = np.argmin([np.linalg.norm(xy - c, axis=1) for c in centre], axis=0)
-    assert (nearest == truth).mean() > 0.98
 
 
 # --- the whole loop on a classifier with a planted flaw ----------------------------------------
@@ -212,19 +172,6 @@ def test_concurrent_annotators_aggregate_with_rho_majority_and_agreement(trained
     assert row["usable"] is False
 
 
-def test_aggregate_handles_ties_and_none_of_the_above():
-    def entry(who, failure, label):
-        return {"annotator": who, "is_failure": failure, "label": label}
-
-    tie = label_tools.aggregate([entry("a", True, "3"), entry("b", True, "5")])
-    assert tie["is_failure"] is True and tie["label"] is None and tie["agreement"] == 0.5 and not tie["usable"]
-    nothing = label_tools.aggregate([entry("a", True, "none"), entry("b", True, "none"), entry("c", True, "3")])
-    assert nothing["label"] == "none" and not nothing["usable"]
-    half = label_tools.aggregate([entry("a", True, "3"), entry("b", False, "3")])
-    assert half["is_failure"] is False  # exactly ρ = 0.5 is not more than half
-    assert label_tools.aggregate([])["is_failure"] is None
-    with pytest.raises(ProbeError, match="unknown class"):
-        label_tools.normalise_label("eleven", tuple("0123456789"))
 
 
 # --- CLI --------------------------------------------------------------------------------------
@@ -264,3 +211,14 @@ def test_cli_defuse_errors_are_one_line(trained_workspace, flawed_run, capsys):
                  "--label", "9"]) == 2
     error = capsys.readouterr().err
     assert "--annotator" in error and error.count("\n") == 1
+
+
+def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighbours():
+    rng = np.random.default_rng(1)
+    truth = np.repeat([0, 1], 400)
+    latents = np.array([[0.0] * 6, [8.0] * 6])[truth] + rng.normal(size=(800, 6))
+    xy = embed_2d(latents, max_fit=300, seed=0)
+    assert xy.shape == (800, 2) and np.isfinite(xy).all()
+    centre = [xy[truth == c].mean(0) for c in (0, 1)]
+    nearest = np.argmin([np.linalg.norm(xy - c, axis=1) for c in centre], axis=0)
+    assert (nearest == truth).mean() > 0.98

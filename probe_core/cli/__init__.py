@@ -1,0 +1,65 @@
+"""The ``probe`` command line, one module per command group over :mod:`~probe_core.cli.common`.
+
+- :mod:`~probe_core.cli.data`: ``probe data list|info``
+- :mod:`~probe_core.cli.models`: ``probe models train|list|defaults``
+- :mod:`~probe_core.cli.sample`: ``probe sample``, ``probe recipe``, ``probe label`` (Bayes-TrEx)
+- :mod:`~probe_core.cli.runs`: ``probe runs``
+- :mod:`~probe_core.cli.defuse`: ``probe defuse identify|distill|label|correct|run|runs``
+- :mod:`~probe_core.cli.scenes`: ``probe scenes show|counterfactual``
+
+A group module adds its sub-parsers; a handler gets the parsed arguments and returns an exit
+code. No library package holds CLI code, and nothing in the library imports this package.
+Errors print one line, no traceback (set ``PROBE_DEBUG=1`` for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+from probe_core.cli import data, defuse, models, runs, sample, scenes
+from probe_core.devices import resolve_device
+from probe_core.errors import ProbeError
+
+COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
+    data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,
+    defuse.add_defuse_commands, scenes.add_scene_commands,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="probe", description="Model Probe: find and fix how image classifiers fail.")
+    parser.add_argument("--workspace", help="workspace folder (default $PROBE_WORKSPACE or ./workspace)")
+    parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in COMMAND_GROUPS:
+        add(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``probe`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.device = str(resolve_device(args.device))
+        return int(args.handler(args) or 0)
+    except ProbeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: one line, the traceback only on request
+        if os.environ.get("PROBE_DEBUG"):
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (set PROBE_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+
+

@@ -1,0 +1,50 @@
+"""``probe data list|info``: the data sets and what is in them."""
+
+from __future__ import annotations
+
+import argparse
+
+from probe_core.cli.common import format_table
+from probe_core.errors import ProbeError
+
+
+def _data_list(args: argparse.Namespace) -> int:
+    from probe_core.catalog import list_datasets, load_dataset
+
+    rows = []
+    for info in list_datasets():
+        if info.needs_folder:
+            try:
+                status = f"ready ({load_dataset(info.name, args.data_dir).source.split(':')[0]})"
+            except ProbeError:
+                status = "needs --data-dir or PROBE_DATA_DIR"
+        else:
+            status = "ready (embedded)"
+        rows.append([info.name, info.description, status])
+    print(format_table(rows, ["name", "description", "status"]))
+    return 0
+
+
+def _data_info(args: argparse.Namespace) -> int:
+    from probe_core.catalog import load_dataset
+
+    dataset = load_dataset(args.name, args.data_dir)
+    counts = lambda labels: ", ".join(  # noqa: E731
+        f"{dataset.class_names[c]}: {int((labels == c).sum())}" for c in range(dataset.num_classes)
+    )
+    print(f"{dataset.name}: {dataset.source}")
+    print(f"image shape (C, H, W): {dataset.image_shape}")
+    print(f"classes ({dataset.num_classes}): {', '.join(dataset.class_names)}")
+    print(f"train: {len(dataset.train_labels)} images ({counts(dataset.train_labels)})")
+    print(f"test:  {len(dataset.test_labels)} images ({counts(dataset.test_labels)})")
+    return 0
+
+
+def add_data_commands(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="list and inspect data sets")
+    sub = data.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="data sets and whether they can be loaded").set_defaults(handler=_data_list)
+    info = sub.add_parser("info", help="shape, classes, split and counts of one data set")
+    info.add_argument("name", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5]")
+    info.set_defaults(handler=_data_info)
+

@@ -1,0 +1,82 @@
+"""``probe models train|list|defaults``: the model zoo of the workspace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from probe_core.cli.common import format_metrics, format_table, progress_bar, workspace_from_args
+from probe_core.errors import ProbeError
+
+
+def _models_train(args: argparse.Namespace) -> int:
+    from probe_core.catalog import load_dataset
+    from probe_core.models import ModelSpec
+
+    workspace = workspace_from_args(args)
+    dataset = load_dataset(args.dataset, args.data_dir)
+    if args.classes and args.exclude:
+        raise ProbeError("give --classes or --exclude, not both")
+    classes = None
+    if args.classes:
+        classes = [dataset.class_index(c) for c in args.classes]
+    elif args.exclude:
+        excluded = {dataset.class_index(c) for c in args.exclude}
+        classes = [c for c in range(dataset.num_classes) if c not in excluded]
+    spec = ModelSpec(dataset=args.dataset, kind=args.kind, classes=classes, ambiguous=args.ambiguous,
+                     latent_dim=args.latent_dim, epochs=args.epochs, seed=args.seed)
+    registry = workspace.registry
+    resolved = spec.resolved(load_dataset(spec.dataset_view(), args.data_dir))
+    cached = registry.exists(resolved.model_id())
+    loaded = registry.get_or_train(spec, progress=progress_bar(f"{args.kind} on {spec.dataset_view()}"),
+                                   device=args.device)
+    verb = "already trained" if cached else "trained"
+    print(f"{loaded.id}: {verb}; {format_metrics(loaded.metrics)}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    workspace = workspace_from_args(args)
+    models = workspace.registry.list(dataset=args.dataset)
+    if args.json:
+        print(json.dumps(models, indent=2))
+        return 0
+    if not models:
+        print(f"no models in {workspace.root} yet: try `probe models train --kind classifier`")
+        return 0
+    rows = [[m["id"], m["kind"], m["spec"].get("dataset_view", m["dataset"]), format_metrics(m["metrics"])]
+            for m in models]
+    print(format_table(rows, ["id", "kind", "data", "metrics"]))
+    return 0
+
+
+def _models_defaults(args: argparse.Namespace) -> int:
+    workspace = workspace_from_args(args)
+    for spec in workspace.registry.default_specs(args.dataset):
+        loaded = workspace.registry.get_or_train(spec, progress=progress_bar(f"{spec.kind} on {args.dataset}"),
+                                                 device=args.device)
+        print(f"{loaded.id}: {format_metrics(loaded.metrics)}")
+    return 0
+
+
+def add_model_commands(commands: argparse._SubParsersAction) -> None:
+    models = commands.add_parser("models", help="train and list models")
+    sub = models.add_subparsers(dest="action", required=True)
+    train = sub.add_parser("train", help="train a zoo model (returns the stored one if it exists)")
+    train.add_argument("--dataset", default="digits")
+    train.add_argument("--kind", required=True, choices=["classifier", "vae", "gan"])
+    train.add_argument("--classes", type=lambda t: [p for p in t.split(",") if p], help="train on these classes only")
+    train.add_argument("--exclude", type=lambda t: [p for p in t.split(",") if p], help="train without these classes")
+    train.add_argument("--ambiguous", action="store_true", help="the always-ambiguous classifier variant")
+    train.add_argument("--latent-dim", type=int)
+    train.add_argument("--epochs", type=int)
+    train.add_argument("--seed", type=int, help="training seed (default $PROBE_MODEL_SEED or 0)")
+    train.set_defaults(handler=_models_train)
+    listing = sub.add_parser("list", help="models in the workspace with their metrics")
+    listing.add_argument("--dataset")
+    listing.add_argument("--json", action="store_true", help="full metadata as JSON")
+    listing.set_defaults(handler=_models_list)
+    defaults = sub.add_parser("defaults", help="train the default classifier, VAE and GAN of a data set")
+    defaults.add_argument("--dataset", default="digits")
+    defaults.set_defaults(handler=_models_defaults)
+

@@ -1,0 +1,170 @@
+"""``probe sample|recipe|label``: Bayes-TrEx from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+from probe_core.cli.common import workspace_from_args
+from probe_core.errors import ProbeError
+from probe_core.export import npz_bytes, sample_arrays, write_file
+
+
+def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callable[..., dict]) -> int:
+    """Shared by ``probe sample`` and ``probe recipe``: a stored run (the one lifecycle), a progress bar, the table.
+
+    ``run(store=, run_id=, progress=)`` does the sampling and returns the result dict.
+    """
+    from tqdm import tqdm
+
+    from probe_core.bayestrex import table2
+    from probe_core.lifecycle import run_inline
+
+    bar = tqdm(total=args.warmup + args.samples, desc="sampling", unit="it", file=sys.stderr)
+    full = {}
+
+    def job(context) -> dict:
+        def on_progress(p) -> None:
+            bar.update(p.iteration - bar.n)
+            bar.set_postfix(stage=p.stage, accept=f"{float(p.acceptance.mean()):.2f}", sigma=f"{p.sigma:.3g}")
+            context.report(p.iteration / p.total, f"{p.stage} {p.iteration}/{p.total}",
+                           {"acceptance": float(p.acceptance.mean()), "step_size": float(p.step_size.median())})
+
+        full.update(run(store=context.store, run_id=context.run_id, progress=on_progress), run_id=context.run_id)
+        summary = {k: v for k, v in full.items() if k != "targets"}
+        summary["targets"] = [{k: v for k, v in t.items() if k != "samples"} for t in full["targets"]]
+        return summary  # the samples themselves are in the store already
+
+    try:
+        run_id, _ = run_inline(workspace.store, "sample", config, job)
+    finally:
+        bar.close()
+    print(table2(full))
+    print(f"{sum(not t['failed'] for t in full['targets'])}/{len(full['targets'])} targets reached in "
+          f"{full['wall_seconds']:.1f} s; samples stored as run {run_id} in {workspace.root}")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(full, handle, indent=1)
+    if args.npz:
+        write_file(args.npz, npz_bytes(**sample_arrays(workspace.store.get_samples(run_id))))
+    return 0
+
+
+def _sampler_kwargs(args: argparse.Namespace) -> dict:
+    return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
+            "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every}
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from probe_core.bayestrex import check_sampler_settings
+    from probe_core.catalog import load_dataset
+    from probe_core.targets import parse_targets
+    from probe_core.usecases import probe_target
+
+    workspace = workspace_from_args(args)
+    registry = workspace.registry
+    # everything is checked before a run is stored: models, target spec, sampler settings
+    classifier = registry.get_or_train_reference(args.classifier, "classifier", args.dataset, device=args.device)
+    generator = registry.get_or_train_reference(args.generator, "generator", args.dataset, device=args.device)
+    parse_targets(args.target, classifier.class_names or load_dataset(args.dataset, args.data_dir).class_names)
+    check_sampler_settings(**_sampler_kwargs(args))
+    config = {"dataset": args.dataset, "classifier": classifier.id, "generator": generator.id,
+              "target": args.target, **_sampler_kwargs(args)}
+    return _sampling_run(args, workspace, config, lambda **kw: probe_target(
+        registry, args.dataset, args.target, classifier.id, generator.id, **_sampler_kwargs(args), **kw))
+
+
+def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="digits")
+    parser.add_argument("--chains", type=int, default=64, help="chains per target")
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--sigma", type=float, default=0.05)
+    parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-every", type=int, default=1, help="store every n-th sample in the workspace")
+    parser.add_argument("--out", help="write the result as JSON")
+    parser.add_argument("--npz", help="write stored latents, images and confidences as .npz")
+
+
+def _recipe(args: argparse.Namespace) -> int:
+    from probe_core import usecases
+
+    from probe_core.bayestrex import check_sampler_settings
+
+    workspace = workspace_from_args(args)
+    registry = workspace.registry
+    kwargs = _sampler_kwargs(args)
+    check_sampler_settings(**kwargs)
+    if args.recipe == "compare":
+        if not (args.classifier_a and args.classifier_b):
+            raise ProbeError("compare needs --classifier-a and --classifier-b")
+        run_id = usecases.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
+                                              args.classifier_b, args.generator, chains=args.chains,
+                                              warmup=args.warmup, samples=args.samples, seed=args.seed)
+        to_label = usecases.samples_to_label(workspace.store, run_id)
+        print(f"comparison stored as run {run_id}; {len(to_label)} samples to label, e.g.:")
+        print(f"  probe label sample {to_label[0]['id']} --annotator YOU --label CLASS_YOU_SEE")
+        print(f"then: probe recipe compare-report --run {run_id}")
+        return 0
+    if args.recipe == "compare-report":
+        if args.run is None:
+            raise ProbeError("compare-report needs --run RUN_ID")
+        table = usecases.comparison_table(workspace.store, args.run)
+        for classifier, row in table.items():
+            overall = "n/a" if row["overall"] is None else f"{row['overall'] * 100:.1f}%"
+            per_class = ", ".join(f"{k}: {v[0] * 100:.0f}% (n={v[1]})" for k, v in sorted(row["per_class"].items()))
+            print(f"{classifier}: overall {overall} on {row['labelled']} labelled samples; {per_class}")
+        return 0
+    if args.recipe == "misclassification":
+        if args.exclude is None:
+            raise ProbeError("misclassification needs --exclude CLASS (the class the generator never sees)")
+        run = lambda **kw: usecases.high_confidence_misclassification(  # noqa: E731
+            registry, args.dataset, args.exclude, args.classifier, **kwargs, **kw)
+    else:
+        classes = tuple(args.classes.split(",")) if args.classes else (0, 1, 3, 6, 9)
+        run = lambda **kw: usecases.novel_class_extrapolation(  # noqa: E731
+            registry, args.dataset, classes, **kwargs, **kw)
+    return _sampling_run(args, workspace, {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
+
+
+def _label(args: argparse.Namespace) -> int:
+    workspace = workspace_from_args(args)
+    target = {"sample_id": args.id} if args.what == "sample" else {"cluster_id": args.id}
+    label_id = workspace.store.set_label(args.annotator, label=args.label, is_failure=args.failure, **target)
+    print(f"label {label_id} stored: {args.what} {args.id} = {args.label!r} by {args.annotator}")
+    return 0
+
+
+def add_sample_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("sample", help="Bayes-TrEx: sample inputs at a target confidence")
+    parser.add_argument("--target", required=True,
+                        help="high:3 | ambiguous:4,9 | uniform | probs:8=0.7,9=0.3 | path:8->9:11 | ambiguous-matrix")
+    parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
+    parser.add_argument("--generator", default="default", help="model id, 'default' (the VAE) or a plugin .py")
+    _add_sampler_options(parser)
+    parser.set_defaults(handler=_sample)
+
+    recipe = commands.add_parser("recipe", help="Bayes-TrEx use cases that train the models they need")
+    recipe.add_argument("recipe", choices=["misclassification", "novel-class", "compare", "compare-report"])
+    recipe.add_argument("--exclude", help="misclassification: the class the generator is trained without")
+    recipe.add_argument("--classes", help="novel-class: the classifier's classes (default 0,1,3,6,9)")
+    recipe.add_argument("--classifier", help="classifier id or plugin (default: the data set's default)")
+    recipe.add_argument("--generator", help="generator id or plugin (default: the data set's default VAE)")
+    recipe.add_argument("--classifier-a", help="compare: first classifier")
+    recipe.add_argument("--classifier-b", help="compare: second classifier")
+    recipe.add_argument("--run", type=int, help="compare-report: the comparison run")
+    _add_sampler_options(recipe)
+    recipe.set_defaults(handler=_recipe)
+
+    label = commands.add_parser("label", help="store a human label for a sample or a cluster")
+    label.add_argument("what", choices=["sample", "cluster"])
+    label.add_argument("id", type=int)
+    label.add_argument("--annotator", required=True)
+    label.add_argument("--label", required=True, help="the class you see, or 'none' for none of the above")
+    label.add_argument("--failure", action=argparse.BooleanOptionalAction, default=None,
+                       help="whether it is a failure of the classifier")
+    label.set_defaults(handler=_label)
+

@@ -1,0 +1,125 @@
+"""The shape of the code: one-way imports, no streamlit in the library, no data set tested by its name."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "probe_core"
+# The modules that declare catalogue entries may name data sets; nothing else may branch on a name.
+DECLARATIONS = {"probe_core.data.datasets", "probe_core.scenes.catalog", "probe_core.catalog"}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module imported anywhere in the file, inside functions too (absolute names)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            base = node.module
+            if node.level:
+                parts = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
+                base = ".".join([*parts, node.module])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for target in _imports(name, path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path of modules, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        state[module] = 2
+        stack.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_probe_core_has_no_import_cycle_counting_imports_inside_functions():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
+def test_probe_core_never_imports_streamlit():
+    offenders = sorted(name for name, path in _modules().items()
+                       if any(i == "streamlit" or i.startswith("streamlit.") for i in _imports(name, path)))
+    assert not offenders, f"streamlit imported by {offenders}"
+
+
+def _dataset_names() -> set[str]:
+    from probe_core.catalog import DATASETS
+
+    return set(DATASETS) | {"scene"}
+
+
+def _name_tests(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that compare a value with a data set name or test a name prefix (``x.startswith("scenes")``)."""
+    def names_a_dataset(node) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+            any(node.value == n or node.value.startswith(n + ":") or node.value == n + "-" for n in names)
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(names_a_dataset(c) for c in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("startswith", "endswith", "removeprefix") and \
+                any(isinstance(a, ast.Constant) and isinstance(a.value, str) and
+                    any(a.value.startswith(n) for n in names) for a in node.args):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_tests_a_data_set_or_model_by_its_name():
+    names = _dataset_names()
+    offenders = []
+    for name, path in _modules().items():
+        if name not in DECLARATIONS:
+            offenders += [f"{path.relative_to(ROOT)}:{line}" for line in _name_tests(ast.parse(path.read_text()), names)]
+    for path in [ROOT / "app.py", *sorted((ROOT / "pages").rglob("*.py"))]:
+        offenders += [f"{path.relative_to(ROOT)}:{line}" for line in _name_tests(ast.parse(path.read_text()), names)]
+    assert not offenders, f"name tests instead of catalogue capabilities at {offenders}"
+
+
+def test_the_name_test_finder_finds_planted_ones():
+    tree = ast.parse('if x.startswith("scenes"):\n    pass\nif name == "digits":\n    pass\ny = "digits"\n')
+    assert _name_tests(tree, {"digits", "scenes"}) == [1, 3]
