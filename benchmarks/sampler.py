@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from probe_core.bayestrex import effective_sample_size, sample
+from probe_core.bayestrex import sample
+from probe_core.diagnostics import effective_sample_size
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
 from probe_core.targets import TargetBatch, parse_targets
 from probe_core.workspace import Workspace

@@ -70,7 +70,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
     """Default digits training, submitted as the dashboard's first start does, with ``tabs`` Models pages open."""
     from dataclasses import replace
 
-    from probe_core.jobs import submit_training
+    from probe_core.runconfig import submit_training
 
     root = Path(tempfile.mkdtemp(prefix="probe-watch-train-"))
     workspace = Workspace(root)
@@ -84,7 +84,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
         if quick:
             specs = [replace(spec, epochs=3) for spec in specs]
         manager = JobManager(workspace.store, ProcessExecutor())
-        run = manager.wait(submit_training(manager, workspace.registry, specs, {"benchmark": "watch"}))
+        run = manager.wait(submit_training(manager, workspace.registry, specs, "digits", "benchmark"))
         for page in pages:
             page.close()
         if run.status != "done":

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from probe_core.data import ImageDataset
+from probe_core.diagnostics import POOR_MIXING_NOTE, effective_sample_size, mixing_ok, split_rhat
 from probe_core.errors import ProbeError
 from probe_core.export import format_table
 from probe_core.protocols import StructuredPrior, is_differentiable
@@ -19,24 +20,6 @@ from probe_core.sampling import BayesTrExPosterior, ChainResult, Progress, Sampl
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, parse_targets
 
 SAMPLERS = ("hmc", "nuts", "rwm")
-
-
-def effective_sample_size(positions: torch.Tensor) -> float:
-    """Minimum over latent dimensions of the ESS of chains (C, S, D) (pyro.ops.stats)."""
-    from pyro.ops.stats import effective_sample_size as ess
-
-    if positions.shape[1] < 4:
-        return float("nan")
-    return float(ess(positions.double(), chain_dim=0, sample_dim=1).min())
-
-
-def split_rhat(positions: torch.Tensor) -> float:
-    """Maximum over latent dimensions of the split R-hat of chains (C, S, D) (pyro.ops.stats)."""
-    from pyro.ops.stats import split_gelman_rubin
-
-    if positions.shape[1] < 4:
-        return float("nan")
-    return float(split_gelman_rubin(positions.double(), chain_dim=0, sample_dim=1).max())
 
 
 def prior_norm_interval(latent_dim: int, mass: float = 0.98) -> tuple[float, float]:
@@ -284,18 +267,24 @@ def _store_chunk(store, run_id: int, posterior: BayesTrExPosterior, first_step: 
     store.add_samples(run_id, rows)
 
 
-RHAT_LIMIT = 1.1
-ESS_FLOOR = 100
-POOR_MIXING_NOTE = (
-    "poor mixing (split R-hat > {rhat} or ESS < {ess}): many chains, each stuck near its own start. The hits are "
-    "valid inputs at the target, but not a sample of the posterior: do not read their spread as its spread."
-).format(rhat=RHAT_LIMIT, ess=ESS_FLOOR)
+def best_samples(samples: list[dict], hits_limit: int | None = None, misses_limit: int | None = 16) -> list[dict]:
+    """What to show of a target's stored samples: its hits, else the samples closest to the target.
+
+    Both are ordered by distance to the target, closest first, and cut to their limit (None: all).
+    """
+    hits = [s for s in samples if s["hit"]]
+    chosen, limit = (hits, hits_limit) if hits else (samples, misses_limit)
+    return sorted(chosen, key=lambda s: s["target_distance"])[:limit]
 
 
-def mixing_ok(summary: dict) -> bool:
-    """Whether a target's chains mixed: split R-hat at most 1.1 and ESS at least 100 (NaN counts as not judged)."""
-    rhat, ess = summary.get("rhat_max", float("nan")), summary.get("ess_min", float("nan"))
-    return not ((not math.isnan(rhat) and rhat > RHAT_LIMIT) or (not math.isnan(ess) and ess < ESS_FLOOR))
+def best_hit_per_target(samples: list[dict]) -> dict[int, dict]:
+    """The closest hit of each target index among stored samples (targets without hits are left out)."""
+    best: dict[int, dict] = {}
+    for sample in samples:
+        current = best.get(sample["target_index"])
+        if sample["hit"] and (current is None or sample["target_distance"] < current["target_distance"]):
+            best[sample["target_index"]] = sample
+    return best
 
 
 def target_status(entry: dict) -> str:

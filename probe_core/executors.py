@@ -75,12 +75,15 @@ class JobSpec:
         """The job function, built in this process against the workspace at ``workspace_root``."""
         from probe_core.workspace import Workspace
 
+        return self.build_for(Workspace(workspace_root, data_dir=self.data_dir).registry)
+
+    def build_for(self, registry):
+        """The job function, built with a registry this process already has."""
         module_name, _, function_name = self.builder.partition(":")
         try:
             builder = getattr(importlib.import_module(module_name), function_name)
         except (ImportError, AttributeError) as exc:
             raise ProbeError(f"unknown job builder {self.builder!r}: {exc}") from exc
-        registry = Workspace(workspace_root, data_dir=self.data_dir).registry
         return builder(registry, **self.arguments)
 
 

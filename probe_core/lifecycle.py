@@ -129,3 +129,25 @@ def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
         raise
     _finish(store, run_id, None, result)
     return run_id, result
+
+
+def training_announcer(context: JobContext):
+    """For :meth:`ModelRegistry.announcing`: a model trained inside a job shows in the run's progress.
+
+    The run's message names the model and its epoch (``training ID: epoch 3/20``), and the
+    ``details`` carry ``training`` with the model id and fraction, so a page watching the run
+    says what is being trained instead of looking stuck.
+    """
+
+    def announce(spec, model_id: str):
+        context.report(None, f"training {model_id} ({spec.kind} on {spec.dataset_view()}): not in the workspace yet",
+                       {"training": {"model": model_id, "fraction": 0.0}}, force=True)
+
+        def on_epoch(progress) -> None:
+            context.report(None, f"training {model_id}: epoch {progress.epoch}/{progress.epochs}",
+                           {"training": {"model": model_id, "fraction": progress.fraction}},
+                           force=progress.epoch == progress.epochs)
+
+        return on_epoch
+
+    return announce

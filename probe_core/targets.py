@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from probe_core.classes import class_index
 from probe_core.errors import ProbeError
 
 DEFAULT_SIGMA = 0.05
@@ -134,17 +135,6 @@ class Target:
         if self.kind == "uniform":
             return "uniform over all classes"
         return "confidences " + ", ".join(f"{name(c)}={self.target_probs[c]:.2g}" for c in self.classes)
-
-
-def class_index(text: str, class_names: Sequence[str]) -> int:
-    """A class by name (any case) or index; a clear error otherwise."""
-    text = text.strip()
-    lowered = [n.lower() for n in class_names]
-    if text.lower() in lowered:
-        return lowered.index(text.lower())
-    if text.isdigit() and int(text) < len(class_names):
-        return int(text)
-    raise ProbeError(f"unknown class {text!r}; valid: 0..{len(class_names) - 1} or {', '.join(class_names)}")
 
 
 def _vector_target(probs: list[float], num_classes: int) -> Target:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from probe_core.bayestrex import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.jobs import training_announcer
+from probe_core.lifecycle import training_announcer
 from probe_core.models import ModelSpec
 
 
@@ -114,13 +114,14 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     int
         The run id.
     """
-    from probe_core.jobs import run_inline
+    from probe_core.runconfig import CompareConfig, run_now
 
-    ids = [registry.get_or_train_reference(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b)]
-    config = {"dataset": dataset, "classifiers": ids, "generator": generator, "chains": chains, "samples": samples}
-    run_id, _ = run_inline(store, "compare", config, compare_job(
-        registry, dataset, classifier_a, classifier_b, generator, chains=chains, warmup=warmup, samples=samples,
-        keep_every=keep_every, **sample_kwargs))
+    # the run stores resolved references (trained first if they are missing defaults)
+    first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b))
+    generator = registry.get_or_train_reference(generator or "default", "generator", dataset).id
+    run_id, _ = run_now(registry, CompareConfig(dataset=dataset, classifier_a=first, classifier_b=second,
+                                                generator=generator, chains=chains, warmup=warmup, samples=samples,
+                                                keep_every=keep_every, **sample_kwargs))
     return run_id
 
 
@@ -151,7 +152,7 @@ def comparison_table(store, run_id: int, source: str = "human") -> dict:
         raise ProbeError(f"run {run_id} has not finished")
     k = len(names)
     table = {}
-    for side, classifier in enumerate(run.result.get("classifiers", run.config["classifiers"])):
+    for side, classifier in enumerate(run.result["classifiers"]):
         per_class = defaultdict(lambda: [0, 0])
         for s in store.get_samples(run_id):
             if s["target_index"] // k != side:
@@ -206,7 +207,7 @@ class LiveTrace:
         """Record one report (tensors of shape (B, ...) over all chains)."""
         import torch
 
-        from probe_core.bayestrex import effective_sample_size, split_rhat
+        from probe_core.diagnostics import effective_sample_size, split_rhat
 
         chains = self.shown
         watched = torch.tensor([self.targets[int(self.target_of_chain[c])].reported_classes[0] for c in chains])

@@ -1,502 +1,57 @@
-"""UI glue shared by the pages: cached resources, session settings and small widgets.
+"""UI glue shared by the pages, split by concern; the pages use it as ``from pages import ui as _ui``.
+
+- :mod:`pages.ui.resources`: cached resources shared by every session (workspace, job manager,
+  loaded models, read-only data) and the server's preloading;
+- :mod:`pages.ui.session`: one person's settings in ``st.session_state`` and what derives from
+  them (the session's data set, models, workspace view, starting a sampling run);
+- :mod:`pages.ui.widgets`: pictures, tables, run pickers and progress, plots and live views;
+- :mod:`pages.ui.router`: the ``st.navigation`` router that ``app.py`` and ``pages/<url>.py`` run.
 
 Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 """
 
-from __future__ import annotations
-
-import base64
-import functools
-import os
-import time
-from pathlib import Path
-from typing import Callable
-
-import pandas as pd
-import streamlit as st
-import torch
-
-from probe_core.catalog import generator_source, list_datasets, load_dataset
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
-from probe_core.errors import ProbeError
-from probe_core.executors import JobSpec
-from probe_core.jobs import JobManager
-from probe_core.models import FD_HELP, FD_METRIC
 from probe_core.render import image_grid, upscale_for_display
-from probe_core.workspace import Workspace, default_workspace_path
 
-AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
-# Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
-# redraws its charts in every watching tab; every 2 s keeps that cost small next to the run itself
-# (benchmarks/watch.py) while progress still moves visibly.
-LIVE_REFRESH_S = 2.0
-
-
-@st.cache_resource
-def get_workspace(root: str) -> Workspace:
-    return Workspace(root)
-
-
-@st.cache_resource
-def get_job_manager(root: str) -> JobManager:
-    return JobManager(get_workspace(root).store)
-
-
-def workspace() -> Workspace:
-    """This session's view of the shared workspace, with the data folder this person chose.
-
-    The cached workspace is shared by every session; the data folder is per person, so each
-    call makes a light view of it (same database) instead of setting anything on the shared one.
-    """
-    shared = get_workspace(str(default_workspace_path().resolve()))
-    return shared.for_data_dir(st.session_state.get("data_dir") or None)
-
-
-def job_manager() -> JobManager:
-    return get_job_manager(str(default_workspace_path().resolve()))
-
-
-def device() -> str:
-    return st.session_state.get("device", "cpu")
-
-
-MODEL_KINDS = ("classifier", "generator")
-
-
-def model_ref(kind: str, dataset: str | None = None) -> str:
-    """This person's classifier or generator reference for a data set (``default`` until they pick one).
-
-    Choices are kept per data set in the session (a switch to another data set and back keeps
-    them) and mirrored in the URL (``?dataset=…&classifier=…&generator=…``), so a reload or a
-    bookmark restores them.
-    """
-    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
-    key = f"{kind}_ref:{dataset}"
-    if key not in st.session_state:
-        in_url = st.query_params.get("dataset", DEFAULT_DATASET) == dataset
-        st.session_state[key] = (st.query_params.get(kind) if in_url else None) or "default"
-    return st.session_state[key]
-
-
-def set_model_ref(kind: str, reference: str, dataset: str | None = None) -> None:
-    """Make ``reference`` this person's classifier or generator for a data set (and put it in the URL)."""
-    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
-    st.session_state[f"{kind}_ref:{dataset}"] = reference or "default"
-    _sync_query_params()
-
-
-def _sync_query_params() -> None:
-    dataset = st.session_state.get("dataset", DEFAULT_DATASET)
-    wanted = {"dataset": None if dataset == DEFAULT_DATASET else dataset,
-              **{kind: model_ref(kind, dataset) for kind in MODEL_KINDS}}
-    for name, value in wanted.items():
-        if value in (None, "default"):
-            if name in st.query_params:
-                del st.query_params[name]
-        elif st.query_params.get(name) != value:
-            st.query_params[name] = value
-
-
-def sidebar_settings() -> None:
-    """Data set, data folder and device pickers shared by every page."""
-    names = [info.name for info in list_datasets()]
-    if "dataset" not in st.session_state:
-        from_url = st.query_params.get("dataset")
-        st.session_state["dataset"] = from_url if from_url in names else DEFAULT_DATASET
-    st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
-    with st.sidebar:
-        st.selectbox("Data set", names, key="dataset",
-                     help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files")
-        if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], True):
-            st.text_input("Data folder (IDX files)", key="data_dir",
-                          help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-        st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
-    _sync_query_params()
-
-
-def current_dataset():
-    """The selected data set, or None after showing why it cannot be loaded."""
-    try:
-        return load_dataset(st.session_state.get("dataset", DEFAULT_DATASET),
-                            st.session_state.get("data_dir") or None)
-    except ProbeError as exc:
-        st.error(f"Cannot load the data set: {exc}")
-        return None
-
-
-def show_picture(images: torch.Tensor, caption: str | None = None, columns: int = 8) -> None:
-    """Show (N, C, H, W) images as one grid picture."""
-    scale = upscale_for_display(images.shape[-2])
-    st.image(image_grid(images, columns=columns, scale=scale), caption=caption)
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
-    """Decoded prior samples of a stored generator, shape (count, C, H, W); cached per model."""
-    loaded = get_workspace(root).registry.load(model_id)
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return loaded.module.decode(torch.randn(count, loaded.module.latent_dim)).cpu()
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def prior_samples(reference: str, count: int = 8, seed: int = 0):
-    """Images and descriptions of prior draws from a built generator with a structured prior (``scene:novel``)."""
-    generator = load_model(reference, "generator", st.session_state.get("dataset", DEFAULT_DATASET)).module
-    scenes = generator.sample_prior(count, torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        return generator.decode(scenes).cpu(), [generator.describe(scene) for scene in scenes]
-
-
-def models_table(models: list[dict]) -> pd.DataFrame:
-    rows = []
-    for m in models:
-        metrics = m["metrics"]
-        rows.append({
-            "id": m["id"],
-            "kind": m["kind"],
-            "data": m["spec"].get("dataset_view", m["dataset"]),
-            "test accuracy": metrics.get("test_accuracy"),
-            "test ELBO": metrics.get("test_elbo"),
-            "recon MSE": metrics.get("test_reconstruction_mse"),
-            "FD-clf": metrics.get(FD_METRIC),
-            "train s": metrics.get("train_seconds"),
-            "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(m["created_at"])),
-        })
-    return pd.DataFrame(rows)
-
-
-MODELS_COLUMN_CONFIG = {
-    "test accuracy": st.column_config.ProgressColumn("test accuracy", min_value=0.0, max_value=1.0, format="percent",
-                                                     color="blue"),
-    "FD-clf": st.column_config.NumberColumn("FD-clf", help=FD_HELP, format="%.1f"),
-    "test ELBO": st.column_config.NumberColumn("test ELBO", help="nats per image, higher is better", format="%.1f"),
-    "recon MSE": st.column_config.NumberColumn("recon MSE", help="per pixel, at the posterior mean", format="%.4f"),
-}
-
-
-def annotator_name(label: str = "Your name (annotator)") -> str:
-    """The annotator's name, remembered across reloads and pages in the URL (``?annotator=...``)."""
-    if "annotator" not in st.session_state:
-        st.session_state["annotator"] = st.query_params.get("annotator", "")
-    name = st.text_input(label, key="annotator", placeholder="e.g. alice").strip()
-    if name and st.query_params.get("annotator") != name:
-        st.query_params["annotator"] = name
-    return name
-
-
-def run_status_line(run) -> str:
-    icon = {"running": ":material/autorenew:", "queued": ":material/schedule:", "done": ":material/check_circle:",
-            "failed": ":material/error:", "cancelled": ":material/stop_circle:", "interrupted": ":material/warning:"}
-    return f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
-
-
-# --- models chosen for the session ------------------------------------------------------------
-
-@st.cache_resource(show_spinner="Loading model…", max_entries=16)
-def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None):
-    return get_workspace(root).for_data_dir(data_dir).registry.resolve(reference, kind, dataset, device=device_name)
-
-
-def session_model(kind: str, dataset: str):
-    """The classifier or generator picked for this session (Models page), loaded and cached; None after an error.
-
-    Lookups never train: an untrained default is trained on the Models page, and the page says so instead.
-    """
-    reference = model_ref(kind, dataset)
-    ws = workspace()
-    try:
-        if reference == "default":
-            reference = ws.registry.default_id(dataset, kind)
-            if generator_source(reference) is None and not ws.registry.exists(reference):
-                training = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
-                if training:
-                    st.info(f"The default {kind} for {dataset} is training now (run {training[0].id}); this page "
-                            f"continues by itself when it is done.")
-                else:
-                    st.info(f"The default {kind} for {dataset} is not trained yet: train it on the **Models** "
-                            f"page (the button under Models; digits: about 85 s, the scenes classifier about "
-                            f"4 minutes).")
-                return None
-        return load_model(reference, kind, dataset)
-    except ProbeError as exc:
-        st.error(f"Cannot use the {kind} {reference!r}: {exc}")
-        return None
-
-
-def load_model(reference: str, kind: str, dataset: str):
-    """A model by reference (never trained here), cached per workspace, data folder and device.
-
-    Raises
-    ------
-    ProbeError
-        If it cannot be loaded (unknown id, untrained default, broken plugin).
-    """
-    return _load(str(workspace().root.resolve()), reference, kind, dataset, device(),
-                 st.session_state.get("data_dir") or None)
-
-
-def session_models(dataset: str):
-    """``(classifier, generator)`` for the session, or ``(None, None)`` after showing why not."""
-    classifier, generator = session_model("classifier", dataset), session_model("generator", dataset)
-    if classifier is None or generator is None:
-        return None, None
-    return classifier, generator
-
-
-def model_choice(kind: str, dataset: str) -> None:
-    """A picker for the session's classifier or generator: zoo models of the data set, or a plugin file."""
-    ws = workspace()
-    if kind == "generator":
-        ids = ws.registry.generator_choices(dataset)
-    else:
-        base = split_view(dataset)[0]
-        ids = [m["id"] for m in ws.registry.list(kind="classifier") if split_view(m["dataset"])[0] == base]
-    options = ["default"] + ids + ["plugin file…"]
-    current = model_ref(kind, dataset)
-    index = options.index(current) if current in options else len(options) - 1
-    choice = st.selectbox(f"{kind.capitalize()} for this session", options, index=index,
-                          key=f"{kind}_pick:{dataset}",
-                          help="'default' is the data set's default zoo model; a plugin is a .py file")
-    if choice == "plugin file…":
-        path = st.text_input(f"{kind.capitalize()} plugin path", value="" if current in options else current,
-                             key=f"{kind}_plugin_path:{dataset}", placeholder="/path/to/my_model.py").strip()
-        if not path:
-            return
-        try:  # checked here, where it is typed, not later on another page
-            loaded = _load(str(ws.root.resolve()), path, kind, dataset, device(),
-                           st.session_state.get("data_dir") or None)
-        except ProbeError as exc:
-            st.error(f"Cannot use this plugin: {exc}")
-            return
-        set_model_ref(kind, loaded.id, dataset)
-        st.caption(f"Using `{loaded.id}`")
-    else:
-        set_model_ref(kind, choice, dataset)
-
-
-# --- runs ---------------------------------------------------------------------------------------
-
-def run_progress(run, cancel_key: str) -> None:
-    """A run's progress bar, status line and (while it is active) a Stop button."""
-    st.progress(min(max(run.progress, 0.0), 1.0), text=run_status_line(run))
-    if run.active:
-        if st.button("Stop", key=cancel_key, help="stops at the next progress report; what was found is kept"):
-            job_manager().cancel(run.id)
-    elif run.status == "failed":
-        st.error(f"Run {run.id} failed: {run.error}")
-    elif run.status == "interrupted":
-        st.warning(f"Run {run.id} was interrupted (the process running it stopped); what it stored is kept.")
-
-
-def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None, dataset: str | None = None):
-    """A select box over runs of a kind, newest first; returns the chosen run or None.
-
-    The options are run ids (a run's other fields change while it runs), so the choice
-    sticks across reruns; set ``st.session_state[key] = run_id`` before calling to select one.
-    With ``dataset``, only runs on that data set are offered (their classes are the page's).
-    """
-    runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
-    if dataset is not None:
-        runs = [r for r in runs if r.config.get("dataset", dataset) == dataset]
-    if not runs:
-        return None
-    by_id = {r.id: r for r in runs}
-    if key in st.session_state and st.session_state[key] not in by_id:
-        del st.session_state[key]
-    describe = describe or (lambda r: f"run {r.id} · {r.status} · {time.strftime('%H:%M', time.localtime(r.created_at))}")
-    chosen = st.selectbox(label, list(by_id), format_func=lambda run_id: describe(by_id[run_id]), key=key)
-    return by_id[chosen]
-
-
-@st.cache_resource(max_entries=4, show_spinner="Reading the failures…")
-def _failures(root: str, run_id: int):
-    from probe_core.defuse.pipeline import failures_of
-
-    return failures_of(get_workspace(root).store, run_id)
-
-
-def failures_of_run(run_id: int):
-    """The failures behind a finished Defuse run, read once per server (they never change afterwards)."""
-    return _failures(str(workspace().root.resolve()), run_id)
-
-
-def pick_distill_run(key: str):
-    """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages)."""
-    from probe_core.defuse.pipeline import DISTILL
-
-    def describe(run) -> str:
-        summary = run.result or {}
-        return f"run {run.id} · {summary.get('clusters', '?')} clusters from {summary.get('failures', '?')} failures"
-
-    return pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe)
-
-
-def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
-    """A small bar chart of one confidence vector (K,)."""
-    import plotly.graph_objects as go
-
-    values = [float(p) for p in probs]
-    figure = go.Figure(go.Bar(x=list(class_names), y=values, marker_color=[
-        "#d62728" if v == max(values) else "#1f77b4" for v in values]))
-    figure.update_layout(height=height, margin=dict(l=10, r=10, t=30 if title else 10, b=10), title=title,
-                         yaxis=dict(range=[0, 1], title=None), xaxis=dict(type="category"))
-    return figure
-
-
-def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:
-    """A download button for (N, C, H, W) images as one PNG grid."""
-    from probe_core.render import png_bytes
-
-    scale = upscale_for_display(images.shape[-2])
-    st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
-                       mime="image/png", key=key)
-
-
-@functools.lru_cache(maxsize=1)
-def _hover_script() -> str:
-    return (Path(__file__).parent / "hover_image.js").read_text()
-
-
-def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[torch.Tensor, str]]) -> None:
-    """Show the image of the point under the mouse beside it, on the plotly chart keyed ``chart_key``.
-
-    Streamlit's ``plotly_chart`` reports clicks and selections but not hovers, so a small
-    component (``_hover_image.js``) listens to the chart's ``plotly_hover`` events in the page.
-    Points carry an integer ``customdata``; for a hovered point the component asks Python,
-    in a fragment rerun, for ``image_of(customdata)``.
-
-    Parameters
-    ----------
-    chart_key : str
-        The ``key`` the chart was drawn with.
-    scope : str
-        What the points' ids refer to (e.g. a run id); images are cached in the browser per scope.
-    image_of : callable
-        ``customdata -> (image (C, H, W) in [0, 1], caption)``.
-    """
-    _hover_fragment(chart_key, scope, image_of)
-
-
-@st.fragment
-def _hover_fragment(chart_key: str, scope: str, image_of) -> None:
-    from probe_core.render import png_bytes
-
-    component = st.components.v2.component("model_probe_hover_image", html="<span></span>", js=_hover_script())
-    state_key = f"{chart_key}_hover_{scope}"
-    point = (st.session_state.get(state_key) or {}).get("hover")
-    answer = None
-    if isinstance(point, int):
-        try:
-            image, caption = image_of(point)
-        except (IndexError, KeyError):  # a stale id from an older chart: nothing to show
-            image = None
-        if image is not None:
-            picture = image_grid(image[None], columns=1, padding=0, scale=upscale_for_display(image.shape[-2]))
-            answer = {"id": point, "caption": caption,
-                      "src": "data:image/png;base64," + base64.b64encode(png_bytes(picture)).decode()}
-    component(data={"chart": chart_key, "scope": scope, "image": answer}, key=state_key,
-              on_hover_change=lambda: None)
-
-
-def preload_for_server() -> None:
-    """Import what the pages need before the server serves (``python app.py`` calls this).
-
-    Everything but UMAP is imported here, in one thread: importing big packages such as
-    scipy or scikit-learn from two threads at once can deadlock Python's import locks. UMAP
-    (seconds to import, tens of seconds in a new environment while numba compiles) is then
-    imported in a background thread; nothing else imports it except the failure-map job,
-    which simply waits for it.
-    """
-    import threading
-
-    import captum.attr  # noqa: F401
-    import pyro.ops.stats  # noqa: F401
-    import scipy.stats  # noqa: F401
-    import sklearn.mixture  # noqa: F401
-    import sklearn.neighbors  # noqa: F401
-
-    import probe_core.bayestrex  # noqa: F401
-    import probe_core.cli  # noqa: F401
-    import probe_core.reports  # noqa: F401
-    import probe_core.saliency  # noqa: F401
-    import probe_core.usecases  # noqa: F401
-
-    threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()
-
-
-def page_models(need_generator: bool = True):
-    """The page preamble: data set and session models, or ``st.stop()`` after saying why not.
-
-    Returns ``(dataset, classifier, generator, class_names)``; ``generator`` is None when not needed.
-    """
-    dataset = current_dataset()
-    if dataset is None:
-        st.stop()
-    if need_generator:
-        classifier, generator = session_models(dataset.name)
-    else:
-        classifier, generator = session_model("classifier", dataset.name), None
-    if classifier is None:
-        # a training run that ends (started here, on the Models page or at first start) reruns the page
-        active_runs("page-models", ("train",))
-        st.stop()
-    return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
-
-
-@st.fragment(run_every=LIVE_REFRESH_S)
-def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[str, ...] = ()) -> None:
-    """Progress of this page's active runs, polled every LIVE_REFRESH_S; reruns the page once when they end.
-
-    ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind);
-    the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.
-    """
-    store = workspace().store
-    runs = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10) if predicate is None or predicate(r)]
-    running = [r for r in runs if r.active]
-    for run in running:
-        run_progress(run, f"{key}_stop_{run.id}")
-    # A run that changed since the last look (even one that started and ended between two polls)
-    # reruns the page once, so every status it shows comes from the runs' current state.
-    latest = max((r.updated_at for r in runs if not r.active), default=0.0)
-    ended_since = latest > st.session_state.get(f"{key}_seen", latest)
-    st.session_state[f"{key}_seen"] = latest
-    if running:
-        st.session_state[f"{key}_watching"] = True
-    elif st.session_state.pop(f"{key}_watching", False) or ended_since:
-        for widget in reset:
-            st.session_state.pop(widget, None)
-        st.rerun(scope="app")
-
-
-def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int | None:
-    """Start a Bayes-TrEx run on the session's models in the background; returns the run id.
-
-    Bad settings or a bad target show one ``st.error`` and return None; nothing is stored then.
-    """
-    try:
-        return _start_sampling(dataset_name, spec, **sample_kwargs)
-    except ProbeError as exc:
-        st.error(f"Cannot start sampling: {exc}")
-        return None
-
-
-def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
-    from probe_core.bayestrex import check_sampler_settings
-    from probe_core.targets import parse_targets
-
-    # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
-    # never "default" or a relative path, so it can be read back anywhere later
-    classifier, generator = session_models(dataset_name)
-    if classifier is None or generator is None:
-        raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
-    check_sampler_settings(**sample_kwargs)
-    parse_targets(spec, classifier.class_names or load_dataset(dataset_name, st.session_state.get("data_dir") or None)
-                  .class_names)
-    config = {"dataset": dataset_name, "target": spec, "classifier": classifier.id, "generator": generator.id,
-              **sample_kwargs}
-    job = JobSpec("probe_core.usecases:sampling_job", {
-        "dataset": dataset_name, "spec": spec, "classifier": config["classifier"], "generator": config["generator"],
-        **sample_kwargs}, st.session_state.get("data_dir") or None)
-    return job_manager().submit("sample", config, job)
+from pages.ui.resources import AUTOTRAIN_ENV, generator_samples, get_job_manager, get_workspace, preload_for_server
+from pages.ui.session import (
+    MODEL_KINDS,
+    annotator_name,
+    current_dataset,
+    device,
+    failures_of_run,
+    job_manager,
+    load_model,
+    model_ref,
+    prior_samples,
+    session_model,
+    session_models,
+    set_model_ref,
+    sidebar_settings,
+    start_sampling,
+    workspace,
+)
+from pages.ui.widgets import (
+    LIVE_REFRESH_S,
+    MODELS_COLUMN_CONFIG,
+    active_runs,
+    confidence_figure,
+    hover_images,
+    model_choice,
+    models_table,
+    page_models,
+    pick_distill_run,
+    pick_run,
+    png_download,
+    run_progress,
+    run_status_line,
+    show_picture,
+)
+
+__all__ = [
+    "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",
+    "confidence_figure", "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
+    "get_workspace", "hover_images", "image_grid", "job_manager", "load_model", "model_choice", "model_ref",
+    "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
+    "prior_samples", "run_progress", "run_status_line", "session_model", "session_models", "set_model_ref",
+    "show_picture", "sidebar_settings", "start_sampling", "upscale_for_display", "workspace",
+]

@@ -7,7 +7,8 @@ import torch
 from pages import ui as _ui
 from probe_core import usecases
 from probe_core.errors import ProbeError
-from probe_core.executors import JobSpec
+from probe_core import runconfig
+from probe_core.runconfig import CompareConfig
 
 ws = _ui.workspace()
 st.title("Compare classifiers")
@@ -41,11 +42,9 @@ if start:
         if loaded is None:
             st.stop()
         generator = loaded.id
-        config = {"dataset": dataset.name, "classifiers": [first, second], "generator": generator,
-                  "chains": int(chains), "samples": int(samples)}
-        _ui.job_manager().submit("compare", config, JobSpec("probe_core.usecases:compare_job", {
-            "dataset": dataset.name, "classifier_a": first, "classifier_b": second, "generator": generator,
-            "chains": int(chains), "warmup": int(warmup), "samples": int(samples)}, ws.registry.data_dir))
+        runconfig.submit(_ui.job_manager(), CompareConfig(
+            dataset=dataset.name, classifier_a=first, classifier_b=second, generator=generator, chains=int(chains),
+            warmup=int(warmup), samples=int(samples)), ws.registry.data_dir)
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))

@@ -6,7 +6,7 @@ from pages import ui as _ui
 from probe_core.catalog import dataset_entry, list_datasets
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
-from probe_core.jobs import start_default_training, submit_training
+from probe_core.runconfig import start_default_training, submit_training
 from probe_core.models import GENERATOR_KINDS, ModelSpec
 
 ws = _ui.workspace()
@@ -128,8 +128,7 @@ if submitted:
             classes = [c for c in range(dataset.num_classes) if c not in indices]
         spec = ModelSpec(dataset=dataset.base_name, kind=kind, classes=classes, ambiguous=ambiguous,
                          epochs=int(epochs) or None, seed=int(seed))
-        run_id = submit_training(manager, ws.registry, [spec], {"spec": spec.__dict__, "device": _ui.device()},
-                                 _ui.device())
+        run_id = submit_training(manager, ws.registry, [spec], dataset.base_name, device=_ui.device())
         st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
     except ProbeError as exc:
         st.error(str(exc))

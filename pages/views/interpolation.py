@@ -6,6 +6,8 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.bayestrex import best_samples
+from probe_core.runconfig import config_of
 
 ws = _ui.workspace()
 st.title("Interpolation")
@@ -32,7 +34,9 @@ if start:
 
 
 def is_path(run) -> bool:
-    return str(run.config.get("target", "")).startswith("path:")
+    """A path run on this data set (typed fields of the stored configuration)."""
+    config = config_of(run)
+    return config is not None and config.path is not None and config.dataset == dataset.name
 
 
 _ui.active_runs("path", ("sample",), is_path, reset=("path_run",))
@@ -46,15 +50,14 @@ if not finished:
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Path run", list(by_id), key="path_run",
                          format_func=lambda i: f"run {i} · {by_id[i].config['target']}")]
-ends, _, count = run.config["target"][5:].rpartition(":")
-first, second = (int(c) for c in ends.split("->"))
-count = int(count)
+source_text, destination_text, count = config_of(run).path
+first, second = int(source_text), int(destination_text)
 stored = ws.store.get_samples(run.id)
 strip, achieved_a, achieved_b, hit_rates = [], [], [], []
 for index in range(count):
     rows = [s for s in stored if s["target_index"] == index]
     hits = [s for s in rows if s["hit"]]
-    chosen = min(hits or rows, key=lambda s: s["target_distance"]) if rows else None
+    chosen = best_samples(rows, 1, 1)[0] if rows else None
     channels, height, width = dataset.image_shape
     strip.append(chosen["image"] if chosen else np.zeros((channels, height, width), np.float32))
     pool = hits or rows

@@ -6,6 +6,8 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.bayestrex import best_hit_per_target, best_samples
+from probe_core.runconfig import config_of
 
 ws = _ui.workspace()
 st.title("Ambiguity matrix")
@@ -26,9 +28,15 @@ if start:
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "keep_every": int(keep_every)}
     _ui.start_sampling(dataset.name, "ambiguous-matrix", **kwargs)
 
-runs = [r for r in ws.store.list_runs(kind="sample", limit=50) if r.config.get("target") == "ambiguous-matrix"]
+def is_matrix(run) -> bool:
+    """An ambiguity-matrix run on this data set (typed fields of the stored configuration)."""
+    config = config_of(run)
+    return config is not None and config.is_matrix and config.dataset == dataset.name
 
-_ui.active_runs("matrix", ("sample",), lambda r: r.config.get("target") == "ambiguous-matrix", reset=("matrix_run",))
+
+runs = [r for r in ws.store.list_runs(kind="sample", limit=50) if is_matrix(r)]
+
+_ui.active_runs("matrix", ("sample",), is_matrix, reset=("matrix_run",))
 finished = [r for r in runs if r.status == "done" and r.result]
 if not finished:
     if any(r.active for r in runs):
@@ -38,18 +46,14 @@ if not finished:
     st.stop()
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
-                         format_func=lambda i: f"run {i} · {by_id[i].config.get('chains')} chains/pair")]
+                         format_func=lambda i: f"run {i} · {config_of(by_id[i]).chains} chains/pair")]
 
 pairs = {}
 for index, entry in enumerate(run.result["targets"]):
     first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
     pairs[(first, second)] = index
 stored = ws.store.get_samples(run.id)
-best = {}
-for sample in stored:
-    if sample["hit"] and (sample["target_index"] not in best
-                          or sample["target_distance"] < best[sample["target_index"]]["target_distance"]):
-        best[sample["target_index"]] = sample
+best = best_hit_per_target(stored)
 channels, height, width = dataset.image_shape
 representatives = []
 for c in range(K):  # a test image of each class for the edges (grey where the data set has none)
@@ -93,8 +97,8 @@ picked = st.selectbox("Pair", range(len(pairs)), format_func=lambda i: pair_name
 index = list(pairs.values())[picked]
 entry = run.result["targets"][index]
 pair_samples = [s for s in stored if s["target_index"] == index]
-shown = [s for s in pair_samples if s["hit"]] or sorted(pair_samples, key=lambda s: s["target_distance"])[:10]
-keep_every = int(run.config.get("keep_every", 1))
+shown = best_samples(pair_samples, misses_limit=10)
+keep_every = config_of(run).keep_every
 st.write(f"**{entry['description']}** · {entry['summary']['hits']} of {entry['summary']['kept']} samples are hits "
          f"({entry['hit_rate'] * 100:.0f} %) · "
          + ("FAILED: closest samples shown" if entry["failed"] else

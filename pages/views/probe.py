@@ -3,11 +3,13 @@
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import POOR_MIXING_NOTE, mixing_ok, summary_rows
+from probe_core.bayestrex import best_samples, summary_rows
+from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
 from probe_core.reports import html_report
@@ -110,15 +112,24 @@ if run is None:
     st.stop()
 
 
-def trace_figure(trace: dict, series: str, title: str, y_range=None):
-    figure = go.Figure()
-    values = np.array(trace[series]) if trace[series] else np.zeros((0, 0))
-    for column, chain in enumerate(trace["chains"]):
-        if values.size:
-            figure.add_trace(go.Scattergl(x=trace["iteration"], y=values[:, column], mode="lines",
-                                          name=f"chain {chain}", line=dict(width=1)))
-    figure.update_layout(height=240, title=title, showlegend=False, margin=dict(l=10, r=10, t=35, b=10),
-                         yaxis=dict(range=y_range))
+def trace_figure(trace: dict):
+    """The live trace as one figure of three panels: one chart for the browser to redraw per refresh, not three."""
+    figure = make_subplots(rows=1, cols=3, horizontal_spacing=0.06, specs=[[{}, {}, {"secondary_y": True}]],
+                           subplot_titles=("log density per chain", "achieved target confidence",
+                                           "acceptance and step size"))
+    for panel, series in ((1, "logdensity"), (2, "confidence")):
+        values = np.array(trace[series]) if trace[series] else np.zeros((0, 0))
+        for column, chain in enumerate(trace["chains"]):
+            if values.size:
+                figure.add_trace(go.Scattergl(x=trace["iteration"], y=values[:, column], mode="lines",
+                                              name=f"chain {chain}", line=dict(width=1), showlegend=False),
+                                 row=1, col=panel)
+    figure.add_trace(go.Scatter(x=trace["iteration"], y=trace["acceptance"], name="acceptance"), row=1, col=3)
+    figure.add_trace(go.Scatter(x=trace["iteration"], y=trace["step_size"], name="step size"), row=1, col=3,
+                     secondary_y=True)
+    figure.update_yaxes(range=[0, 1], row=1, col=2)
+    figure.update_yaxes(type="log", row=1, col=3, secondary_y=True)
+    figure.update_layout(height=260, margin=dict(l=10, r=10, t=35, b=10), legend=dict(orientation="h"))
     return figure
 
 
@@ -132,16 +143,7 @@ def live_view(run_id: int) -> None:
     details = current.details or {}
     trace = details.get("trace")
     if trace and trace["iteration"]:
-        left, middle, right = st.columns(3)
-        left.plotly_chart(trace_figure(trace, "logdensity", "log density per chain"), key=f"trace_ld_{run_id}")
-        middle.plotly_chart(trace_figure(trace, "confidence", "achieved target confidence", [0, 1]),
-                            key=f"trace_conf_{run_id}")
-        diagnostics = go.Figure([go.Scatter(x=trace["iteration"], y=trace["acceptance"], name="acceptance"),
-                                 go.Scatter(x=trace["iteration"], y=trace["step_size"], name="step size",
-                                            yaxis="y2")])
-        diagnostics.update_layout(height=240, title="acceptance and step size", margin=dict(l=10, r=10, t=35, b=10),
-                                  yaxis2=dict(overlaying="y", side="right", type="log"), legend=dict(orientation="h"))
-        right.plotly_chart(diagnostics, key=f"trace_diag_{run_id}")
+        st.plotly_chart(trace_figure(trace), key=f"trace_{run_id}")
         m1, m2, m3, m4 = st.columns([2, 1, 1, 1])  # the stage text is the longest
         m1.metric("Stage", f"{details.get('stage', '?')} {details.get('iteration', 0)}/{details.get('total', 0)}")
         m2.metric("σ now", f"{details.get('sigma', float('nan')):.3f}")
@@ -211,7 +213,7 @@ if baseline:
             _ui.show_picture(dataset.test_images[baseline["indices"][:16]], columns=8)
 
 st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest stored samples")
-gallery = hits[:40] if hits else sorted(rows, key=lambda s: s["target_distance"])[:16]
+gallery = best_samples(rows, hits_limit=40, misses_limit=16)
 images = torch.tensor(np.stack([s["image"] for s in gallery]))
 _ui.show_picture(images, columns=10)
 # Scene descriptions, when this run's codes are the session renderer's scene vectors.

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import torch
 
+from probe_core.bayestrex import best_samples
 from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
 
@@ -26,8 +27,7 @@ def _hit_scene(store, run_id: int, sample_id: int | None) -> dict:
         if not chosen:
             raise ProbeError(f"sample {sample_id} is not in run {run_id}")
         return chosen[0]
-    hits = [s for s in samples if s["hit"]] or samples
-    return min(hits, key=lambda s: s["target_distance"])
+    return best_samples(samples, 1, 1)[0]
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
@@ -35,7 +35,7 @@ def _counterfactual(args: argparse.Namespace) -> int:
     from probe_core.scenes.counterfactual import object_removal, removal_table
     from probe_core.scenes.generator import SceneGenerator
     from probe_core.scenes.world import describe_text
-    from probe_core.targets import class_index
+    from probe_core.classes import class_index
 
     workspace = workspace_from_args(args)
     run = workspace.store.get_run(args.run)

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from probe_core.classes import class_index
 from probe_core.data.idx import read_idx
 from probe_core.errors import DataError
 
@@ -87,18 +88,7 @@ class ImageDataset:
         DataError
             If no such class exists; the message lists the valid ones.
         """
-        text = str(name_or_index).strip()
-        lowered = [n.lower() for n in self.class_names]
-        if text.lower() in lowered:
-            return lowered.index(text.lower())
-        if text.lstrip("-").isdigit():
-            index = int(text)
-            if 0 <= index < self.num_classes:
-                return index
-        raise DataError(
-            f"unknown class {text!r} for {self.name}; valid: 0..{self.num_classes - 1} "
-            f"or {', '.join(self.class_names)}"
-        )
+        return class_index(name_or_index, self.class_names, where=f"for {self.name}")
 
     def subset(self, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> "ImageDataset":
         """A view with only some classes, relabelled 0..k-1.

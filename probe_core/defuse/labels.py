@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from probe_core.classes import class_index
 from probe_core.errors import ProbeError
 
 NONE_OF_THE_ABOVE = "none"
@@ -44,11 +45,10 @@ def normalise_label(label: str | int | None, class_names: tuple[str, ...]) -> st
     text = str(label).strip()
     if text.lower() in (NONE_OF_THE_ABOVE, "none of the above"):
         return NONE_OF_THE_ABOVE
-    if text in class_names:
-        return text
-    if text.lstrip("-").isdigit() and 0 <= int(text) < len(class_names):
-        return class_names[int(text)]
-    raise ProbeError(f"unknown class {text!r}; valid: {', '.join(class_names)} or 'none' (none of the above)")
+    try:
+        return class_names[class_index(text, class_names)]
+    except ProbeError as exc:
+        raise ProbeError(f"{exc} or 'none' (none of the above)") from None
 
 
 def label_cluster(store, cluster_id: int, annotator: str, *, is_failure: bool | None, label: str | int | None,

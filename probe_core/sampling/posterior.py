@@ -17,6 +17,11 @@ from probe_core.protocols import StructuredPrior
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch
 
 
+# Sharpness of the smooth surrogate (cross-entropy to the target) that initialisation and SMC's
+# first stages climb before the σ-likelihood takes over: steep enough to reach the target
+# region in a few hundred steps, smooth enough for large steps.
+SURROGATE_SHARPNESS = 30.0
+
 class BayesTrExPosterior:
     """Posterior over latent codes for a batch of chains and their targets.
 

@@ -15,7 +15,7 @@ import torch
 
 from probe_core.protocols import StructuredPrior
 from probe_core.sampling import adaptation, hmc, rwm
-from probe_core.sampling.posterior import BayesTrExPosterior
+from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 
 INIT_MODES = ("smc", "optimize", "prior", "uniform")
 PREVIEW_CHAINS = 8
@@ -25,7 +25,6 @@ def _preview(posterior: BayesTrExPosterior, position: torch.Tensor) -> torch.Ten
     """Decoded images of the first few chains, for live views."""
     with torch.no_grad():
         return posterior.generator.decode(position[:PREVIEW_CHAINS].to(posterior.device)).cpu()
-SURROGATE_SHARPNESS = 30.0
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from probe_core.sampling import hmc
-from probe_core.sampling.posterior import BayesTrExPosterior
+from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 
-SURROGATE_SHARPNESS = 30.0
 MIN_ISLAND_SIZE = 8  # fewer particles per island make resampling degenerate
 
 

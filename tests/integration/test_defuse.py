@@ -48,7 +48,7 @@ def test_identification_keeps_only_misclassified_decodings_smallest_noise_first(
 
 
 def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_workspace):
-    from probe_core.jobs import run_inline
+    from probe_core.lifecycle import run_inline
 
     store = trained_workspace.store
     settings = pipeline.IdentifySettings(samples_per_image=100, noise_scale=0.5, max_images=200)

@@ -1,7 +1,8 @@
 import time
 
 from probe_core.errors import ProbeError
-from probe_core.jobs import JobManager, start_default_training
+from probe_core.jobs import JobManager
+from probe_core.runconfig import start_default_training
 
 
 def test_job_success_failure_and_cancel(workspace):
@@ -41,7 +42,7 @@ def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspac
 
 
 def test_training_job_reports_per_model_progress(workspace):
-    from probe_core.jobs import training_job
+    from probe_core.models.jobs import training_job
     from probe_core.models import ModelSpec
 
     manager = JobManager(workspace.store)

@@ -3,7 +3,7 @@
 from helpers import write_tiny_plugin
 
 from probe_core.cli import main
-from probe_core.jobs import run_inline
+from probe_core.lifecycle import run_inline
 from probe_core.usecases import sampling_job
 
 

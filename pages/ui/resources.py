@@ -1,0 +1,70 @@
+"""Cached resources shared by the pages: the workspace, the job manager, loaded models, read-only data.
+
+Nothing here holds a person's settings: those are in :mod:`pages.ui.session`."""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from probe_core.jobs import JobManager
+from probe_core.workspace import Workspace
+
+AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
+
+
+@st.cache_resource
+def get_workspace(root: str) -> Workspace:
+    return Workspace(root)
+
+
+@st.cache_resource
+def get_job_manager(root: str) -> JobManager:
+    return JobManager(get_workspace(root).store)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
+    """Decoded prior samples of a stored generator, shape (count, C, H, W); cached per model."""
+    loaded = get_workspace(root).registry.load(model_id)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return loaded.module.decode(torch.randn(count, loaded.module.latent_dim)).cpu()
+
+
+@st.cache_resource(show_spinner="Loading model…", max_entries=16)
+def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None):
+    return get_workspace(root).for_data_dir(data_dir).registry.resolve(reference, kind, dataset, device=device_name)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Reading the failures…")
+def _failures(root: str, run_id: int):
+    from probe_core.defuse.pipeline import failures_of
+
+    return failures_of(get_workspace(root).store, run_id)
+
+
+def preload_for_server() -> None:
+    """Import what the pages need before the server serves (``python app.py`` calls this).
+
+    Everything but UMAP is imported here, in one thread: importing big packages such as
+    scipy or scikit-learn from two threads at once can deadlock Python's import locks. UMAP
+    (seconds to import, tens of seconds in a new environment while numba compiles) is then
+    imported in a background thread; nothing else imports it except the failure-map job,
+    which simply waits for it.
+    """
+    import threading
+
+    import captum.attr  # noqa: F401
+    import pyro.ops.stats  # noqa: F401
+    import scipy.stats  # noqa: F401
+    import sklearn.mixture  # noqa: F401
+    import sklearn.neighbors  # noqa: F401
+
+    import probe_core.bayestrex  # noqa: F401
+    import probe_core.cli  # noqa: F401
+    import probe_core.reports  # noqa: F401
+    import probe_core.saliency  # noqa: F401
+    import probe_core.usecases  # noqa: F401
+
+    threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()

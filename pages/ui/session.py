@@ -1,0 +1,200 @@
+"""Per-person settings in ``st.session_state`` (data set, data folder, device, chosen models, name) and
+what the pages derive from them: the session's data set and models, starting a sampling run."""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+import torch
+
+from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
+from probe_core import runconfig
+from probe_core.catalog import generator_source, list_datasets, load_dataset
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET
+from probe_core.errors import ProbeError
+from probe_core.jobs import JobManager
+from probe_core.runconfig import SampleConfig
+from probe_core.workspace import Workspace, default_workspace_path
+
+
+def workspace() -> Workspace:
+    """This session's view of the shared workspace, with the data folder this person chose.
+
+    The cached workspace is shared by every session; the data folder is per person, so each
+    call makes a light view of it (same database) instead of setting anything on the shared one.
+    """
+    shared = get_workspace(str(default_workspace_path().resolve()))
+    return shared.for_data_dir(st.session_state.get("data_dir") or None)
+
+
+def job_manager() -> JobManager:
+    return get_job_manager(str(default_workspace_path().resolve()))
+
+
+def device() -> str:
+    return st.session_state.get("device", "cpu")
+
+
+MODEL_KINDS = ("classifier", "generator")
+
+
+def model_ref(kind: str, dataset: str | None = None) -> str:
+    """This person's classifier or generator reference for a data set (``default`` until they pick one).
+
+    Choices are kept per data set in the session (a switch to another data set and back keeps
+    them) and mirrored in the URL (``?dataset=…&classifier=…&generator=…``), so a reload or a
+    bookmark restores them.
+    """
+    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
+    key = f"{kind}_ref:{dataset}"
+    if key not in st.session_state:
+        in_url = st.query_params.get("dataset", DEFAULT_DATASET) == dataset
+        st.session_state[key] = (st.query_params.get(kind) if in_url else None) or "default"
+    return st.session_state[key]
+
+
+def set_model_ref(kind: str, reference: str, dataset: str | None = None) -> None:
+    """Make ``reference`` this person's classifier or generator for a data set (and put it in the URL)."""
+    dataset = dataset or st.session_state.get("dataset", DEFAULT_DATASET)
+    st.session_state[f"{kind}_ref:{dataset}"] = reference or "default"
+    _sync_query_params()
+
+
+def _sync_query_params() -> None:
+    dataset = st.session_state.get("dataset", DEFAULT_DATASET)
+    wanted = {"dataset": None if dataset == DEFAULT_DATASET else dataset,
+              **{kind: model_ref(kind, dataset) for kind in MODEL_KINDS}}
+    for name, value in wanted.items():
+        if value in (None, "default"):
+            if name in st.query_params:
+                del st.query_params[name]
+        elif st.query_params.get(name) != value:
+            st.query_params[name] = value
+
+
+def sidebar_settings() -> None:
+    """Data set, data folder and device pickers shared by every page."""
+    names = [info.name for info in list_datasets()]
+    if "dataset" not in st.session_state:
+        from_url = st.query_params.get("dataset")
+        st.session_state["dataset"] = from_url if from_url in names else DEFAULT_DATASET
+    st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
+    with st.sidebar:
+        st.selectbox("Data set", names, key="dataset",
+                     help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files")
+        if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], True):
+            st.text_input("Data folder (IDX files)", key="data_dir",
+                          help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
+    _sync_query_params()
+
+
+def current_dataset():
+    """The selected data set, or None after showing why it cannot be loaded."""
+    try:
+        return load_dataset(st.session_state.get("dataset", DEFAULT_DATASET),
+                            st.session_state.get("data_dir") or None)
+    except ProbeError as exc:
+        st.error(f"Cannot load the data set: {exc}")
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def prior_samples(reference: str, count: int = 8, seed: int = 0):
+    """Images and descriptions of prior draws from a built generator with a structured prior (``scene:novel``)."""
+    generator = load_model(reference, "generator", st.session_state.get("dataset", DEFAULT_DATASET)).module
+    scenes = generator.sample_prior(count, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return generator.decode(scenes).cpu(), [generator.describe(scene) for scene in scenes]
+
+
+def annotator_name(label: str = "Your name (annotator)") -> str:
+    """The annotator's name, remembered across reloads and pages in the URL (``?annotator=...``)."""
+    if "annotator" not in st.session_state:
+        st.session_state["annotator"] = st.query_params.get("annotator", "")
+    name = st.text_input(label, key="annotator", placeholder="e.g. alice").strip()
+    if name and st.query_params.get("annotator") != name:
+        st.query_params["annotator"] = name
+    return name
+
+
+def session_model(kind: str, dataset: str):
+    """The classifier or generator picked for this session (Models page), loaded and cached; None after an error.
+
+    Lookups never train: an untrained default is trained on the Models page, and the page says so instead.
+    """
+    reference = model_ref(kind, dataset)
+    ws = workspace()
+    try:
+        if reference == "default":
+            reference = ws.registry.default_id(dataset, kind)
+            if generator_source(reference) is None and not ws.registry.exists(reference):
+                training = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
+                if training:
+                    st.info(f"The default {kind} for {dataset} is training now (run {training[0].id}); this page "
+                            f"continues by itself when it is done.")
+                else:
+                    st.info(f"The default {kind} for {dataset} is not trained yet: train it on the **Models** "
+                            f"page (the button under Models; digits: about 85 s, the scenes classifier about "
+                            f"4 minutes).")
+                return None
+        return load_model(reference, kind, dataset)
+    except ProbeError as exc:
+        st.error(f"Cannot use the {kind} {reference!r}: {exc}")
+        return None
+
+
+def load_model(reference: str, kind: str, dataset: str):
+    """A model by reference (never trained here), cached per workspace, data folder and device.
+
+    Raises
+    ------
+    ProbeError
+        If it cannot be loaded (unknown id, untrained default, broken plugin).
+    """
+    return _load(str(workspace().root.resolve()), reference, kind, dataset, device(),
+                 st.session_state.get("data_dir") or None)
+
+
+def session_models(dataset: str):
+    """``(classifier, generator)`` for the session, or ``(None, None)`` after showing why not."""
+    classifier, generator = session_model("classifier", dataset), session_model("generator", dataset)
+    if classifier is None or generator is None:
+        return None, None
+    return classifier, generator
+
+
+def failures_of_run(run_id: int):
+    """The failures behind a finished Defuse run, read once per server (they never change afterwards)."""
+    return _failures(str(workspace().root.resolve()), run_id)
+
+
+def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int | None:
+    """Start a Bayes-TrEx run on the session's models in the background; returns the run id.
+
+    Bad settings or a bad target show one ``st.error`` and return None; nothing is stored then.
+    """
+    try:
+        return _start_sampling(dataset_name, spec, **sample_kwargs)
+    except ProbeError as exc:
+        st.error(f"Cannot start sampling: {exc}")
+        return None
+
+
+def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
+    from probe_core.bayestrex import check_sampler_settings
+    from probe_core.targets import parse_targets
+
+    # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
+    # never "default" or a relative path, so it can be read back anywhere later
+    classifier, generator = session_models(dataset_name)
+    if classifier is None or generator is None:
+        raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
+    config = SampleConfig(dataset=dataset_name, target=spec, classifier=classifier.id, generator=generator.id,
+                          **sample_kwargs)
+    check_sampler_settings(**config.sampler_settings())
+    parse_targets(spec, classifier.class_names or load_dataset(dataset_name, st.session_state.get("data_dir") or None)
+                  .class_names)
+    return runconfig.submit(job_manager(), config, st.session_state.get("data_dir") or None)

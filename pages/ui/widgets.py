@@ -1,0 +1,258 @@
+"""Small widgets the pages compose: pictures, tables, run pickers and progress, plots, live views."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import streamlit as st
+import torch
+
+from pages.ui.resources import _load
+from pages.ui.session import (
+    current_dataset,
+    device,
+    job_manager,
+    model_ref,
+    session_model,
+    session_models,
+    set_model_ref,
+    workspace,
+)
+from probe_core.data import split_view
+from probe_core.errors import ProbeError
+from probe_core.models import FD_HELP, FD_METRIC
+from probe_core.render import image_grid, upscale_for_display
+
+# Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
+# redraws its charts in every watching tab; every 2 s keeps that cost small next to the run itself
+# (benchmarks/watch.py) while progress still moves visibly.
+LIVE_REFRESH_S = 2.0
+
+
+def show_picture(images: torch.Tensor, caption: str | None = None, columns: int = 8) -> None:
+    """Show (N, C, H, W) images as one grid picture."""
+    scale = upscale_for_display(images.shape[-2])
+    st.image(image_grid(images, columns=columns, scale=scale), caption=caption)
+
+
+def models_table(models: list[dict]) -> pd.DataFrame:
+    rows = []
+    for m in models:
+        metrics = m["metrics"]
+        rows.append({
+            "id": m["id"],
+            "kind": m["kind"],
+            "data": m["spec"].get("dataset_view", m["dataset"]),
+            "test accuracy": metrics.get("test_accuracy"),
+            "test ELBO": metrics.get("test_elbo"),
+            "recon MSE": metrics.get("test_reconstruction_mse"),
+            "FD-clf": metrics.get(FD_METRIC),
+            "train s": metrics.get("train_seconds"),
+            "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(m["created_at"])),
+        })
+    return pd.DataFrame(rows)
+
+
+MODELS_COLUMN_CONFIG = {
+    "test accuracy": st.column_config.ProgressColumn("test accuracy", min_value=0.0, max_value=1.0, format="percent",
+                                                     color="blue"),
+    "FD-clf": st.column_config.NumberColumn("FD-clf", help=FD_HELP, format="%.1f"),
+    "test ELBO": st.column_config.NumberColumn("test ELBO", help="nats per image, higher is better", format="%.1f"),
+    "recon MSE": st.column_config.NumberColumn("recon MSE", help="per pixel, at the posterior mean", format="%.4f"),
+}
+
+
+def run_status_line(run) -> str:
+    icon = {"running": ":material/autorenew:", "queued": ":material/schedule:", "done": ":material/check_circle:",
+            "failed": ":material/error:", "cancelled": ":material/stop_circle:", "interrupted": ":material/warning:"}
+    return f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
+
+
+def model_choice(kind: str, dataset: str) -> None:
+    """A picker for the session's classifier or generator: zoo models of the data set, or a plugin file."""
+    ws = workspace()
+    if kind == "generator":
+        ids = ws.registry.generator_choices(dataset)
+    else:
+        base = split_view(dataset)[0]
+        ids = [m["id"] for m in ws.registry.list(kind="classifier") if split_view(m["dataset"])[0] == base]
+    options = ["default"] + ids + ["plugin file…"]
+    current = model_ref(kind, dataset)
+    index = options.index(current) if current in options else len(options) - 1
+    choice = st.selectbox(f"{kind.capitalize()} for this session", options, index=index,
+                          key=f"{kind}_pick:{dataset}",
+                          help="'default' is the data set's default zoo model; a plugin is a .py file")
+    if choice == "plugin file…":
+        path = st.text_input(f"{kind.capitalize()} plugin path", value="" if current in options else current,
+                             key=f"{kind}_plugin_path:{dataset}", placeholder="/path/to/my_model.py").strip()
+        if not path:
+            return
+        try:  # checked here, where it is typed, not later on another page
+            loaded = _load(str(ws.root.resolve()), path, kind, dataset, device(),
+                           st.session_state.get("data_dir") or None)
+        except ProbeError as exc:
+            st.error(f"Cannot use this plugin: {exc}")
+            return
+        set_model_ref(kind, loaded.id, dataset)
+        st.caption(f"Using `{loaded.id}`")
+    else:
+        set_model_ref(kind, choice, dataset)
+
+
+def run_progress(run, cancel_key: str) -> None:
+    """A run's progress bar, status line and (while it is active) a Stop button."""
+    st.progress(min(max(run.progress, 0.0), 1.0), text=run_status_line(run))
+    if run.active:
+        if st.button("Stop", key=cancel_key, help="stops at the next progress report; what was found is kept"):
+            job_manager().cancel(run.id)
+    elif run.status == "failed":
+        st.error(f"Run {run.id} failed: {run.error}")
+    elif run.status == "interrupted":
+        st.warning(f"Run {run.id} was interrupted (the process running it stopped); what it stored is kept.")
+
+
+def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None, dataset: str | None = None):
+    """A select box over runs of a kind, newest first; returns the chosen run or None.
+
+    The options are run ids (a run's other fields change while it runs), so the choice
+    sticks across reruns; set ``st.session_state[key] = run_id`` before calling to select one.
+    With ``dataset``, only runs on that data set are offered (their classes are the page's).
+    """
+    runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
+    if dataset is not None:
+        runs = [r for r in runs if r.config.get("dataset", dataset) == dataset]
+    if not runs:
+        return None
+    by_id = {r.id: r for r in runs}
+    if key in st.session_state and st.session_state[key] not in by_id:
+        del st.session_state[key]
+    describe = describe or (lambda r: f"run {r.id} · {r.status} · {time.strftime('%H:%M', time.localtime(r.created_at))}")
+    chosen = st.selectbox(label, list(by_id), format_func=lambda run_id: describe(by_id[run_id]), key=key)
+    return by_id[chosen]
+
+
+def pick_distill_run(key: str):
+    """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages)."""
+    from probe_core.defuse.pipeline import DISTILL
+
+    def describe(run) -> str:
+        summary = run.result or {}
+        return f"run {run.id} · {summary.get('clusters', '?')} clusters from {summary.get('failures', '?')} failures"
+
+    return pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe)
+
+
+def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
+    """A small bar chart of one confidence vector (K,)."""
+    import plotly.graph_objects as go
+
+    values = [float(p) for p in probs]
+    figure = go.Figure(go.Bar(x=list(class_names), y=values, marker_color=[
+        "#d62728" if v == max(values) else "#1f77b4" for v in values]))
+    figure.update_layout(height=height, margin=dict(l=10, r=10, t=30 if title else 10, b=10), title=title,
+                         yaxis=dict(range=[0, 1], title=None), xaxis=dict(type="category"))
+    return figure
+
+
+def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:
+    """A download button for (N, C, H, W) images as one PNG grid."""
+    from probe_core.render import png_bytes
+
+    scale = upscale_for_display(images.shape[-2])
+    st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
+                       mime="image/png", key=key)
+
+
+@functools.lru_cache(maxsize=1)
+def _hover_script() -> str:
+    return (Path(__file__).parent / "hover_image.js").read_text()
+
+
+def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[torch.Tensor, str]]) -> None:
+    """Show the image of the point under the mouse beside it, on the plotly chart keyed ``chart_key``.
+
+    Streamlit's ``plotly_chart`` reports clicks and selections but not hovers, so a small
+    component (``_hover_image.js``) listens to the chart's ``plotly_hover`` events in the page.
+    Points carry an integer ``customdata``; for a hovered point the component asks Python,
+    in a fragment rerun, for ``image_of(customdata)``.
+
+    Parameters
+    ----------
+    chart_key : str
+        The ``key`` the chart was drawn with.
+    scope : str
+        What the points' ids refer to (e.g. a run id); images are cached in the browser per scope.
+    image_of : callable
+        ``customdata -> (image (C, H, W) in [0, 1], caption)``.
+    """
+    _hover_fragment(chart_key, scope, image_of)
+
+
+@st.fragment
+def _hover_fragment(chart_key: str, scope: str, image_of) -> None:
+    from probe_core.render import png_bytes
+
+    component = st.components.v2.component("model_probe_hover_image", html="<span></span>", js=_hover_script())
+    state_key = f"{chart_key}_hover_{scope}"
+    point = (st.session_state.get(state_key) or {}).get("hover")
+    answer = None
+    if isinstance(point, int):
+        try:
+            image, caption = image_of(point)
+        except (IndexError, KeyError):  # a stale id from an older chart: nothing to show
+            image = None
+        if image is not None:
+            picture = image_grid(image[None], columns=1, padding=0, scale=upscale_for_display(image.shape[-2]))
+            answer = {"id": point, "caption": caption,
+                      "src": "data:image/png;base64," + base64.b64encode(png_bytes(picture)).decode()}
+    component(data={"chart": chart_key, "scope": scope, "image": answer}, key=state_key,
+              on_hover_change=lambda: None)
+
+
+def page_models(need_generator: bool = True):
+    """The page preamble: data set and session models, or ``st.stop()`` after saying why not.
+
+    Returns ``(dataset, classifier, generator, class_names)``; ``generator`` is None when not needed.
+    """
+    dataset = current_dataset()
+    if dataset is None:
+        st.stop()
+    if need_generator:
+        classifier, generator = session_models(dataset.name)
+    else:
+        classifier, generator = session_model("classifier", dataset.name), None
+    if classifier is None:
+        # a training run that ends (started here, on the Models page or at first start) reruns the page
+        active_runs("page-models", ("train",))
+        st.stop()
+    return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
+
+
+@st.fragment(run_every=LIVE_REFRESH_S)
+def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[str, ...] = ()) -> None:
+    """Progress of this page's active runs, polled every LIVE_REFRESH_S; reruns the page once when they end.
+
+    ``predicate(run)`` narrows the runs of the given kinds (e.g. sampling runs of one target kind);
+    the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.
+    """
+    store = workspace().store
+    runs = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10) if predicate is None or predicate(r)]
+    running = [r for r in runs if r.active]
+    for run in running:
+        run_progress(run, f"{key}_stop_{run.id}")
+    # A run that changed since the last look (even one that started and ended between two polls)
+    # reruns the page once, so every status it shows comes from the runs' current state.
+    latest = max((r.updated_at for r in runs if not r.active), default=0.0)
+    ended_since = latest > st.session_state.get(f"{key}_seen", latest)
+    st.session_state[f"{key}_seen"] = latest
+    if running:
+        st.session_state[f"{key}_watching"] = True
+    elif st.session_state.pop(f"{key}_watching", False) or ended_since:
+        for widget in reset:
+            st.session_state.pop(widget, None)
+        st.rerun(scope="app")

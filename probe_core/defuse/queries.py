@@ -1,0 +1,137 @@
+"""Reading Defuse runs back: a run of a kind, its models, its failures and cluster assignments, the
+labelled failure set and the text report. Runs refer to their parent by id:
+
+- ``defuse-identify``: failures streamed into the run's arrays (``failures/…``);
+- ``defuse-distill`` (``config.identify_run``): clusters in the ``clusters`` table, the assignment
+  of every failure in the arrays (``assignments``), the cached 2-D embedding (``embedding``);
+  labels attach to its clusters;
+- ``defuse-correct`` (``config.distill_run``): the results table, the λ sweeps and the corrected
+  classifier, registered as a new model next to the original.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from probe_core.catalog import load_dataset
+from probe_core.defuse.identify import FailureSet
+from probe_core.defuse.labels import (
+    DEFAULT_RHO,
+    HUMAN,
+    cluster_label_table,
+)
+from probe_core.errors import ProbeError
+
+IDENTIFY, DISTILL, CORRECT = "defuse-identify", "defuse-distill", "defuse-correct"
+
+
+EMBEDDING = "defuse-embedding"
+
+
+def require_run(store, run_id: int, kind: str):
+    """The run with this id, which must be of the given kind (clear error otherwise)."""
+    run = store.get_run(run_id)
+    if run is None or run.kind != kind:
+        found = "no run" if run is None else f"run {run_id} is a {run.kind!r} run"
+        raise ProbeError(f"{found}; expected a {kind!r} run (see `probe defuse runs`)")
+    return run
+
+
+def run_models(store, run_id: int) -> dict:
+    """``dataset``, ``classifier`` and ``vae`` ids behind an identification or distillation run."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise ProbeError(f"no run {run_id}")
+    if run.kind == DISTILL:
+        return run_models(store, int(run.config["identify_run"]))
+    if run.kind != IDENTIFY:
+        raise ProbeError(f"run {run_id} is a {run.kind!r} run, not a Defuse identification or distillation")
+    info = run.result or run.details or {}
+    if "classifier" not in info:
+        raise ProbeError(f"identification run {run_id} ({run.status}) never got as far as loading its models")
+    return {"dataset": info["dataset"], "classifier": info["classifier"], "vae": info["vae"]}
+
+
+def load_run_models(registry, store, run_id: int, device: str = "cpu"):
+    """``(dataset, classifier, vae)`` of a Defuse run, loaded."""
+    ids = run_models(store, run_id)
+    dataset = load_dataset(ids["dataset"], registry.data_dir)
+    return dataset, registry.resolve(ids["classifier"], "classifier", ids["dataset"], device=device), \
+        registry.resolve(ids["vae"], "generator", ids["dataset"], device=device)
+
+
+def failures_of(store, run_id: int) -> FailureSet:
+    """The failures behind an identification or distillation run."""
+    run = store.get_run(run_id)
+    identify_run = int(run.config["identify_run"]) if run is not None and run.kind == DISTILL else run_id
+    return FailureSet.from_store(store, identify_run)
+
+
+def assignments_of(store, distill_run: int) -> np.ndarray:
+    """Kept-cluster index of every failure of the parent identification run (-1: no kept cluster)."""
+    arrays = store.get_arrays(distill_run, "assignments")
+    if arrays is None:
+        raise ProbeError(f"run {distill_run} has no cluster assignments (did distillation finish?)")
+    return arrays["cluster_index"]
+
+
+def distill_tau(store, distill_run: int) -> float:
+    return float(require_run(store, distill_run, DISTILL).config.get("tau", 0.5))
+
+
+def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
+                         rho: float = DEFAULT_RHO) -> dict[str, np.ndarray]:
+    """The individual failures in usable failure clusters, with their cluster's label.
+
+    Returns arrays ``images`` (N, C, H, W) uint8, ``latents`` (N, D), ``labels`` (N,)
+    class indices, ``cluster_id`` (N,), ``true_labels`` and ``predictions`` (N,).
+    """
+    rows = {r["cluster_index"]: r for r in cluster_label_table(store, distill_run, source, rho) if r["usable"]}
+    failures = failures_of(store, distill_run)
+    clusters = assignments_of(store, distill_run)
+    keep = np.isin(clusters, list(rows))
+    label_of = {index: class_names.index(row["label"]) for index, row in rows.items()}
+    return {
+        "images": failures.images[keep], "latents": failures.latents[keep],
+        "labels": np.array([label_of[c] for c in clusters[keep]], dtype=np.int64),
+        "cluster_id": np.array([rows[c]["id"] for c in clusters[keep]], dtype=np.int64),
+        "true_labels": failures.true_labels[keep], "predictions": failures.predictions[keep],
+    }
+
+
+def report(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN, rho: float = DEFAULT_RHO,
+           correct_run: int | None = None) -> dict:
+    """The scriptable summary of a Defuse run (``--out run.json``); accuracies are fractions.
+
+    Keys: ``failures``, ``clusters`` (``id``, ``weight``, ``size``, ``majority_prediction``,
+    ``majority_true_label``, ``is_failure``, ``label``, ``agreement``, ``annotators``),
+    ``results`` (``before``/``defuse``/``baseline`` with ``test_accuracy`` and
+    ``failure_accuracy``), ``corrected_model``, ``seconds`` and the run ids.
+    """
+    distill = require_run(store, distill_run, DISTILL)
+    identify = store.get_run(int(distill.config["identify_run"]))
+    name = lambda index: None if index is None else class_names[index]  # noqa: E731
+    clusters = [
+        {"id": r["id"], "cluster_index": r["cluster_index"], "weight": r["weight"], "size": r["size"],
+         "majority_prediction": name(r.get("majority_prediction")),
+         "majority_true_label": name(r.get("majority_true_label")),
+         "is_failure": r["is_failure"], "label": r["label"], "agreement": r["agreement"], "annotators": r["annotators"]}
+        for r in cluster_label_table(store, distill_run, source, rho)
+    ]
+    out = {
+        "failures": (identify.result or {}).get("failures", store.count_array_rows(identify.id, "failures/")),
+        "clusters": clusters, "label_source": source,
+        "runs": {"identify": identify.id, "distill": distill_run, "correct": correct_run},
+        "seconds": {"identify": (identify.result or {}).get("seconds"), "distill": (distill.result or {}).get("seconds"),
+                    "correct": None},
+        "results": None, "corrected_model": None,
+    }
+    if correct_run is not None:
+        correct = require_run(store, correct_run, CORRECT)
+        if correct.result:
+            out["results"] = correct.result["results"]
+            out["corrected_model"] = correct.result["corrected_model"]
+            out["seconds"]["correct"] = correct.result["seconds"]
+            out["sweep"] = correct.result["sweep"]
+            out["baseline_sweep"] = correct.result["baseline_sweep"]
+    return out

@@ -1,0 +1,407 @@
+"""The Defuse steps as stored runs: settings, jobs, and running them (identify -> distill -> correct).
+
+Each step is a job (``fn(context) -> result``) with typed settings that carry their run kind; the
+CLI runs it inline (:func:`run_step`) and the dashboard submits it to a worker (:func:`submit_step`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from probe_core.catalog import load_dataset
+from probe_core.data import ImageDataset
+from probe_core.defuse.cluster import (
+    FailureClusterer,
+    describe_clusters,
+)
+from probe_core.defuse.correct import (
+    PAPER_LAMBDAS,
+    FailureRegion,
+    LabelledImages,
+    evaluate,
+    finetune_sweep,
+    sample_regions,
+    split_validation,
+)
+from probe_core.defuse.identify import FailureSet, identify_failures
+from probe_core.defuse.labels import (
+    DEFAULT_RHO,
+    HUMAN,
+    cluster_label_table,
+)
+from probe_core.defuse.queries import (
+    CORRECT,
+    DISTILL,
+    EMBEDDING,
+    IDENTIFY,
+    distill_tau,
+    failures_of,
+    labelled_failure_set,
+    load_run_models,
+    require_run,
+    run_models,
+)
+from probe_core.defuse.review import embedding
+from probe_core.errors import ProbeError
+from probe_core.lifecycle import JobContext, JobFunction, training_announcer
+
+
+@dataclass(frozen=True)
+class IdentifySettings:
+    """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
+
+    The default noise is ``centered`` with sd 0.15: on digits it found the most
+    distinct failure regions an oracle could label (README, "Defuse").
+    """
+
+    kind: ClassVar[str] = IDENTIFY
+
+    dataset: str = "digits"
+    classifier: str = "default"
+    vae: str = "default"
+    samples_per_image: int = 500
+    max_per_image: int = 100
+    noise: str = "centered"
+    a: float = 50.0
+    b: float = 50.0
+    noise_scale: float = 0.15
+    seed: int = 0
+    max_images: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.samples_per_image < 1 or self.max_per_image < 1:
+            raise ProbeError("samples per image (Q) and failures kept per image (M) must be >= 1")
+        if self.noise not in ("centered", "paper"):
+            raise ProbeError(f"noise must be 'centered' or 'paper', got {self.noise!r}")
+        if not (self.a > 0 and self.b > 0 and self.noise_scale > 0):
+            raise ProbeError("the Beta noise's a and b and the noise scale must be positive")
+        if self.max_images is not None and self.max_images < 1:
+            raise ProbeError("max images must be >= 1")
+
+
+def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu",
+                              train_missing: bool = False) -> IdentifySettings:
+    """The settings with the classifier and VAE resolved to stored references, loading both first.
+
+    Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
+    then records references that resolve again in any process (never ``default`` or a relative path).
+    With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
+    """
+    lookup = registry.get_or_train_reference if train_missing else registry.resolve
+    classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)
+    vae = lookup(settings.vae, "generator", settings.dataset, device=device)
+    if not vae.capabilities.encoder:
+        raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
+    return replace(settings, classifier=classifier.id, vae=vae.id)
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
+
+    kind: ClassVar[str] = DISTILL
+
+    identify_run: int
+    n_components: int = 100
+    weight_threshold: float = 0.01
+    max_samples: int = 10_000
+    tau: float = 0.5
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CorrectSettings:
+    """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used."""
+
+    kind: ClassVar[str] = CORRECT
+
+    distill_run: int
+    source: str = HUMAN
+    rho: float = DEFAULT_RHO
+    lambdas: tuple[float, ...] = PAPER_LAMBDAS
+    epochs: int = 3
+    samples_per_region: int = 256
+    validation_fraction: float = 0.1
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    seed: int = 0
+
+
+def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> JobFunction:
+    """Identification as a job: failures are streamed into the run as each batch is done."""
+    settings = _settings(IdentifySettings, settings)
+
+    def run(context: JobContext) -> dict:
+        started = time.perf_counter()
+        store = context.store
+        dataset = load_dataset(settings.dataset, registry.data_dir)
+        context.report(0.0, "loading models", force=True)
+        models = registry.announcing(training_announcer(context))
+        classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
+        vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
+        ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id}
+        images, labels = dataset.train_images, dataset.train_labels
+        if settings.max_images is not None:
+            images, labels = images[:settings.max_images], labels[:settings.max_images]
+
+        def on_batch(batch_index: int, found: FailureSet) -> None:
+            store.put_arrays(context.run_id, f"failures/{batch_index:06d}", found.as_arrays())
+
+        def on_progress(p) -> None:
+            context.report(p.fraction, f"{p.images_done}/{p.images_total} images, {p.failures} failures",
+                           {**ids, "failures": p.failures, "images_with_failures": p.images_with_failures},
+                           force=p.images_done == p.images_total)
+
+        context.report(0.0, "identifying", ids, force=True)
+        found = identify_failures(
+            classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
+            max_per_image=settings.max_per_image, noise=settings.noise, a=settings.a, b=settings.b,
+            noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
+        return {
+            **ids, "images": len(images), "failures": len(found),
+            "images_with_failures": int(len(np.unique(found.source_index))),
+            "failures_by_prediction": np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+
+    return run
+
+
+def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> JobFunction:
+    """Distillation as a job: clusters to the store with their description and review statistics."""
+    settings = _settings(DistillSettings, settings)
+
+    def run(context: JobContext) -> dict:
+        started = time.perf_counter()
+        store = context.store
+        require_run(store, settings.identify_run, IDENTIFY)
+        failures = failures_of(store, settings.identify_run)
+        context.report(0.05, f"clustering {len(failures)} failures", force=True)
+        clusterer = FailureClusterer(n_components=settings.n_components, weight_threshold=settings.weight_threshold,
+                                     max_samples=settings.max_samples, random_state=settings.seed)
+        clusterer.fit(failures.latents)
+        context.report(0.8, f"{clusterer.n_clusters_} clusters kept", force=True)
+        # a kept component that wins no failure has nothing to show or label
+        described = [d for d in describe_clusters(clusterer, failures.predictions, failures.true_labels) if d["size"]]
+        store.add_clusters(context.run_id, [
+            {"cluster_index": d["cluster_index"], "weight": d["weight"], "size": d["size"], "mean": d["mean"],
+             "covariance": d["covariance"],
+             "info": {k: d[k] for k in ("component", "majority_prediction", "prediction_share",
+                                        "majority_true_label", "true_label_share")}}
+            for d in described
+        ])
+        store.put_arrays(context.run_id, "assignments", {"cluster_index": clusterer.labels_})
+        return {
+            **run_models(store, settings.identify_run), "identify_run": settings.identify_run,
+            "failures": len(failures), "clusters": len(described), "converged": clusterer.converged_,
+            "failures_in_kept_clusters": int((clusterer.labels_ >= 0).sum()),
+            "seconds": round(time.perf_counter() - started, 2), "tau": settings.tau,
+        }
+
+    return run
+
+
+def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> JobFunction:
+    """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
+    settings = _settings(CorrectSettings, settings)
+
+    def run(context: JobContext) -> dict:
+        started = time.perf_counter()
+        store = context.store
+        require_run(store, settings.distill_run, DISTILL)
+        dataset, classifier, vae = load_run_models(registry, store, settings.distill_run, device)
+        table = cluster_label_table(store, settings.distill_run, settings.source, settings.rho)
+        usable = [r for r in table if r["usable"]]
+        if not usable:
+            raise ProbeError(
+                f"no cluster of run {settings.distill_run} is labelled ({settings.source}) as a failure with a "
+                f"class; label clusters first (Label page, `probe defuse label`, or --auto-label oracle:MODEL)")
+        clusters = {c["id"]: c for c in store.get_clusters(settings.distill_run)}
+        regions = [FailureRegion(r["id"], clusters[r["id"]]["mean"], clusters[r["id"]]["covariance"],
+                                 dataset.class_names.index(r["label"])) for r in usable]
+        rng = np.random.default_rng(settings.seed)
+        context.report(0.0, f"sampling {len(regions)} failure regions", force=True)
+        sets = sample_regions(vae.module, regions, distill_tau(store, settings.distill_run),
+                              settings.samples_per_region, rng)
+        train, validation = split_validation(dataset.train_images, dataset.train_labels,
+                                             settings.validation_fraction, settings.seed)
+        test = LabelledImages(dataset.test_images, dataset.test_labels, torch.full((len(dataset.test_labels),), -1))
+        before = evaluate(classifier.module, test, sets["test"])
+        baseline_set = _baseline_failures(store, vae, settings, dataset)
+        sweep_args = {"lambdas": tuple(settings.lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
+                      "learning_rate": settings.learning_rate, "seed": settings.seed}
+
+        def on_progress(p, offset: float) -> None:
+            context.report(offset + p.fraction / 2, f"{p.phase}: λ={p.lam:g} epoch {p.epoch}/{p.epochs}",
+                           {"phase": p.phase, "lambda": p.lam, "score": p.score})
+
+        defuse_model, selected, sweep = finetune_sweep(
+            classifier.module, train, validation, sets["finetune"], sets["validation"], test, sets["test"],
+            phase="defuse", progress=lambda p: on_progress(p, 0.0), **sweep_args)
+        baseline_model, baseline_selected, baseline_sweep = finetune_sweep(
+            classifier.module, train, validation, baseline_set, sets["validation"], test, sets["test"],
+            phase="baseline", progress=lambda p: on_progress(p, 0.5), **sweep_args)
+        after = evaluate(defuse_model, test, sets["test"])
+        baseline = evaluate(baseline_model, test, sets["test"])
+        record = corrected_model_record(classifier, dataset)
+        corrected_id = f"{record.pop('id_stem')}-defuse-r{context.run_id}"
+        record.update(parent=classifier.id, defuse={"distill_run": settings.distill_run, "correct_run": context.run_id,
+                                                    "lambda": selected["lambda"], "source": settings.source})
+        registry.register(defuse_model.net, record,
+                          {"test_accuracy": after["test_accuracy"], "failure_accuracy": after["failure_accuracy"]},
+                          corrected_id)
+        return {
+            "distill_run": settings.distill_run, "source": settings.source,
+            "regions": [{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
+            "results": {"before": before, "defuse": {**after, **selected}, "baseline": {**baseline, **baseline_selected}},
+            "sweep": sweep, "baseline_sweep": baseline_sweep, "baseline_failures": len(baseline_set),
+            "corrected_model": corrected_id, "original_model": classifier.id,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+
+    return run
+
+
+def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
+    """Registry metadata for a finetuned copy of ``classifier`` (a zoo model or a plugin).
+
+    A plugin classifier's copy is registered with the plugin's reference as its architecture:
+    it loads back through the same plugin file (checked by its sha256) with the finetuned weights.
+    ``id_stem`` is what the corrected model's id starts with.
+    """
+    from probe_core.models.registry import PLUGIN_ARCHITECTURE
+
+    if "spec" in classifier.record:
+        return {**classifier.record["spec"], "id_stem": classifier.id}
+    plugin_name = Path(classifier.record["path"]).stem
+    return {"dataset": dataset.name, "kind": "classifier", "class_names": list(classifier.class_names),
+            "image_shape": list(dataset.image_shape), "dataset_view": dataset.name,
+            "architecture": {"class": PLUGIN_ARCHITECTURE, "args": {"reference": classifier.id}},
+            "id_stem": f"plugin-{re.sub(r'[^A-Za-z0-9]+', '-', plugin_name).strip('-')}-"
+                       f"{classifier.record['sha256'][:8]}"}
+
+
+@torch.no_grad()
+def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageDataset) -> LabelledImages:
+    chosen = labelled_failure_set(store, settings.distill_run, dataset.class_names, settings.source, settings.rho)
+    device = next(vae.module.parameters()).device
+    latents = torch.from_numpy(chosen["latents"]).to(device)
+    images = torch.cat([vae.module.decode(latents[s:s + 4096]).cpu() for s in range(0, len(latents), 4096)])
+    return LabelledImages(images, torch.from_numpy(chosen["labels"]), torch.full((len(images),), -1))
+
+
+def settings_dict(settings) -> dict:
+    """A settings dataclass as the run's config (JSON-ready)."""
+    config = asdict(settings)
+    if "lambdas" in config:
+        config["lambdas"] = list(config["lambdas"])
+    return config
+
+
+_STEPS = {IdentifySettings: (IDENTIFY, identify_job), DistillSettings: (DISTILL, distill_job),
+          CorrectSettings: (CORRECT, correct_job)}
+
+
+def _step(settings):
+    try:
+        return _STEPS[type(settings)]
+    except KeyError:
+        raise ProbeError(f"not a Defuse step's settings: {type(settings).__name__}") from None
+
+
+def run_step(registry, store, settings, device: str = "cpu", listener=None) -> tuple[int, dict]:
+    """Run one step now in this thread (CLI, scripts); returns ``(run_id, result)``.
+
+    ``listener(progress, message)`` sees every progress report.
+    """
+    from probe_core.lifecycle import run_inline
+
+    kind, factory = _step(settings)
+    return run_inline(store, kind, settings_dict(settings), factory(registry, settings, device), listener)
+
+
+def submit_step(manager, registry, settings, device: str = "cpu") -> int:
+    """Start one step as a background job (dashboard: a worker process); returns the run id."""
+    from probe_core.executors import JobSpec
+
+    kind, factory = _step(settings)
+    job = JobSpec(f"{__name__}:{factory.__name__}", {"settings": settings_dict(settings), "device": device},
+                  registry.data_dir)
+    return manager.submit(kind, settings_dict(settings), job)
+
+
+def submit_find_failures(manager, registry, identify: IdentifySettings, distill: dict | None = None,
+                         device: str = "cpu") -> int:
+    """Start identification then distillation in the background (the Failures page's one button)."""
+    from probe_core.executors import JobSpec
+
+    job = JobSpec(f"{__name__}:find_failures_job", {"identify": settings_dict(identify), "distill": distill,
+                                                    "device": device}, registry.data_dir)
+    return manager.submit(IDENTIFY, settings_dict(identify), job)
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
+
+    kind: ClassVar[str] = EMBEDDING
+
+    distill_run: int
+
+
+def submit_embedding(manager, registry, distill_run: int) -> int:
+    """Compute (and cache) a distillation run's failure map in the background."""
+    from probe_core.executors import JobSpec
+
+    settings = EmbeddingSettings(distill_run)
+    return manager.submit(settings.kind, settings_dict(settings),
+                          JobSpec(f"{__name__}:embedding_job", {"distill_run": distill_run}, registry.data_dir))
+
+
+def embedding_job(registry, distill_run: int) -> JobFunction:
+    """:func:`embedding` as a job (its result is cached in the workspace)."""
+
+    def run(context: JobContext) -> dict:
+        context.report(0.05, "fitting UMAP", force=True)
+        return {"points": len(embedding(registry, context.store, distill_run)["failure_xy"])}
+
+    return run
+
+
+def _settings(cls, value):
+    """Settings given as the dataclass or as its JSON dict (a job rebuilt in a worker process)."""
+    return cls(**value) if isinstance(value, dict) else value
+
+
+def find_failures_job(registry, identify: IdentifySettings, distill: dict | None = None,
+                      device: str = "cpu") -> JobFunction:
+    """Identification followed by distillation (the dashboard's one button).
+
+    The distillation is its own ``defuse-distill`` run, started when identification
+    ends; its id is in this run's result (``distill_run``). ``distill`` holds
+    :class:`DistillSettings` fields other than ``identify_run``.
+    """
+    identify = _settings(IdentifySettings, identify)
+    identify_fn = identify_job(registry, identify, device)
+
+    def run(context: JobContext) -> dict:
+        from probe_core.lifecycle import run_inline
+
+        result = identify_fn(context)
+        if result["failures"] < 2:
+            return {**result, "distill_run": None}
+        settings = DistillSettings(identify_run=context.run_id, **(distill or {}))
+        # identification is finished; the distillation run's progress is its own
+        context.store.update_run(context.run_id, 1.0, "identified; distilling", {**result, "distilling": True})
+        distill_run, _ = run_inline(context.store, DISTILL, settings_dict(settings),
+                                    distill_job(registry, settings, device))
+        return {**result, "distill_run": distill_run}
+
+    return run

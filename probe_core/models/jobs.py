@@ -1,0 +1,44 @@
+"""Training zoo models as a job: per-model progress in the run's details, for the pages to draw."""
+
+from __future__ import annotations
+
+from probe_core.catalog import load_dataset
+from probe_core.lifecycle import JobContext, JobFunction
+from probe_core.models.registry import ModelSpec
+
+
+def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
+    """A job training the given :class:`ModelSpec` list in order, with per-model progress.
+
+    ``details["models"]`` maps each model id to ``{"kind", "status", "fraction",
+    "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw.
+    """
+    specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in specs]
+
+    def run(context: JobContext) -> dict:
+        resolved = [s.resolved(load_dataset(s.dataset_view(), registry.data_dir)) for s in specs]
+        models = {
+            s.model_id(): {"kind": s.kind, "status": "done" if registry.exists(s.model_id()) else "waiting",
+                           "fraction": 1.0 if registry.exists(s.model_id()) else 0.0}
+            for s in resolved
+        }
+        context.report(0.0, "starting", {"models": models}, force=True)
+        for position, spec in enumerate(resolved):
+            model_id = spec.model_id()
+            if models[model_id]["status"] == "done":
+                continue
+            models[model_id]["status"] = "training"
+
+            def on_epoch(p, model_id=model_id, position=position):
+                models[model_id].update(fraction=p.fraction, epoch=p.epoch, epochs=p.epochs, loss=p.loss,
+                                        metric_name=p.metric_name, metric=p.metric)
+                overall = (position + p.fraction) / len(resolved)
+                context.report(overall, f"training {model_id}: epoch {p.epoch}/{p.epochs}", {"models": models},
+                               force=p.epoch == p.epochs)
+
+            loaded = registry.get_or_train(spec, progress=on_epoch, device=device)
+            models[model_id].update(status="done", fraction=1.0, metrics=loaded.metrics)
+            context.report((position + 1) / len(resolved), f"trained {model_id}", {"models": models}, force=True)
+        return {"models": list(models)}
+
+    return run
