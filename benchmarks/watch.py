@@ -60,7 +60,7 @@ def timed_run(workspace: Workspace, arguments: dict) -> float:
     manager = JobManager(workspace.store, ProcessExecutor())
     config = {"dataset": "digits", "target": arguments["spec"], "classifier": arguments["classifier"],
               "generator": arguments["generator"], "benchmark": "watch"}
-    run = manager.wait(manager.submit("sample", config, JobSpec("probe_core.usecases:sampling_job", arguments)))
+    run = manager.wait(manager.submit("sample", config, JobSpec("probe_core.bayestrex.jobs:sampling_job", arguments)))
     if run.status != "done":
         raise SystemExit(f"run {run.id} ended {run.status}: {run.error}")
     return run.finished_at - run.started_at

@@ -43,7 +43,7 @@ class SampleConfig:
     """A Bayes-TrEx run: a target spec on a classifier and a generator (stored references)."""
 
     kind: ClassVar[str] = "sample"
-    builder: ClassVar[str] = "probe_core.usecases:sampling_job"
+    builder: ClassVar[str] = "probe_core.bayestrex.jobs:sampling_job"
 
     dataset: str
     target: str
@@ -88,7 +88,7 @@ class CompareConfig:
     """High-confidence samples of every class for two classifiers on one generator (paper Table 3)."""
 
     kind: ClassVar[str] = "compare"
-    builder: ClassVar[str] = "probe_core.usecases:compare_job"
+    builder: ClassVar[str] = "probe_core.bayestrex.jobs:compare_job"
 
     dataset: str
     classifier_a: str

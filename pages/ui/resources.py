@@ -65,6 +65,5 @@ def preload_for_server() -> None:
     import probe_core.cli  # noqa: F401
     import probe_core.reports  # noqa: F401
     import probe_core.saliency  # noqa: F401
-    import probe_core.usecases  # noqa: F401
 
     threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()

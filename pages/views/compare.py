@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import usecases
+from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
 from probe_core import runconfig
 from probe_core.runconfig import CompareConfig
@@ -55,7 +55,7 @@ if run is None:
 names = run.result["class_names"]
 annotator = _ui.annotator_name()
 shown_class = st.selectbox("Class", names, key="compare_class")
-to_label = [s for s in usecases.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
+to_label = [s for s in recipes.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
             == names.index(shown_class)]
 choices = ["(not labelled)"] + list(names) + ["none"]
 
@@ -83,7 +83,7 @@ if not annotator:
     st.caption("Enter your name to label; each choice is saved at once.")
 
 try:
-    table = usecases.comparison_table(ws.store, run.id)
+    table = recipes.comparison_table(ws.store, run.id)
 except ProbeError as exc:
     st.error(str(exc))
     st.stop()

@@ -61,7 +61,7 @@ def _sample(args: argparse.Namespace) -> int:
     from probe_core.bayestrex import check_sampler_settings
     from probe_core.catalog import load_dataset
     from probe_core.targets import parse_targets
-    from probe_core.usecases import probe_target
+    from probe_core.bayestrex.recipes import probe_target
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
@@ -90,7 +90,7 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from probe_core import usecases
+    from probe_core.bayestrex import recipes
 
     from probe_core.bayestrex import check_sampler_settings
 
@@ -101,10 +101,10 @@ def _recipe(args: argparse.Namespace) -> int:
     if args.recipe == "compare":
         if not (args.classifier_a and args.classifier_b):
             raise ProbeError("compare needs --classifier-a and --classifier-b")
-        run_id = usecases.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
+        run_id = recipes.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
                                               args.classifier_b, args.generator, chains=args.chains,
                                               warmup=args.warmup, samples=args.samples, seed=args.seed)
-        to_label = usecases.samples_to_label(workspace.store, run_id)
+        to_label = recipes.samples_to_label(workspace.store, run_id)
         print(f"comparison stored as run {run_id}; {len(to_label)} samples to label, e.g.:")
         print(f"  probe label sample {to_label[0]['id']} --annotator YOU --label CLASS_YOU_SEE")
         print(f"then: probe recipe compare-report --run {run_id}")
@@ -112,7 +112,7 @@ def _recipe(args: argparse.Namespace) -> int:
     if args.recipe == "compare-report":
         if args.run is None:
             raise ProbeError("compare-report needs --run RUN_ID")
-        table = usecases.comparison_table(workspace.store, args.run)
+        table = recipes.comparison_table(workspace.store, args.run)
         for classifier, row in table.items():
             overall = "n/a" if row["overall"] is None else f"{row['overall'] * 100:.1f}%"
             per_class = ", ".join(f"{k}: {v[0] * 100:.0f}% (n={v[1]})" for k, v in sorted(row["per_class"].items()))
@@ -121,11 +121,11 @@ def _recipe(args: argparse.Namespace) -> int:
     if args.recipe == "misclassification":
         if args.exclude is None:
             raise ProbeError("misclassification needs --exclude CLASS (the class the generator never sees)")
-        run = lambda **kw: usecases.high_confidence_misclassification(  # noqa: E731
+        run = lambda **kw: recipes.high_confidence_misclassification(  # noqa: E731
             registry, args.dataset, args.exclude, args.classifier, **kwargs, **kw)
     else:
         classes = tuple(args.classes.split(",")) if args.classes else (0, 1, 3, 6, 9)
-        run = lambda **kw: usecases.novel_class_extrapolation(  # noqa: E731
+        run = lambda **kw: recipes.novel_class_extrapolation(  # noqa: E731
             registry, args.dataset, classes, **kwargs, **kw)
     return _sampling_run(args, workspace, {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
 

@@ -1,7 +1,9 @@
-"""Run loops: warm-up, then sampling, with a progress hook, cancellation and a sample sink.
+"""The sampling driver: warm-up, then sampling, with a progress hook, cancellation and a sample sink.
 
-Kernels (``hmc``, ``rwm``) and adaptation (``adaptation``) know nothing of this
-module; this module knows nothing of the store: it hands kept samples to a sink.
+One loop (:func:`run_chains`) runs any pure ``(init, step)`` kernel through a warm-up adapter
+(:class:`HMCWindowAdapter`, :class:`RWMScaleAdapter`), as Pyro's MCMC runs a kernel with its
+``WarmupAdapter``. Kernels (``hmc``, ``rwm``) and adaptation (``adaptation``) know nothing of
+this module; this module knows nothing of the store: it hands kept samples to a sink.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple, Protocol
 
 import torch
 
@@ -223,110 +225,200 @@ class _Recorder:
         )
 
 
+class TransitionInfo(NamedTuple):
+    """What the driver needs from any kernel's transition, per chain."""
+
+    acceptance_rate: torch.Tensor  # (B,)
+    is_divergent: torch.Tensor  # (B,) bool
+
+
+class WarmupAdapter(Protocol):
+    """Binds a pure ``(init, step)`` kernel to a run and tunes it during warm-up (as Pyro's ``WarmupAdapter``).
+
+    The kernel functions stay pure; the adapter holds the tuning (step sizes, mass matrices,
+    proposal scales) and hands it to them as arguments at every step.
+    """
+
+    gradient_evaluations: int
+
+    def init(self, position: torch.Tensor, sigma: float):
+        """The kernel state at positions (B, D) under the likelihood's σ."""
+
+    def step(self, rng: torch.Generator, state, sigma: float) -> tuple[object, TransitionInfo]:
+        """One transition of every chain with the current tuning."""
+
+    def adapt(self, iteration: int, state, info: TransitionInfo) -> None:
+        """Update the tuning after warm-up iteration ``iteration`` (0-based)."""
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The per-chain step scale now (B,), for progress and the result."""
+
+
+class HMCWindowAdapter:
+    """HMC with per-chain dual averaging of the step size and diagonal mass matrices from Stan's windows.
+
+    Parameters
+    ----------
+    posterior : BayesTrExPosterior
+    config : SamplerConfig
+        ``num_warmup``, ``target_accept``, ``max_integration_steps`` (each step draws L uniformly
+        from [L/2, L]: jittered trajectories).
+    step_size : torch.Tensor, shape (B,)
+    inverse_mass : torch.Tensor, shape (B, D)
+    """
+
+    def __init__(self, posterior: BayesTrExPosterior, config: SamplerConfig, step_size: torch.Tensor,
+                 inverse_mass: torch.Tensor, gradient_evaluations: int = 0) -> None:
+        self.posterior, self.config = posterior, config
+        self.step_size, self.inverse_mass = step_size, inverse_mass
+        self.gradient_evaluations = gradient_evaluations
+        self.averaging = adaptation.dual_averaging_init(step_size)
+        self.welford = adaptation.welford_init(tuple(inverse_mass.shape), inverse_mass.device)
+        self.windows = set(adaptation.mass_matrix_windows(config.num_warmup))
+        self.low_steps = max(1, config.max_integration_steps // 2)
+
+    def _logdensity_fn(self, sigma: float):
+        def fn(z):
+            self.gradient_evaluations += 1
+            return self.posterior.logdensity_and_grad(z, sigma=sigma)
+        return fn
+
+    def init(self, position: torch.Tensor, sigma: float) -> hmc.HMCState:
+        return hmc.init(position, self._logdensity_fn(sigma))
+
+    def step(self, rng: torch.Generator, state: hmc.HMCState, sigma: float) -> tuple[hmc.HMCState, TransitionInfo]:
+        steps = int(torch.randint(self.low_steps, self.config.max_integration_steps + 1, (1,), generator=rng))
+        state, info = hmc.step(rng, state, self._logdensity_fn(sigma), self.step_size, self.inverse_mass, steps)
+        return state, TransitionInfo(info.acceptance_rate, info.is_divergent)
+
+    def adapt(self, iteration: int, state: hmc.HMCState, info: TransitionInfo) -> None:
+        self.averaging = adaptation.dual_averaging_update(self.averaging, info.acceptance_rate,
+                                                          self.config.target_accept)
+        self.step_size = self.averaging.log_step.exp()
+        self.welford = adaptation.welford_update(self.welford, state.position)
+        if iteration + 1 in self.windows:
+            self.inverse_mass = adaptation.welford_variance(self.welford)
+            self.welford = adaptation.welford_init(tuple(self.inverse_mass.shape), self.inverse_mass.device)
+            self.averaging = adaptation.restart_dual_averaging(self.averaging)
+        if iteration + 1 == self.config.num_warmup:
+            self.step_size = self.averaging.log_step_average.exp()
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return self.step_size
+
+
+class RWMScaleAdapter:
+    """Random-walk Metropolis with per-chain proposal scales tuned by Robbins-Monro towards ``target_accept``.
+
+    A generator with a :class:`~probe_core.protocols.StructuredPrior` brings its own proposal at
+    that scale; otherwise steps are Gaussian.
+    """
+
+    def __init__(self, posterior: BayesTrExPosterior, chains: int, initial_scale: float,
+                 target_accept: float = 0.234) -> None:
+        self.posterior, self.target_accept = posterior, target_accept
+        self.log_scale = torch.full((chains, 1), math.log(initial_scale))
+        self.gradient_evaluations = 0  # counts density evaluations: no gradients are used
+        structured = isinstance(posterior.generator, StructuredPrior)
+        self.make_proposal = posterior.generator.proposal if structured else rwm.GaussianProposal
+        self.no_divergence = torch.zeros(chains, dtype=torch.bool)
+
+    def _logdensity_fn(self, sigma: float):
+        def fn(z):
+            self.gradient_evaluations += 1
+            return self.posterior.logdensity(z, sigma=sigma)
+        return fn
+
+    def init(self, position: torch.Tensor, sigma: float) -> rwm.RWMState:
+        return rwm.init(position, self._logdensity_fn(sigma))
+
+    def step(self, rng: torch.Generator, state: rwm.RWMState, sigma: float) -> tuple[rwm.RWMState, TransitionInfo]:
+        proposal = self.make_proposal(self.log_scale.exp().to(state.position.device))
+        state, info = rwm.step(rng, state, self._logdensity_fn(sigma), proposal)
+        return state, TransitionInfo(info.acceptance_rate, self.no_divergence)
+
+    def adapt(self, iteration: int, state: rwm.RWMState, info: TransitionInfo) -> None:
+        self.log_scale += (info.acceptance_rate.cpu().unsqueeze(1) - self.target_accept) / math.sqrt(iteration + 1)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return self.log_scale.exp().squeeze(1)
+
+
+def run_chains(posterior: BayesTrExPosterior, config: SamplerConfig, adapter: WarmupAdapter,
+               initial: torch.Tensor, rng: torch.Generator, hook: Hook | None = None, sink: Sink | None = None,
+               should_stop: StopFn | None = None, started: float | None = None) -> ChainResult:
+    """The one sampling driver: warm-up (σ annealing, the adapter's tuning), then sampling.
+
+    Runs any kernel through its adapter; keeps post-warm-up samples, streams them to ``sink``,
+    reports to ``hook`` and polls ``should_stop`` every ``config.report_every`` iterations.
+    Cancellation ends the run early with what was kept.
+    """
+    started = time.perf_counter() if started is None else started
+    chains, dim = initial.shape
+    sigma = _sigma_schedule(config, posterior.sigma, 0)
+    state = adapter.init(initial, sigma)
+    recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
+    for iteration in range(recorder.total):
+        if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
+            sigma = new_sigma
+            state = adapter.init(state.position, sigma)
+        state, info = adapter.step(rng, state, sigma)
+        recorder.record(iteration, state, info.acceptance_rate, info.is_divergent)
+        if iteration < config.num_warmup:
+            adapter.adapt(iteration, state, info)
+        if recorder.report(iteration, state, adapter.scale, sigma):
+            break
+    return recorder.result(adapter.scale, adapter.gradient_evaluations)
+
+
 def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
             sink: Sink | None = None, should_stop: StopFn | None = None,
             initial: torch.Tensor | None = None) -> ChainResult:
-    """Batched HMC with per-chain warm-up adaptation; returns all kept samples.
+    """Batched HMC with per-chain warm-up adaptation (:class:`HMCWindowAdapter`); returns all kept samples.
 
-    Cancellation (``should_stop`` returning True, checked at every report) ends the
-    run early; what was kept so far is returned (and was already given to the sink).
+    Starting points come from ``initial`` or ``config.init``; ``smc`` also brings each particle's
+    step size and mass matrix. Cancellation (``should_stop`` returning True, checked at every
+    report) ends the run early; what was kept so far is returned (and was already given to the sink).
     """
     started = time.perf_counter()
-    generator = torch.Generator().manual_seed(config.seed)
-    evaluations = [0]
+    rng = torch.Generator().manual_seed(config.seed)
+    evaluations = 0
     step_size = inverse_mass = None
     if initial is None and config.init == "smc":
         from probe_core.sampling.smc import SMCConfig, run_smc
 
         particles = run_smc(posterior, SMCConfig(seed=config.seed), should_stop=should_stop)
         initial, step_size, inverse_mass = particles.positions, particles.step_size, particles.inverse_mass
-        evaluations[0] += particles.gradient_evaluations
+        evaluations += particles.gradient_evaluations
     if initial is None and config.init == "optimize":
-        evaluations[0] += config.init_steps  # each Adam step is one batched forward+backward
-    position = initial if initial is not None else initial_positions(posterior, config, generator)
+        evaluations += config.init_steps  # each Adam step is one batched forward+backward
+    position = initial if initial is not None else initial_positions(posterior, config, rng)
     chains, dim = position.shape
-
-    def make_fn(sigma: float):
-        def fn(z):
-            evaluations[0] += 1
-            return posterior.logdensity_and_grad(z, sigma=sigma)
-        return fn
-
-    sigma = _sigma_schedule(config, posterior.sigma, 0)
-    state = hmc.init(position, make_fn(sigma))
     if step_size is None:
         step_size = torch.full((chains,), config.initial_step_size, device=position.device)
         inverse_mass = torch.ones(chains, dim, device=position.device)
-    averaging = adaptation.dual_averaging_init(step_size)
-    welford = adaptation.welford_init((chains, dim), position.device)
-    windows = set(adaptation.mass_matrix_windows(config.num_warmup))
-    recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
-    low_steps = max(1, config.max_integration_steps // 2)
-
-    for iteration in range(recorder.total):
-        warming = iteration < config.num_warmup
-        if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
-            sigma = new_sigma
-            state = hmc.init(state.position, make_fn(sigma))
-        steps = int(torch.randint(low_steps, config.max_integration_steps + 1, (1,), generator=generator))
-        state, info = hmc.step(generator, state, make_fn(sigma), step_size, inverse_mass, steps)
-        recorder.record(iteration, state, info.acceptance_rate, info.is_divergent)
-        if warming:
-            averaging = adaptation.dual_averaging_update(averaging, info.acceptance_rate, config.target_accept)
-            step_size = averaging.log_step.exp()
-            welford = adaptation.welford_update(welford, state.position)
-            if iteration + 1 in windows:
-                inverse_mass = adaptation.welford_variance(welford)
-                welford = adaptation.welford_init((chains, dim), position.device)
-                averaging = adaptation.restart_dual_averaging(averaging)
-            if iteration + 1 == config.num_warmup:
-                step_size = averaging.log_step_average.exp()
-        if recorder.report(iteration, state, step_size, sigma):
-            break
-    return recorder.result(step_size, evaluations[0])
+    adapter = HMCWindowAdapter(posterior, config, step_size, inverse_mass, evaluations)
+    return run_chains(posterior, config, adapter, position, rng, hook, sink, should_stop, started)
 
 
 def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
             sink: Sink | None = None, should_stop: StopFn | None = None,
             initial: torch.Tensor | None = None, target_accept: float = 0.234) -> ChainResult:
-    """Random-walk Metropolis over z with per-chain Gaussian scales adapted in warm-up (no gradients used).
+    """Random-walk Metropolis with per-chain scales adapted in warm-up (:class:`RWMScaleAdapter`; no gradients).
 
     For generators that cannot be differentiated. Starting points come from
     ``config.init`` as for HMC, except that ``optimize`` falls back to prior draws.
     """
     started = time.perf_counter()
-    generator = torch.Generator().manual_seed(config.seed)
+    rng = torch.Generator().manual_seed(config.seed)
     if initial is None:
         fallback = config if config.init != "optimize" else SamplerConfig(init="prior", seed=config.seed)
-        initial = initial_positions(posterior, fallback, generator)
-    chains, dim = initial.shape
-    evaluations = [0]
-
-    def logdensity_fn(z):
-        evaluations[0] += 1
-        return posterior.logdensity(z, sigma=sigma)
-
-    sigma = _sigma_schedule(config, posterior.sigma, 0)
-    # structured spaces bring their own moves
-    make_proposal = posterior.generator.proposal if isinstance(posterior.generator, StructuredPrior) else None
-    state = rwm.init(initial, logdensity_fn)
-    log_scale = torch.full((chains, 1), math.log(config.rwm_initial_scale))
-    recorder = _Recorder(posterior, config, hook, sink, should_stop, chains, dim, started)
-    no_divergence = torch.zeros(chains, dtype=torch.bool)
-    for iteration in range(recorder.total):
-        warming = iteration < config.num_warmup
-        if (new_sigma := _changed_sigma(config, posterior, iteration, sigma)) is not None:
-            sigma = new_sigma
-            state = rwm.init(state.position, logdensity_fn)
-        scale = log_scale.exp().to(initial.device)
-        proposal = make_proposal(scale) if callable(make_proposal) else rwm.GaussianProposal(scale)
-        state, info = rwm.step(generator, state, logdensity_fn, proposal)
-        recorder.record(iteration, state, info.acceptance_rate, no_divergence)
-        if warming:  # Robbins-Monro on the log scale towards the target acceptance
-            log_scale += (info.acceptance_rate.cpu().unsqueeze(1) - target_accept) / math.sqrt(iteration + 1)
-        if recorder.report(iteration, state, log_scale.exp().squeeze(1), sigma):
-            break
-    return recorder.result(log_scale.exp().squeeze(1), evaluations[0])
+        initial = initial_positions(posterior, fallback, rng)
+    adapter = RWMScaleAdapter(posterior, len(initial), config.rwm_initial_scale, target_accept)
+    return run_chains(posterior, config, adapter, initial, rng, hook, sink, should_stop, started)
 
 
 def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_samples: int = 1000, seed: int = 0,

@@ -15,7 +15,7 @@ from probe_core.jobs import JobManager
 
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:
-    return JobSpec("probe_core.usecases:sampling_job", {
+    return JobSpec("probe_core.bayestrex.jobs:sampling_job", {
         "dataset": "digits", "spec": "high:3", "classifier": plugin, "generator": plugin, "chains": 4,
         "warmup": 2, "samples": samples, "keep_every": 1})
 
@@ -37,7 +37,7 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
     assert run.status == "done", (run.status, run.error)
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
     assert workspace.store.count_samples(run_id) == 4 * 20
-    assert run.job["builder"] == "probe_core.usecases:sampling_job"
+    assert run.job["builder"] == "probe_core.bayestrex.jobs:sampling_job"
     assert (workspace.root / "logs" / f"run-{run_id}.log").is_file()
 
 

@@ -1,6 +1,6 @@
 """The Bayes-TrEx use cases on digits, with the real default models (short runs)."""
 
-from probe_core import usecases
+from probe_core.bayestrex import recipes as usecases
 
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 

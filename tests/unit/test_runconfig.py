@@ -30,7 +30,7 @@ def test_typed_fields_replace_string_slicing():
 def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
     config = SampleConfig(dataset="digits", target="high:3", classifier="c", generator="g", chains=5, seed=2)
     spec = job_spec(config, data_dir="/data")
-    assert spec.builder == "probe_core.usecases:sampling_job" and spec.data_dir == "/data"
+    assert spec.builder == "probe_core.bayestrex.jobs:sampling_job" and spec.data_dir == "/data"
     assert spec.arguments["spec"] == "high:3" and spec.arguments["chains"] == 5 and spec.arguments["seed"] == 2
 
 

@@ -1,0 +1,66 @@
+"""Bayes-TrEx (Booth et al., AAAI 2021): in-distribution inputs at a target confidence, with named parts.
+
+- :mod:`~probe_core.bayestrex.run`: check sampler settings and :func:`sample` targets in one batch,
+  streaming kept samples to the store (the target language is :mod:`probe_core.targets`, the
+  samplers :mod:`probe_core.sampling`);
+- :mod:`~probe_core.bayestrex.summary`: Table 2 figures, the test-set baseline, status, what to show;
+- :mod:`~probe_core.bayestrex.recipes`: the paper's use cases (misclassification, novel class,
+  classifier comparison with human labels);
+- :mod:`~probe_core.bayestrex.jobs`: sampling and comparison as background jobs, with the live trace.
+"""
+
+from probe_core.bayestrex.jobs import (
+    LiveTrace,
+    compare_job,
+    sampling_job,
+)
+from probe_core.bayestrex.recipes import (
+    compare_classifiers,
+    comparison_table,
+    high_confidence_misclassification,
+    novel_class_extrapolation,
+    probe_target,
+    samples_to_label,
+)
+from probe_core.bayestrex.run import (
+    MAX_CHAINS,
+    MAX_ITERATIONS,
+    SAMPLERS,
+    check_sampler_settings,
+    sample,
+)
+from probe_core.bayestrex.summary import (
+    best_hit_per_target,
+    best_samples,
+    prior_norm_interval,
+    summarise_target,
+    summary_rows,
+    table2,
+    target_status,
+    test_set_baseline,
+)
+
+__all__ = [
+    "LiveTrace",
+    "MAX_CHAINS",
+    "MAX_ITERATIONS",
+    "SAMPLERS",
+    "best_hit_per_target",
+    "best_samples",
+    "check_sampler_settings",
+    "compare_classifiers",
+    "compare_job",
+    "comparison_table",
+    "high_confidence_misclassification",
+    "novel_class_extrapolation",
+    "prior_norm_interval",
+    "probe_target",
+    "sample",
+    "samples_to_label",
+    "sampling_job",
+    "summarise_target",
+    "summary_rows",
+    "table2",
+    "target_status",
+    "test_set_baseline",
+]

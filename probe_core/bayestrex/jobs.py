@@ -1,0 +1,143 @@
+"""Bayes-TrEx as background jobs: sampling with the live trace the Probe page draws, and the comparison.
+"""
+
+from __future__ import annotations
+
+from probe_core.bayestrex.recipes import probe_target
+from probe_core.bayestrex.run import sample
+from probe_core.catalog import load_dataset
+from probe_core.errors import CancelledError, ProbeError
+from probe_core.lifecycle import training_announcer
+
+
+def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
+                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, **sample_kwargs):
+    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background)."""
+
+    def run(context) -> dict:
+        models = registry.announcing(training_announcer(context))
+        data = load_dataset(dataset, models.data_dir)
+        gen = models.get_or_train_reference(generator or "default", "generator", dataset)
+        sides = [models.get_or_train_reference(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
+        names = tuple(sides[0].class_names or data.class_names)
+        if tuple(sides[1].class_names or data.class_names) != names:
+            raise ProbeError("both classifiers must have the same classes to be compared")
+        spec = ";".join(f"high:{name}" for name in names)
+        summaries = []
+        for side, clf in enumerate(sides):
+            def on_progress(progress, side=side) -> None:
+                context.report((side + progress.iteration / max(progress.total, 1)) / 2,
+                               f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
+
+            result = sample(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
+                            samples=samples, store=context.store, run_id=context.run_id, keep_every=keep_every,
+                            target_index_offset=side * len(names), progress=on_progress, **sample_kwargs)
+            summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
+        return {"sides": summaries, "class_names": list(names), "classifiers": [s.id for s in sides],
+                "generator": gen.id}
+
+    return run
+
+
+class LiveTrace:
+    """What the dashboard draws while a run goes: per-chain traces, diagnostics and current images.
+
+    Fed the sampler's :class:`~probe_core.sampling.Progress` reports; :meth:`details` is
+    the JSON written to the run's ``details`` (bounded: at most ``max_chains`` chains and
+    ``max_points`` points per trace).
+
+    Parameters
+    ----------
+    targets : list of Target
+        The run's targets, in batch order.
+    chains_per_target : int
+    """
+
+    def __init__(self, targets: list, chains_per_target: int, max_chains: int = 16, max_points: int = 300) -> None:
+        import torch
+
+        self.targets = targets
+        self.target_of_chain = torch.arange(len(targets)).repeat_interleave(chains_per_target)
+        self.shown = torch.linspace(0, len(self.target_of_chain) - 1, min(max_chains, len(self.target_of_chain))).long()
+        self.max_points = max_points
+        self.iterations: list[int] = []
+        self.logdensity: list[list[float]] = []
+        self.confidence: list[list[float]] = []
+        self.acceptance: list[float] = []
+        self.step_size: list[float] = []
+        self.sampling_positions: list = []
+        self.latest: dict = {}
+
+    def update(self, progress) -> None:
+        """Record one report (tensors of shape (B, ...) over all chains)."""
+        import torch
+
+        from probe_core.diagnostics import effective_sample_size, split_rhat
+
+        chains = self.shown
+        watched = torch.tensor([self.targets[int(self.target_of_chain[c])].reported_classes[0] for c in chains])
+        self.iterations.append(int(progress.iteration))
+        self.logdensity.append([round(float(v), 3) for v in progress.logdensity[chains]])
+        self.confidence.append([round(float(v), 4) for v in progress.probs[chains, watched]])
+        self.acceptance.append(round(float(progress.acceptance.mean()), 4))
+        self.step_size.append(float(progress.step_size.median()))
+        if progress.stage == "sampling":
+            self.sampling_positions.append(progress.position.detach().cpu().clone())
+        for series in (self.iterations, self.logdensity, self.confidence, self.acceptance, self.step_size):
+            del series[:-self.max_points]
+        diagnostics = {}
+        if len(self.sampling_positions) >= 4:
+            positions = torch.stack(self.sampling_positions[-200:], dim=1)  # (B, S, D)
+            diagnostics = {"rhat": split_rhat(positions), "ess": effective_sample_size(positions)}
+        images = progress.images
+        self.latest = {
+            "stage": progress.stage, "iteration": int(progress.iteration), "total": int(progress.total),
+            "sigma": float(progress.sigma), "divergences": int(progress.divergences.sum()), **diagnostics,
+            "images": [] if images is None else images.cpu().numpy().round(3).tolist(),
+            "image_confidences": [] if images is None else progress.probs[:len(images)].numpy().round(4).tolist(),
+        }
+
+    def details(self) -> dict:
+        return {"trace": {"iteration": self.iterations, "logdensity": self.logdensity, "confidence": self.confidence,
+                          "acceptance": self.acceptance, "step_size": self.step_size,
+                          "chains": self.shown.tolist()},
+                **self.latest}
+
+
+def sampling_job(registry, dataset: str, spec: str, classifier: str | None = None, generator: str | None = None,
+                 **sample_kwargs):
+    """:func:`probe_target` as a background job that streams samples and a :class:`LiveTrace` to its run.
+
+    The result is the sample result without the per-sample records (they are in the
+    store), so it stays small enough for the runs table.
+    """
+    from probe_core.targets import parse_targets
+
+    def run(context) -> dict:
+        models = registry.announcing(training_announcer(context))
+        clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
+        targets = parse_targets(spec, clf.class_names or load_dataset(dataset, models.data_dir).class_names)
+        chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", 64)
+        trace = LiveTrace(targets, chains)
+        stop = {"requested": False}
+
+        def on_progress(progress) -> None:
+            trace.update(progress)
+            try:
+                context.report(progress.iteration / max(progress.total, 1),
+                               f"{progress.stage} {progress.iteration}/{progress.total}", trace.details())
+            except CancelledError:  # stop at the next check and still summarise what was kept
+                stop["requested"] = True
+
+        context.report(0.0, "loading models and starting chains", force=True)
+        result = probe_target(models, dataset, spec, classifier, generator, store=context.store,
+                              run_id=context.run_id, progress=on_progress, should_stop=lambda: stop["requested"],
+                              **sample_kwargs)
+        for entry in result["targets"]:
+            entry.pop("samples", None)
+        # written directly: after a stop request, context.report would raise instead of recording the summary
+        context.store.update_run(context.run_id, 1.0, "stopped early; summary of what was kept"
+                                 if result["cancelled"] else "done", trace.details())
+        return result
+
+    return run

@@ -1,0 +1,75 @@
+"""The one sampling driver: any kernel through its warm-up adapter, streaming, cancellation, seeds."""
+
+import torch
+from torch import nn
+
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
+from probe_core.sampling.runner import HMCWindowAdapter, RWMScaleAdapter
+from probe_core.targets import TargetBatch, parse_targets
+
+
+class _Decoder(nn.Module):
+    latent_dim = 2
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(2, 16)
+
+    def decode(self, z):
+        return torch.sigmoid(self.fc(z)).view(-1, 1, 4, 4)
+
+
+def _posterior(chains: int = 6) -> BayesTrExPosterior:
+    torch.manual_seed(1)
+    classifier = nn.Sequential(nn.Flatten(), nn.Linear(16, 3), nn.Softmax(dim=1))
+    targets = TargetBatch(parse_targets("ambiguous:0,1", ("a", "b", "c")), chains)
+    return BayesTrExPosterior(classifier, _Decoder(), targets, sigma=0.1)
+
+
+def test_both_kernels_run_through_the_driver_and_are_reproducible_for_a_seed():
+    config = SamplerConfig(num_warmup=20, num_samples=10, init="prior", seed=3, report_every=5,
+                           max_integration_steps=3)
+    for run in (run_hmc, run_rwm):
+        first, second = run(_posterior(), config), run(_posterior(), config)
+        assert first.positions.shape == (6, 10, 2) and first.probs.shape == (6, 10, 3)
+        assert torch.equal(first.positions, second.positions)
+        assert first.gradient_evaluations >= 30 and not first.cancelled
+
+
+def test_the_sink_gets_every_kept_sample_and_the_hook_every_report():
+    kept, reports = [], []
+    config = SamplerConfig(num_warmup=10, num_samples=25, init="prior", report_every=10, max_integration_steps=2)
+    result = run_hmc(_posterior(), config, hook=reports.append,
+                     sink=lambda first, z, probs: kept.append((first, z.shape[1])))
+    assert sum(count for _, count in kept) == result.positions.shape[1] == 25
+    assert [first for first, _ in kept] == [0, 10, 20]  # flushed in order, each from where the last ended
+    assert [r.iteration for r in reports] == [10, 20, 30, 35] and reports[0].stage == "warmup"
+
+
+def test_stopping_keeps_what_was_sampled():
+    calls = {"n": 0}
+
+    def stop_after_three_reports():
+        calls["n"] += 1
+        return calls["n"] >= 3
+
+    config = SamplerConfig(num_warmup=5, num_samples=200, init="prior", report_every=5)
+    result = run_rwm(_posterior(), config, should_stop=stop_after_three_reports)
+    assert result.cancelled and result.positions.shape[1] == 10
+
+
+def test_adapters_tune_only_what_they_own():
+    posterior = _posterior(4)
+    config = SamplerConfig(num_warmup=30, num_samples=1, max_integration_steps=2)
+    hmc_adapter = HMCWindowAdapter(posterior, config, torch.full((4,), 0.1), torch.ones(4, 2))
+    state = hmc_adapter.init(torch.zeros(4, 2), 0.1)
+    rng = torch.Generator().manual_seed(0)
+    for iteration in range(30):
+        state, info = hmc_adapter.step(rng, state, 0.1)
+        hmc_adapter.adapt(iteration, state, info)
+    assert hmc_adapter.scale.shape == (4,) and not torch.allclose(hmc_adapter.scale, torch.full((4,), 0.1))
+    rwm_adapter = RWMScaleAdapter(posterior, 4, initial_scale=0.3)
+    state = rwm_adapter.init(torch.zeros(4, 2), 0.1)
+    state, info = rwm_adapter.step(rng, state, 0.1)
+    assert not info.is_divergent.any() and rwm_adapter.gradient_evaluations == 2
