@@ -1,7 +1,14 @@
 """Model Probe core library: data, models, sampling and failure analysis for image classifiers.
 
-This package never imports streamlit; the dashboard (``app.py``, ``pages/``) and the
-``probe`` CLI are both thin layers over it.
+This package never imports streamlit and has no import cycles; the dashboard (``app.py``,
+``pages/``) and the ``probe`` CLI (:mod:`probe_core.cli`) are both thin layers over it.
+
+Where things are: data sets and what they use in :mod:`probe_core.catalog`; models in
+:mod:`probe_core.models` (lookups never train); what a generator can do in
+:mod:`probe_core.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
+:mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in
+:mod:`probe_core.runconfig`, :mod:`probe_core.lifecycle`, :mod:`probe_core.jobs` and
+:mod:`probe_core.executors`; the workspace database in :mod:`probe_core.store`.
 """
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ Composed here, one way, from the packages that declare them: the built-in data s
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from probe_core.data.datasets import (
@@ -21,8 +22,10 @@ from probe_core.data.datasets import (
     ImageDataset,
     apply_view,
     clean_dataset_name,
+    file_dataset,
     split_view,
 )
+from probe_core.data.files import is_file_reference, looks_like_path, reference_for
 from probe_core.errors import DataError
 from probe_core.protocols import GeneratorSource
 from probe_core.scenes.catalog import SCENE_DATASETS, SCENE_SOURCE
@@ -30,7 +33,8 @@ from probe_core.scenes.catalog import SCENE_DATASETS, SCENE_SOURCE
 DATASETS: dict[str, DatasetEntry] = {entry.name: entry for entry in (*BUILTIN_DATASETS, *SCENE_DATASETS)}
 GENERATOR_SOURCES: tuple[GeneratorSource, ...] = (SCENE_SOURCE,)
 
-__all__ = ["DATASETS", "DEFAULT_DATASET", "GENERATOR_SOURCES", "classifier_dataset", "dataset_entry",
+__all__ = ["DATASETS", "DEFAULT_DATASET", "GENERATOR_SOURCES", "canonical_dataset_name", "classifier_dataset",
+           "dataset_entry",
            "generator_dataset", "generator_source", "list_datasets", "load_dataset"]
 
 
@@ -49,9 +53,35 @@ def dataset_entry(name: str) -> DatasetEntry:
     """
     base, _ = split_view(name)
     entry = DATASETS.get(base)
+    if entry is None and is_file_reference(base):
+        return _file_entry(base)
     if entry is None:
-        raise DataError(f"unknown data set {base!r}; known: {', '.join(DATASETS)}")
+        hint = " (a folder or .npz you name is written images:/abs/path or arrays:/abs/path.npz; " \
+               "the CLI and the sidebar accept a plain path)" if looks_like_path(base) else ""
+        raise DataError(f"unknown data set {base!r}; known: {', '.join(DATASETS)}{hint}")
     return entry
+
+
+@functools.lru_cache(maxsize=32)
+def _file_entry(reference: str) -> DatasetEntry:
+    return DatasetEntry(reference, f"your data: {reference}", lambda _dir: file_dataset(reference))
+
+
+def canonical_dataset_name(name: str, image_size: int | None = None, skip_bad: bool = False) -> str:
+    """What a run stores for a data set a user typed: catalogue names as they are, paths as references.
+
+    ``./my_images`` becomes ``images:/abs/my_images`` (with ``?size=``/``skip_bad=`` options), and
+    ``data.npz`` becomes ``arrays:/abs/data.npz``, so the name resolves again in any process.
+    """
+    base, _ = split_view(name)
+    if base in DATASETS or is_file_reference(base):
+        if image_size or skip_bad:
+            raise DataError("image size and skipping bad files apply to a folder you name, not to " + base)
+        return name
+    if looks_like_path(base):
+        return reference_for(name, image_size, skip_bad)
+    dataset_entry(name)  # raises the unknown-name error
+    return name
 
 
 def classifier_dataset(name: str) -> str:

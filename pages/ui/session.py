@@ -10,8 +10,9 @@ import torch
 
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
 from probe_core import runconfig
-from probe_core.catalog import generator_source, list_datasets, load_dataset
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET
+from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
+from probe_core.data.files import is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.jobs import JobManager
 from probe_core.runconfig import SampleConfig
@@ -63,6 +64,8 @@ def set_model_ref(kind: str, reference: str, dataset: str | None = None) -> None
 
 def _sync_query_params() -> None:
     dataset = st.session_state.get("dataset", DEFAULT_DATASET)
+    if dataset == YOUR_DATA:  # not chosen yet: the address keeps the last data set
+        return
     wanted = {"dataset": None if dataset == DEFAULT_DATASET else dataset,
               **{kind: model_ref(kind, dataset) for kind in MODEL_KINDS}}
     for name, value in wanted.items():
@@ -73,17 +76,49 @@ def _sync_query_params() -> None:
             st.query_params[name] = value
 
 
+YOUR_DATA = "your data: a folder or .npz…"
+
+
+def _use_your_data() -> None:
+    """Button callback: the typed path becomes a stored reference and the session's data set."""
+    try:
+        reference = canonical_dataset_name(st.session_state.get("data_path", "").strip() or "?",
+                                           int(st.session_state.get("data_size") or 0) or None,
+                                           bool(st.session_state.get("data_skip")))
+    except ProbeError as exc:
+        st.session_state["data_path_error"] = str(exc)
+        return
+    st.session_state.pop("data_path_error", None)
+    st.session_state.setdefault("user_datasets", [])
+    if reference not in st.session_state["user_datasets"]:
+        st.session_state["user_datasets"].append(reference)
+    st.session_state["dataset"] = reference
+
+
 def sidebar_settings() -> None:
     """Data set, data folder and device pickers shared by every page."""
     names = [info.name for info in list_datasets()]
+    yours = st.session_state.setdefault("user_datasets", [])
     if "dataset" not in st.session_state:
         from_url = st.query_params.get("dataset")
-        st.session_state["dataset"] = from_url if from_url in names else DEFAULT_DATASET
+        if from_url and is_file_reference(split_view(from_url)[0]) and from_url not in yours:
+            yours.append(from_url)  # a shared link to someone's folder or .npz
+        st.session_state["dataset"] = from_url if from_url in names + yours else DEFAULT_DATASET
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
     with st.sidebar:
-        st.selectbox("Data set", names, key="dataset",
-                     help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files")
-        if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], True):
+        choice = st.selectbox("Data set", names + yours + [YOUR_DATA], key="dataset",
+                              help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files; "
+                                   "your own data is a folder of class sub-folders of images or a .npz")
+        if choice == YOUR_DATA:
+            st.text_input("Folder of class sub-folders, or a .npz file", key="data_path",
+                          help="DIR/<class>/*.png|jpg|bmp|webp (DIR/train and DIR/test are used as given), "
+                               "or a .npz with x, y and optionally class_names, x_test, y_test")
+            st.number_input("Image size (0: the folder's most common size)", 0, 512, 0, key="data_size")
+            st.checkbox("Skip unreadable images", key="data_skip")
+            st.button("Use this data", on_click=_use_your_data, key="data_use")
+            if "data_path_error" in st.session_state:
+                st.error(st.session_state["data_path_error"])
+        if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], False):
             st.text_input("Data folder (IDX files)", key="data_dir",
                           help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -93,6 +128,9 @@ def sidebar_settings() -> None:
 
 def current_dataset():
     """The selected data set, or None after showing why it cannot be loaded."""
+    if st.session_state.get("dataset") == YOUR_DATA:
+        st.info("Name a folder of class sub-folders or a .npz file in the sidebar, then press **Use this data**.")
+        return None
     try:
         return load_dataset(st.session_state.get("dataset", DEFAULT_DATASET),
                             st.session_state.get("data_dir") or None)

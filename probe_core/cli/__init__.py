@@ -19,7 +19,9 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from probe_core.catalog import canonical_dataset_name
 from probe_core.cli import data, defuse, models, runs, sample, scenes
+from probe_core.data.files import CACHE_ENV
 from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
 
@@ -34,10 +36,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workspace", help="workspace folder (default $PROBE_WORKSPACE or ./workspace)")
     parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--image-size", type=int, help="a folder you name as data set: resize every image to "
+                        "this size (default: the most common size in the folder)")
+    parser.add_argument("--skip-bad-images", action="store_true", help="a folder you name as data set: skip "
+                        "unreadable image files (counted in its description) instead of stopping")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in COMMAND_GROUPS:
         add(commands)
     return parser
+
+
+def _canonical_data_names(args: argparse.Namespace) -> None:
+    """Data sets typed as paths become references that resolve anywhere (``images:/abs/dir``, ``arrays:…``)."""
+    if args.workspace and not os.environ.get(CACHE_ENV):
+        os.environ[CACHE_ENV] = os.path.join(os.path.abspath(args.workspace), "cache", "data")
+    for field in ("dataset", "name"):
+        value = getattr(args, field, None)
+        if isinstance(value, str) and not (field == "name" and args.command != "data"):
+            setattr(args, field, canonical_dataset_name(value, args.image_size, args.skip_bad_images))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.device = str(resolve_device(args.device))
+        _canonical_data_names(args)
         return int(args.handler(args) or 0)
     except ProbeError as exc:
         print(f"error: {exc}", file=sys.stderr)

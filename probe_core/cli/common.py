@@ -10,6 +10,7 @@ import sys
 
 from probe_core.export import format_table  # noqa: F401  (re-exported for the command groups)
 
+
 def workspace_from_args(args: argparse.Namespace):
     from probe_core.workspace import Workspace
 

@@ -45,6 +45,7 @@ def add_data_commands(commands: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="data sets and whether they can be loaded").set_defaults(handler=_data_list)
     info = sub.add_parser("info", help="shape, classes, split and counts of one data set")
-    info.add_argument("name", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5]")
+    info.add_argument("name", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5], a folder of class "
+                      "sub-folders of images (./my_images) or a .npz of arrays (data.npz)")
     info.set_defaults(handler=_data_info)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from probe_core.cli.common import format_table, job_progress_bar, workspace_from_args
+from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
-from probe_core.cli.common import format_table, job_progress_bar, workspace_from_args
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, write_file
 
@@ -231,7 +232,7 @@ def _runs(args) -> int:
 
 
 def _add_identify_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="digits", help="e.g. digits, mnist, digits[mislabel=9->8:0.4]")
+    parser.add_argument("--dataset", default=DEFAULT_DATASET, help="e.g. digits, mnist, digits[mislabel=9->8:0.4]")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
     parser.add_argument("--vae", default="default", help="VAE model id, 'default' or a plugin .py with an encoder")
     parser.add_argument("--samples-per-image", type=int, default=500, help="Q, perturbations per image")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from probe_core.cli.common import format_metrics, format_table, progress_bar, workspace_from_args
+from probe_core.cli.common import (
+    format_metrics,
+    format_table,
+    progress_bar,
+    workspace_from_args,
+)
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 
 
@@ -63,7 +69,7 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     models = commands.add_parser("models", help="train and list models")
     sub = models.add_subparsers(dest="action", required=True)
     train = sub.add_parser("train", help="train a zoo model (returns the stored one if it exists)")
-    train.add_argument("--dataset", default="digits")
+    train.add_argument("--dataset", default=DEFAULT_DATASET)
     train.add_argument("--kind", required=True, choices=["classifier", "vae", "gan"])
     train.add_argument("--classes", type=lambda t: [p for p in t.split(",") if p], help="train on these classes only")
     train.add_argument("--exclude", type=lambda t: [p for p in t.split(",") if p], help="train without these classes")
@@ -77,6 +83,6 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     listing.add_argument("--json", action="store_true", help="full metadata as JSON")
     listing.set_defaults(handler=_models_list)
     defaults = sub.add_parser("defaults", help="train the default classifier, VAE and GAN of a data set")
-    defaults.add_argument("--dataset", default="digits")
+    defaults.add_argument("--dataset", default=DEFAULT_DATASET)
     defaults.set_defaults(handler=_models_defaults)
 

@@ -8,6 +8,7 @@ import sys
 from typing import Callable
 
 from probe_core.cli.common import workspace_from_args
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
 
@@ -59,9 +60,10 @@ def _sampler_kwargs(args: argparse.Namespace) -> dict:
 
 def _sample(args: argparse.Namespace) -> int:
     from probe_core.bayestrex import check_sampler_settings
-    from probe_core.catalog import load_dataset
-    from probe_core.targets import parse_targets
     from probe_core.bayestrex.recipes import probe_target
+    from probe_core.catalog import load_dataset
+    from probe_core.runconfig import SampleConfig, record
+    from probe_core.targets import parse_targets
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
@@ -70,14 +72,14 @@ def _sample(args: argparse.Namespace) -> int:
     generator = registry.get_or_train_reference(args.generator, "generator", args.dataset, device=args.device)
     parse_targets(args.target, classifier.class_names or load_dataset(args.dataset, args.data_dir).class_names)
     check_sampler_settings(**_sampler_kwargs(args))
-    config = {"dataset": args.dataset, "classifier": classifier.id, "generator": generator.id,
-              "target": args.target, **_sampler_kwargs(args)}
+    config = record(SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier.id,
+                                 generator=generator.id, **_sampler_kwargs(args)))
     return _sampling_run(args, workspace, config, lambda **kw: probe_target(
         registry, args.dataset, args.target, classifier.id, generator.id, **_sampler_kwargs(args), **kw))
 
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="digits")
+    parser.add_argument("--dataset", default=DEFAULT_DATASET)
     parser.add_argument("--chains", type=int, default=64, help="chains per target")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--samples", type=int, default=300)
@@ -90,9 +92,7 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex import recipes
-
-    from probe_core.bayestrex import check_sampler_settings
+    from probe_core.bayestrex import check_sampler_settings, recipes
 
     workspace = workspace_from_args(args)
     registry = workspace.registry

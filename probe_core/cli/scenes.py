@@ -31,11 +31,11 @@ def _hit_scene(store, run_id: int, sample_id: int | None) -> dict:
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
+    from probe_core.classes import class_index
     from probe_core.render import image_grid, png_bytes
     from probe_core.scenes.counterfactual import object_removal, removal_table
     from probe_core.scenes.generator import SceneGenerator
     from probe_core.scenes.world import describe_text
-    from probe_core.classes import class_index
 
     workspace = workspace_from_args(args)
     run = workspace.store.get_run(args.run)

@@ -343,6 +343,42 @@ def _load_idx_folder(folder: str, name: str, class_names: tuple[str, ...] | None
     )
 
 
+# --- folders and arrays a user brings ------------------------------------------------------
+
+def file_dataset(reference: str) -> ImageDataset:
+    """The data set behind an ``images:…`` or ``arrays:…`` reference (see :mod:`probe_core.data.files`).
+
+    A given train/test split is used as is; otherwise a stratified split with seed
+    :data:`SPLIT_SEED`, as the description says. Raises :class:`DataError` for bad files.
+    """
+    from probe_core.data.files import load_file_arrays, parse_reference
+
+    arrays = load_file_arrays(reference)
+    scheme, path, _ = parse_reference(reference)
+    images = arrays["x"].transpose(0, 3, 1, 2)  # (N, C, H, W)
+    labels, split = arrays["y"], arrays["split"]
+    what = "image folder" if scheme == "images" else "arrays"
+    if (split == 2).all():
+        train_x, train_y, test_x, test_y = stratified_split(images, labels)
+        how = "stratified" if split_is_stratified(labels) else "not stratified: too few images per class"
+        source = f"{what} {path}: split {len(train_y)} train / {len(test_y)} test ({how}, seed {SPLIT_SEED})"
+    else:
+        train_x, train_y, test_x, test_y = images[split == 0], labels[split == 0], images[split == 1], labels[split == 1]
+        source = f"{what} {path}: train ({len(train_y)}) and test ({len(test_y)}) as given"
+    channels, height, width = images.shape[1:]
+    source += f", {height}x{width} {'RGB' if channels == 3 else 'grey'}"
+    if int(arrays["resized"]):
+        source += f", {int(arrays['resized'])} images resized to {height}x{width}"
+    if int(arrays["skipped"]):
+        source += f", {int(arrays['skipped'])} unreadable files skipped"
+    train_images, train_labels = _to_tensors(train_x, train_y, 255.0)
+    test_images, test_labels = _to_tensors(test_x, test_y, 255.0)
+    return ImageDataset(
+        name=reference, train_images=train_images, train_labels=train_labels, test_images=test_images,
+        test_labels=test_labels, class_names=tuple(str(n) for n in arrays["class_names"]), source=source,
+        default_latent_dim=8 if height <= 16 else (16 if channels == 3 else 5))
+
+
 # --- entries and views ----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -410,7 +446,7 @@ DEFAULT_DATASET = "digits"
 def split_view(name: str) -> tuple[str, str]:
     """``"digits[drop=5]"`` -> ``("digits", "drop=5")``; a plain name gives an empty view."""
     base, _, view = name.partition("[")
-    return base, view.rstrip("]")
+    return base, view.removesuffix("]")
 
 
 def apply_view(dataset: ImageDataset, view: str) -> ImageDataset:

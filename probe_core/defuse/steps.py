@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from probe_core.catalog import load_dataset
-from probe_core.data import ImageDataset
+from probe_core.data import DEFAULT_DATASET, ImageDataset
 from probe_core.defuse.cluster import (
     FailureClusterer,
     describe_clusters,
@@ -63,7 +63,7 @@ class IdentifySettings:
 
     kind: ClassVar[str] = IDENTIFY
 
-    dataset: str = "digits"
+    dataset: str = DEFAULT_DATASET
     classifier: str = "default"
     vae: str = "default"
     samples_per_image: int = 500

@@ -24,8 +24,16 @@ from typing import Callable
 import torch
 from torch import nn
 
-from probe_core.catalog import classifier_dataset, dataset_entry, generator_dataset, generator_source, load_dataset
-from probe_core.data import DEFAULT_DATASET, ImageDataset
+from probe_core.catalog import (
+    classifier_dataset,
+    dataset_entry,
+    generator_dataset,
+    generator_source,
+    load_dataset,
+)
+from probe_core.data import DEFAULT_DATASET, ImageDataset, split_view
+from probe_core.data.files import is_file_reference, short_name
+from probe_core.devices import resolve_device
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
@@ -34,7 +42,11 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
-from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference
+from probe_core.models.plugins import (
+    PluginError,
+    is_plugin_reference,
+    load_plugin_reference,
+)
 from probe_core.models.training import (
     ProgressCallback,
     feature_frechet_distance,
@@ -42,7 +54,6 @@ from probe_core.models.training import (
     train_gan,
     train_vae,
 )
-from probe_core.devices import resolve_device
 from probe_core.protocols import GeneratorCapabilities, generator_capabilities
 from probe_core.store import Store
 
@@ -172,7 +183,9 @@ class ModelSpec:
         variant = "-ambiguous" if self.ambiguous else ""
         if self.classes is not None:
             variant += "-k" + ("".join(map(str, self.classes)) if max(self.classes) < 10 else str(len(self.classes)))
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.dataset).strip("-")
+        base, view = split_view(self.dataset)
+        readable = short_name(base) + (f"[{view}]" if view else "") if is_file_reference(base) else self.dataset
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", readable).strip("-")
         return f"{slug}-{self.kind}{variant}-s{self.seed}-{digest}"
 
 

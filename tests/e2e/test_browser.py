@@ -165,6 +165,7 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     assert len(labels) == 1 and labels[0]["source"] == "human"
 
     _hover_shows_the_image(page, server, trained_workspace)
+    _a_matrix_cell_click_opens_its_pair(page, server, trained_workspace)
 
     folder = Path(os.environ.get("PROBE_SCREENSHOT_DIR") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -199,6 +200,36 @@ def _hover_shows_the_image(page, server, workspace) -> None:
         caption = page.locator(".probe-hover-tooltip .probe-hover-caption").inner_text()
         assert caption.startswith(expected), (trace, point, caption)
         page.mouse.move(5, 5)
+
+
+def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
+    """On the Ambiguity matrix, clicking a cell's picture opens that pair below the matrix."""
+    from probe_core.runconfig import SampleConfig, run_now
+
+    registry = workspace.registry
+    run_now(registry, SampleConfig(
+        dataset="digits", target="ambiguous-matrix", classifier=registry.default_id("digits", "classifier"),
+        generator=registry.default_id("digits", "generator"), chains=2, warmup=5, samples=5, keep_every=1))
+    _open(page, server, "matrix", "Ambiguity matrix")
+    chart = page.locator(".st-key-matrix_chart .js-plotly-plot")
+    chart.wait_for()
+    chart.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    point = 5  # two markers per pair (above and below the diagonal): pair 2 is 0 vs 3
+    x, y = page.evaluate("""(point) => {
+        const graph = document.querySelector('.st-key-matrix_chart .js-plotly-plot');
+        const layout = graph._fullLayout, box = graph.getBoundingClientRect(), data = graph._fullData[1];
+        return [box.left + layout._size.l + layout.xaxis.l2p(data.x[point]),
+                box.top + layout._size.t + layout.yaxis.l2p(data.y[point])]; }""", point)
+    page.mouse.move(x + 3, y + 3)
+    page.mouse.move(x, y, steps=3)
+    page.mouse.click(x, y)
+    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Pair")
+    try:
+        page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stSelectbox"]')]
+            .some(box => box.innerText.includes('Pair') && box.innerText.includes('0 vs 3'))""", timeout=30_000)
+    except Exception as exc:
+        raise AssertionError(f"the click did not open 0 vs 3: {picker.inner_text()!r}") from exc
 
 
 NAVIGATION = ["Models", "Probe", "Ambiguity matrix", "Interpolation", "Failures", "Label", "Finetune", "Compare",
