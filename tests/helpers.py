@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,23 @@ def require_shared_mnist() -> Path:
             pytest.fail(f"CI=true but {message}")
         pytest.skip(message)
     return SHARED_MNIST
+
+
+def rerun_until(at, condition, timeout: float = 120.0):
+    """Rerun an AppTest page every second until ``condition(at)`` holds (a background run reached a state)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        time.sleep(1.0)
+        at.run()
+        assert not at.exception, at.exception
+        if condition(at):
+            return at
+    runs = [(r.id, r.kind, r.status, r.message, r.error) for r in _store_of_env().list_runs(limit=5)]
+    raise AssertionError(f"the page never reached the expected state; errors on the page: "
+                         f"{[e.value for e in at.error]}; latest runs: {runs}")
+
+
+def _store_of_env():
+    from probe_core.workspace import Workspace, default_workspace_path
+
+    return Workspace(default_workspace_path()).store

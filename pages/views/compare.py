@@ -21,6 +21,9 @@ if dataset is None:
     st.stop()
 classifiers = [m["id"] for m in ws.registry.list() if m["kind"] == "classifier"
                and m["dataset"].partition("[")[0] == dataset.base_name and not m["spec"].get("classes")]
+session_classifier = _ui.session_model("classifier", dataset.name)
+if session_classifier is not None and session_classifier.id not in classifiers:
+    classifiers.insert(0, session_classifier.id)  # e.g. a plugin chosen on the Models page
 if len(classifiers) < 2:
     st.info("Train a second classifier on the Models page (another seed, or the always-ambiguous variant) to compare.")
     st.stop()

@@ -1,9 +1,9 @@
 """AppTest of every dashboard page: it renders without exception and its main path works."""
 
-import time
 from pathlib import Path
 
 import pytest
+from helpers import rerun_until
 from streamlit.testing.v1 import AppTest
 
 from probe_core.defuse import labels as label_tools
@@ -17,25 +17,6 @@ def open_page(page: str) -> AppTest:
     at.switch_page(page).run()
     assert not at.exception, at.exception
     return at
-
-
-def rerun_until(at: AppTest, condition, timeout: float = 120.0) -> AppTest:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        time.sleep(1.0)
-        at.run()
-        assert not at.exception, at.exception
-        if condition(at):
-            return at
-    runs = [(r.id, r.kind, r.status, r.message, r.error) for r in _store_of_env().list_runs(limit=5)]
-    raise AssertionError(f"the page never reached the expected state; errors on the page: "
-                         f"{[e.value for e in at.error]}; latest runs: {runs}")
-
-
-def _store_of_env():
-    from probe_core.workspace import Workspace, default_workspace_path
-
-    return Workspace(default_workspace_path()).store
 
 
 def test_probe_runs_a_small_target_live_and_shows_hits(app_env):

@@ -1,10 +1,9 @@
-"""Failures, Label and Finetune pages with a plugin classifier, a plugin generator and a plugin oracle."""
+"""Every page with a plugin classifier and generator (and a plugin oracle on Label): Bayes-TrEx and Defuse."""
 
 from pathlib import Path
 
-from helpers import write_tiny_plugin
+from helpers import rerun_until, write_tiny_plugin
 from streamlit.testing.v1 import AppTest
-from test_pages import rerun_until
 
 from probe_core.defuse import pipeline
 
@@ -61,3 +60,50 @@ def test_defuse_pages_work_end_to_end_with_plugin_models(workspace, monkeypatch,
     corrected = store.list_runs(kind=pipeline.CORRECT)[0].result["corrected_model"]
     assert corrected.startswith("plugin-model-") and workspace.registry.load(corrected).kind == "classifier"
     assert store.list_runs(kind=pipeline.CORRECT)[0].config["distill_run"] == distill_run
+
+
+def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_path):
+    """Probe, Ambiguity matrix, Interpolation, Compare and Saliency on a plugin classifier and generator."""
+    from probe_core.models import ModelSpec
+    from probe_core.runconfig import config_of
+
+    monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
+    model = str(write_tiny_plugin(tmp_path, "model.py"))
+    session = {"classifier": model, "generator": model}
+    store = workspace.store
+
+    at = _page("pages/views/probe.py", **session)
+    at.number_input(key="probe_chains").set_value(4)
+    at.number_input(key="probe_warmup").set_value(10)
+    at.number_input(key="probe_samples").set_value(10)
+    at.button(key="probe_start").click().run()
+    rerun_until(at, lambda a: any(r.status == "done" for r in store.list_runs(kind="sample")))
+    probe_run = store.list_runs(kind="sample")[0]
+    assert config_of(probe_run).classifier.startswith("plugin:/") and config_of(probe_run).generator == \
+        config_of(probe_run).classifier
+
+    at = _page("pages/views/matrix.py", **session)
+    for key, value in (("matrix_chains", 2), ("matrix_warmup", 10), ("matrix_samples", 10), ("matrix_keep", 1)):
+        at.number_input(key=key).set_value(value)
+    next(b for b in at.button if b.label.startswith("Build the")).click().run()
+    rerun_until(at, lambda a: any("pairs reached" in c.value for c in a.caption), timeout=240)
+
+    at = _page("pages/views/interpolation.py", **session)
+    for key, value in (("path_steps", 3), ("path_chains", 2), ("path_iterations", 10)):
+        at.number_input(key=key).set_value(value)
+    next(b for b in at.button if b.label == "Sample the path").click().run()
+    rerun_until(at, lambda a: any("Best sample per step" in c.value for c in a.caption), timeout=180)
+
+    other = workspace.registry.get_or_train(ModelSpec(dataset="digits", kind="classifier", epochs=1))
+    at = _page("pages/views/compare.py", **session)
+    assert at.selectbox(key="compare_a").value.startswith("plugin:/")
+    at.selectbox(key="compare_b").set_value(other.id)
+    for key, value in (("compare_chains", 2), ("compare_warmup", 10), ("compare_samples", 10)):
+        at.number_input(key=key).set_value(value)
+    next(b for b in at.button if b.label == "Sample both").click().run()
+    rerun_until(at, lambda a: any(s.value.startswith("Accuracy on") for s in a.subheader), timeout=240)
+
+    at = _page("pages/views/saliency.py", **session)
+    assert not at.error and len(at.image) >= 2, [e.value for e in at.error]  # the image and its heat map
+    at.radio(key="saliency_source").set_value("generated sample (Probe run)").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
