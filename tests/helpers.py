@@ -130,3 +130,18 @@ def _store_of_env():
     from probe_core.workspace import Workspace, default_workspace_path
 
     return Workspace(default_workspace_path()).store
+
+
+PLUGIN_HEADER = """
+import torch
+from torch import nn
+class_names = [str(i) for i in range(10)]
+input_shape = (1, 8, 8)
+"""
+
+
+def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
+    """A plugin file: imports, ten digit class names and an 8x8 input shape, then ``body``."""
+    path = Path(folder) / name
+    path.write_text(PLUGIN_HEADER + textwrap.dedent(body))
+    return path

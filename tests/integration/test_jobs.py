@@ -42,8 +42,8 @@ def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspac
 
 
 def test_training_job_reports_per_model_progress(workspace):
-    from probe_core.models.jobs import training_job
     from probe_core.models import ModelSpec
+    from probe_core.models.jobs import training_job
 
     manager = JobManager(workspace.store)
     specs = [ModelSpec(kind="classifier", epochs=2), ModelSpec(kind="vae", epochs=2, latent_dim=2)]

@@ -1,29 +1,9 @@
-import textwrap
+"""Plugins resolved through the registry of a workspace with trained models."""
 
 import pytest
+from helpers import write_plugin
 
 from probe_core.errors import PluginError
-
-HEADER = """
-import torch
-from torch import nn
-class_names = [str(i) for i in range(10)]
-input_shape = (1, 8, 8)
-"""
-
-
-def write_plugin(tmp_path, body, name="plugin.py"):
-    path = tmp_path / name
-    path.write_text(HEADER + textwrap.dedent(body))
-    return path
-
-
-
-
-
-
-
-
 
 
 def test_registry_resolves_plugins(trained_workspace, tmp_path):

@@ -1,22 +1,11 @@
-import textwrap
+"""The plugin contract checked on small plugin files: what passes and the errors for what does not."""
 
 import pytest
 import torch
+from helpers import write_plugin
 
 from probe_core.errors import PluginError
 from probe_core.models import load_plugin
-
-HEADER = """
-import torch
-from torch import nn
-class_names = [str(i) for i in range(10)]
-input_shape = (1, 8, 8)
-"""
-
-def write_plugin(tmp_path, body, name="plugin.py"):
-    path = tmp_path / name
-    path.write_text(HEADER + textwrap.dedent(body))
-    return path
 
 
 def test_valid_probability_classifier_and_generator(tmp_path):

@@ -3,7 +3,14 @@
 from types import SimpleNamespace
 
 from probe_core.defuse.pipeline import CorrectSettings, IdentifySettings
-from probe_core.runconfig import CompareConfig, SampleConfig, TrainConfig, config_of, job_spec, record
+from probe_core.runconfig import (
+    CompareConfig,
+    SampleConfig,
+    TrainConfig,
+    config_of,
+    job_spec,
+    record,
+)
 
 
 def _stored(config):
