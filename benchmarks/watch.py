@@ -28,8 +28,9 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probe_core.executors import JobSpec, ProcessExecutor  # noqa: E402
+from probe_core.executors import ProcessExecutor  # noqa: E402
 from probe_core.jobs import JobManager  # noqa: E402
+from probe_core.runconfig import SampleConfig, submit  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -55,12 +56,10 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the dashboard server did not come up")
 
 
-def timed_run(workspace: Workspace, arguments: dict) -> float:
-    """Submit one sampling job as the Probe page does; its own run time in seconds."""
+def timed_run(workspace: Workspace, config: SampleConfig) -> float:
+    """Submit one sampling run as the Probe page does; its own run time in seconds."""
     manager = JobManager(workspace.store, ProcessExecutor())
-    config = {"dataset": "digits", "target": arguments["spec"], "classifier": arguments["classifier"],
-              "generator": arguments["generator"], "benchmark": "watch"}
-    run = manager.wait(manager.submit("sample", config, JobSpec("probe_core.bayestrex.jobs:sampling_job", arguments)))
+    run = manager.wait(submit(manager, config))
     if run.status != "done":
         raise SystemExit(f"run {run.id} ended {run.status}: {run.error}")
     return run.finished_at - run.started_at
@@ -105,10 +104,9 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    arguments = {"dataset": "digits", "spec": "high:3", "classifier": registry.default_id("digits", "classifier"),
-                 "generator": registry.default_id("digits", "vae"), "chains": 32,
-                 "warmup": 60 if args.quick else 300, "samples": 60 if args.quick else 300, "keep_every": 5,
-                 "seed": 0}
+    config = SampleConfig(dataset="digits", target="high:3", classifier=registry.default_id("digits", "classifier"),
+                          generator=registry.default_id("digits", "vae"), chains=32,
+                          warmup=60 if args.quick else 300, samples=60 if args.quick else 300, keep_every=5)
     server, url = start_server(root)
     times = {}
     try:
@@ -119,14 +117,14 @@ def main() -> None:
                 for page in pages:
                     page.goto(f"{url}/probe")
                     page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
-                times[tabs] = timed_run(workspace, arguments)
+                times[tabs] = timed_run(workspace, config)
                 for page in pages:
                     page.close()
             browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"Probe run (high:3, 32 chains, {arguments['warmup']} + {arguments['samples']}), run time by tabs watching:")
+    print(f"Probe run (high:3, 32 chains, {config.warmup} + {config.samples}), run time by tabs watching:")
     for tabs, seconds in times.items():
         ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / times[0]:.2f}"
         print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}", flush=True)
