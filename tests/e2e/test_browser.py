@@ -130,11 +130,16 @@ def _open(page, server, path: str, title: str) -> None:
 
 def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run, tmp_path):
     store = trained_workspace.store
+    before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
     _open(page, server, "probe", "Probe")
     page.get_by_role("button", name="Start sampling").click()
-    page.get_by_text("Hits (").first.wait_for(timeout=180_000)
+    deadline = time.time() + 180
+    while time.time() < deadline and not any(r.id > before and r.status == "done"
+                                             for r in store.list_runs(kind="sample")):
+        time.sleep(1)
     run = store.list_runs(kind="sample")[0]
-    assert run.status == "done" and store.count_samples(run.id) > 0
+    assert run.id > before and run.status == "done" and store.count_samples(run.id) > 0, (run.id, run.status)
+    page.get_by_text("Hits (").first.wait_for(timeout=60_000)
     assert f":{os.getpid()}:" not in run.owner  # it ran in a worker process, not in the server or here
     status = f"run {run.id} · sample · done"  # the run's status line shows its current state, not "queued"
     try:
@@ -219,17 +224,21 @@ def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
     x, y = page.evaluate("""(point) => {
         const graph = document.querySelector('.st-key-matrix_chart .js-plotly-plot');
         const layout = graph._fullLayout, box = graph.getBoundingClientRect(), data = graph._fullData[1];
-        return [box.left + layout._size.l + layout.xaxis.l2p(data.x[point]),
-                box.top + layout._size.t + layout.yaxis.l2p(data.y[point])]; }""", point)
+        // the image keeps its aspect ratio, so the axes sit inside the plot area: use their own offsets
+        return [box.left + layout.xaxis._offset + layout.xaxis.l2p(data.x[point]),
+                box.top + layout.yaxis._offset + layout.yaxis.l2p(data.y[point])]; }""", point)
     page.mouse.move(x + 3, y + 3)
     page.mouse.move(x, y, steps=3)
     page.mouse.click(x, y)
-    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Pair")
+    shown = """() => [...document.querySelectorAll('[data-testid="stSelectbox"]')]
+        .filter(box => box.innerText.startsWith('Pair'))
+        .map(box => box.innerText + ' ' + [...box.querySelectorAll('input')].map(i => i.value).join(' ')
+                    + ' ' + (box.querySelector('[value]') || {}).getAttribute?.('value'))"""
     try:
-        page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stSelectbox"]')]
-            .some(box => box.innerText.includes('Pair') && box.innerText.includes('0 vs 3'))""", timeout=30_000)
+        page.wait_for_function(f"() => ({shown})().some(text => text.includes('0 vs 3'))", timeout=30_000)
     except Exception as exc:
-        raise AssertionError(f"the click did not open 0 vs 3: {picker.inner_text()!r}") from exc
+        raise AssertionError(f"the click did not open 0 vs 3: {page.evaluate(shown)!r}; "
+                             f"{page.locator('.st-key-matrix_pair').inner_html()[:1500]!r}") from exc
 
 
 NAVIGATION = ["Models", "Probe", "Ambiguity matrix", "Interpolation", "Failures", "Label", "Finetune", "Compare",

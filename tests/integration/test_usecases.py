@@ -1,6 +1,7 @@
 """The Bayes-TrEx use cases on digits, with the real default models (short runs)."""
 
 from probe_core.bayestrex import recipes as usecases
+from probe_core.runconfig import config_of
 
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 
@@ -40,6 +41,6 @@ def test_compare_two_classifiers_with_human_labels(trained_workspace):
         side, c = divmod(s["target_index"], 10)
         store.set_label("ana", sample_id=s["id"], label=str(c) if side == 0 else "0")
     table = usecases.comparison_table(store, run_id)
-    first, second = (table[k] for k in store.get_run(run_id).config["classifiers"])
+    first, second = (table[k] for k in config_of(store.get_run(run_id)).classifiers)
     assert first["overall"] == 1.0 and first["labelled"] == 20
     assert second["overall"] == 0.1 and second["per_class"]["0"] == (1.0, 2)
