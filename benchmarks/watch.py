@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="with the default digits models (trained here if missing)")
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not the figure)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of 0, 1 and 2 tabs (default 3)")
     args = parser.parse_args()
     root = Path(args.workspace or tempfile.mkdtemp(prefix="probe-watch-"))
     workspace = Workspace(root)
@@ -107,27 +109,34 @@ def main() -> None:
     config = SampleConfig(dataset="digits", target="high:3", classifier=registry.default_id("digits", "classifier"),
                           generator=registry.default_id("digits", "vae"), chains=32,
                           warmup=60 if args.quick else 300, samples=60 if args.quick else 300, keep_every=5)
+    rounds = 1 if args.quick else args.rounds
     server, url = start_server(root)
-    times = {}
+    times: dict[int, list[float]] = {0: [], 1: [], 2: []}
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-            for tabs in (0, 1, 2):
-                pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
-                for page in pages:
-                    page.goto(f"{url}/probe")
-                    page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
-                times[tabs] = timed_run(workspace, config)
-                for page in pages:
-                    page.close()
+            # Rounds of 0, 1, 2 tabs interleaved, medians compared: this machine's speed drifts by 20 % or
+            # more over minutes, which one run of each would read as the tabs' doing.
+            for _ in range(rounds):
+                for tabs in times:
+                    pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
+                    for page in pages:
+                        page.goto(f"{url}/probe")
+                        page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
+                    times[tabs].append(timed_run(workspace, config))
+                    for page in pages:
+                        page.close()
             browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"Probe run (high:3, 32 chains, {config.warmup} + {config.samples}), run time by tabs watching:")
-    for tabs, seconds in times.items():
-        ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / times[0]:.2f}"
-        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}", flush=True)
+    medians = {tabs: statistics.median(seconds) for tabs, seconds in times.items()}
+    print(f"Probe run (high:3, 32 chains, {config.warmup} + {config.samples}), run time by tabs watching "
+          f"(median of {rounds} interleaved round{'s' if rounds != 1 else ''}):")
+    for tabs, seconds in medians.items():
+        ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / medians[0]:.2f}"
+        each = ", ".join(f"{t:.1f}" for t in times[tabs])
+        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}   (runs: {each})", flush=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
         trained = {tabs: training_seconds(tabs, browser, args.quick) for tabs in (0, 1)}

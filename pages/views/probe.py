@@ -3,7 +3,6 @@
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 import streamlit as st
 import torch
 
@@ -112,25 +111,45 @@ if run is None:
     st.stop()
 
 
-def trace_figure(trace: dict):
-    """The live trace as one figure of three panels: one chart for the browser to redraw per refresh, not three."""
-    figure = make_subplots(rows=1, cols=3, horizontal_spacing=0.06, specs=[[{}, {}, {"secondary_y": True}]],
-                           subplot_titles=("log density per chain", "achieved target confidence",
-                                           "acceptance and step size"))
-    for panel, series in ((1, "logdensity"), (2, "confidence")):
-        values = np.array(trace[series]) if trace[series] else np.zeros((0, 0))
-        for column, chain in enumerate(trace["chains"]):
-            if values.size:
-                figure.add_trace(go.Scattergl(x=trace["iteration"], y=values[:, column], mode="lines",
-                                              name=f"chain {chain}", line=dict(width=1), showlegend=False),
-                                 row=1, col=panel)
-    figure.add_trace(go.Scatter(x=trace["iteration"], y=trace["acceptance"], name="acceptance"), row=1, col=3)
-    figure.add_trace(go.Scatter(x=trace["iteration"], y=trace["step_size"], name="step size"), row=1, col=3,
-                     secondary_y=True)
-    figure.update_yaxes(range=[0, 1], row=1, col=2)
-    figure.update_yaxes(type="log", row=1, col=3, secondary_y=True)
-    figure.update_layout(height=260, margin=dict(l=10, r=10, t=35, b=10), legend=dict(orientation="h"))
-    return figure
+def _chains_as_one_line(iterations: list[int], values: np.ndarray) -> tuple[list, list]:
+    """Every chain's series in one line, chains separated by gaps: values (T, n) -> x and y of length n * (T + 1)."""
+    gap = [None]
+    xs, ys = [], []
+    for column in range(values.shape[1]):
+        xs += list(iterations) + gap
+        ys += values[:, column].tolist() + gap
+    return xs, ys
+
+
+def trace_figure(trace: dict) -> dict:
+    """The live trace as one chart of three panels with four lines, whatever the number of chains.
+
+    One line per series (the chains joined with gaps), because the server's cost of a refresh and the browser's
+    cost of a redraw both grow with the number of lines: a live view must not take CPU from the run it shows.
+    """
+    panels = (("log density per chain", "logdensity"), ("achieved target confidence", "confidence"))
+    traces = []
+    for panel, (_, series) in enumerate(panels, start=1):
+        values = np.array(trace[series], dtype=float) if trace[series] else np.zeros((0, 0))
+        xs, ys = _chains_as_one_line(trace["iteration"], values)
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", line=dict(width=1), showlegend=False,
+                           name=series, xaxis=f"x{panel}", yaxis=f"y{panel}", hoverinfo="skip"))
+    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["acceptance"], name="acceptance",
+                       xaxis="x3", yaxis="y3"))
+    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["step_size"], name="step size",
+                       xaxis="x3", yaxis="y4"))
+    thirds = ((0.0, 0.29), (0.355, 0.645), (0.71, 1.0))
+    titles = [title for title, _ in panels] + ["acceptance and step size"]
+    layout = dict(height=260, margin=dict(l=10, r=10, t=35, b=10), legend=dict(orientation="h"),
+                  yaxis2=dict(anchor="x2", range=[0, 1]), yaxis3=dict(anchor="x3"),
+                  yaxis4=dict(anchor="x3", overlaying="y3", side="right", type="log"),
+                  yaxis=dict(anchor="x"),
+                  annotations=[dict(text=title, x=sum(domain) / 2, y=1.0, xref="paper", yref="paper",
+                                    xanchor="center", yanchor="bottom", showarrow=False)
+                               for title, domain in zip(titles, thirds)])
+    for number, domain in enumerate(thirds, start=1):
+        layout[f"xaxis{number}"] = dict(domain=list(domain), anchor=f"y{number}")
+    return dict(data=traces, layout=layout)
 
 
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
@@ -150,13 +169,13 @@ def live_view(run_id: int) -> None:
         m3.metric("split R-hat (max)", f"{details['rhat']:.2f}" if "rhat" in details else "–")
         m4.metric("ESS (min)", f"{details['ess']:.0f}" if "ess" in details else "–")
     if details.get("images"):
+        # One picture and one caption, not an element per chain: each element is work for the browser per refresh.
         images = torch.tensor(details["images"])
-        st.caption("Current state of the first chains")
-        columns = st.columns(len(images))
-        for column, image, probs in zip(columns, images, details["image_confidences"]):
-            column.image(_ui.image_grid(image[None], columns=1, scale=_ui.upscale_for_display(image.shape[-2])))
-            for rank in np.argsort(probs)[::-1][:2]:  # the two largest confidences as bars
-                column.progress(float(probs[rank]), text=f"{names[rank]}: {probs[rank]:.2f}")
+        st.image(_ui.image_grid(images, columns=len(images), scale=_ui.upscale_for_display(images.shape[-2]),
+                                padding=4))
+        st.caption("Current state of the first chains, left to right: " + " · ".join(
+            ", ".join(f"{names[rank]} {probs[rank]:.2f}" for rank in np.argsort(probs)[::-1][:2])
+            for probs in details["image_confidences"]))
     if current.active:
         st.session_state[f"probe_watching_{run_id}"] = True
     elif st.session_state.pop(f"probe_watching_{run_id}", False):
