@@ -20,8 +20,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Protocol
 
-from probe_core.defuse.steps import CorrectSettings, DistillSettings, EmbeddingSettings, IdentifySettings
 from probe_core.data import DEFAULT_DATASET
+from probe_core.defuse.steps import (
+    CorrectSettings,
+    DistillSettings,
+    EmbeddingSettings,
+    IdentifySettings,
+)
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec
 from probe_core.lifecycle import run_inline
@@ -57,11 +62,13 @@ class SampleConfig:
     seed: int = 0
     keep_every: int = 1
     anneal_sigma_from: float | str | None = "auto"
+    executor: str = "local"  # where the target shards run: local, ray or ray:ADDRESS (probe_core.scaleout)
+    shards: int | None = 1  # None: one per worker of the executor (decided where the run runs)
 
     def sampler_settings(self) -> dict:
         return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
                 "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
-                "anneal_sigma_from": self.anneal_sigma_from}
+                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards}
 
     def job_arguments(self) -> dict:
         return {"dataset": self.dataset, "spec": self.target, "classifier": self.classifier,

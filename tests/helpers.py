@@ -145,3 +145,9 @@ def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
     path = Path(folder) / name
     path.write_text(PLUGIN_HEADER + textwrap.dedent(body))
     return path
+
+
+def echo_shard(models, report, should_stop, value):
+    """A shard function (probe_core.scaleout) that reports half-way and returns its value."""
+    report(0.5)
+    return value

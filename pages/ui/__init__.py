@@ -23,6 +23,7 @@ from pages.ui.session import (
     load_model,
     model_ref,
     prior_samples,
+    scaleout,
     session_model,
     session_models,
     set_model_ref,
@@ -44,6 +45,7 @@ from pages.ui.widgets import (
     png_download,
     run_progress,
     run_status_line,
+    shards_not_done,
     show_picture,
 )
 
@@ -52,6 +54,6 @@ __all__ = [
     "confidence_figure", "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
     "get_workspace", "hover_images", "image_grid", "job_manager", "load_model", "model_choice", "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
-    "prior_samples", "run_progress", "run_status_line", "session_model", "session_models", "set_model_ref",
-    "show_picture", "sidebar_settings", "start_sampling", "upscale_for_display", "workspace",
+    "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
+    "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "upscale_for_display", "workspace",
 ]

@@ -16,6 +16,7 @@ from probe_core.data.files import is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.jobs import JobManager
 from probe_core.runconfig import SampleConfig
+from probe_core.scaleout import check_executor
 from probe_core.workspace import Workspace, default_workspace_path
 
 
@@ -35,6 +36,18 @@ def job_manager() -> JobManager:
 
 def device() -> str:
     return st.session_state.get("device", "cpu")
+
+
+def scaleout() -> dict:
+    """This person's executor settings for runs that split into shards: ``{"executor", "shards"}``.
+
+    Raises
+    ------
+    ProbeError
+        For an executor setting that is not local, ray or ray:ADDRESS, or ray when Ray is not installed.
+    """
+    shards = int(st.session_state.get("shards", 0))
+    return {"executor": check_executor(st.session_state.get("executor", "local")), "shards": shards or None}
 
 
 MODEL_KINDS = ("classifier", "generator")
@@ -123,6 +136,15 @@ def sidebar_settings() -> None:
                           help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
         st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
+        st.session_state.setdefault("executor", "local")
+        st.session_state.setdefault("shards", 0)
+        with st.expander("Scale out"):
+            st.text_input("Executor", key="executor",
+                          help="where sampling shards, Defuse identification shards and the λ sweep run: local, "
+                               "ray (the Ray instance on the server's machine, started if none runs) or "
+                               "ray:ADDRESS (a cluster started with `ray start --head`)")
+            st.number_input("Shards (0: one per worker)", 0, 10_000, key="shards",
+                            help="the same shards and seed give the same results on every executor")
     _sync_query_params()
 
 
@@ -231,7 +253,7 @@ def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     config = SampleConfig(dataset=dataset_name, target=spec, classifier=classifier.id, generator=generator.id,
-                          **sample_kwargs)
+                          **{**scaleout(), **sample_kwargs})
     check_sampler_settings(**config.sampler_settings())
     parse_targets(spec, classifier.class_names or load_dataset(dataset_name, st.session_state.get("data_dir") or None)
                   .class_names)

@@ -44,7 +44,7 @@ if start:
         identify = pipeline.checked_identify_settings(ws.registry, pipeline.IdentifySettings(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
-            max_per_image=int(keep), noise=noise, noise_scale=float(scale)), _ui.device())
+            max_per_image=int(keep), noise=noise, noise_scale=float(scale), **_ui.scaleout()), _ui.device())
     except ProbeError as exc:
         st.error(f"Cannot start: {exc}")
     else:
@@ -63,6 +63,8 @@ if distill_run is None:
     st.stop()
 
 summary = distill_run.result
+identify_run = ws.store.get_run(distill_run.config.get("identify_run", -1))
+_ui.shards_not_done(identify_run.result if identify_run is not None else None)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Failures", f"{summary['failures']:,}")
 m2.metric("Clusters kept", summary["clusters"])

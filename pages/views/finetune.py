@@ -7,6 +7,7 @@ import streamlit as st
 from pages import ui as _ui
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
+from probe_core.errors import ProbeError
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -42,9 +43,14 @@ if go_button:
     except ValueError:
         st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
     else:
-        settings = pipeline.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
-                                            epochs=int(epochs), samples_per_region=int(per_region))
-        pipeline.submit_step(manager, ws.registry, settings, _ui.device())
+        try:
+            settings = pipeline.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
+                                                epochs=int(epochs), samples_per_region=int(per_region),
+                                                executor=_ui.scaleout()["executor"])
+        except ProbeError as exc:
+            st.error(f"Cannot start: {exc}")
+        else:
+            pipeline.submit_step(manager, ws.registry, settings, _ui.device())
 
 
 _ui.active_runs("finetune", (pipeline.CORRECT,))
@@ -59,6 +65,10 @@ if not finished:
     st.stop()
 run = finished[0]
 result = run.result
+missing = {phase: lambdas for phase, lambdas in (result.get("lambdas_not_done") or {}).items() if lambdas}
+if missing:
+    st.warning("Some λ of the sweep were not done (their shard failed after a retry): " + "; ".join(
+        f"{phase}: " + ", ".join(f"{lam:g}" for lam in lambdas) for phase, lambdas in missing.items()))
 st.subheader(f"Results (run {run.id}, labels: {result['source']}, {len(result['regions'])} failure regions)")
 rows = []
 for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline: individual failures")):
@@ -107,7 +117,8 @@ other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lam
 if o2.button("Finetune at this λ", key="finetune_other_start"):
     pipeline.submit_step(manager, ws.registry, pipeline.CorrectSettings(
         distill_run=distill_run.id, source=result["source"], lambdas=(float(other),),
-        epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256))),
+        epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
+        executor=run.config.get("executor", "local")),
         _ui.device())
     st.rerun()
 

@@ -48,10 +48,12 @@ by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
                          format_func=lambda i: f"run {i} · {config_of(by_id[i]).chains} chains/pair")]
 
-pairs = {}
+_ui.shards_not_done(run.result)
+pairs, stored_index = {}, {}  # pair -> position in the result; position -> target index of its stored samples
 for index, entry in enumerate(run.result["targets"]):
     first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
     pairs[(first, second)] = index
+    stored_index[index] = entry.get("target_index", index)  # sharded runs with a lost shard skip targets
 stored = ws.store.get_samples(run.id)
 best = best_hit_per_target(stored)
 channels, height, width = dataset.image_shape
@@ -66,7 +68,7 @@ for c in range(K):  # class representatives on the top and left edges
     canvas[:, 0:height, (c + 1) * tile:(c + 1) * tile + width] = representatives[c].numpy()
     canvas[:, (c + 1) * tile:(c + 1) * tile + height, 0:width] = representatives[c].numpy()
 for (first, second), index in pairs.items():
-    picture = best[index]["image"] if index in best else np.zeros((channels, height, width), np.float32)
+    picture = best[stored_index[index]]["image"] if stored_index[index] in best else np.zeros((channels, height, width), np.float32)
     for row, column in ((first, second), (second, first)):
         canvas[:, (row + 1) * tile:(row + 1) * tile + height, (column + 1) * tile:(column + 1) * tile + width] = picture
 rgb = (np.repeat(canvas, 3, axis=0) if channels == 1 else canvas).transpose(1, 2, 0)
@@ -96,7 +98,7 @@ if cells and cells[0] is not None and st.session_state.get("matrix_clicked") != 
 picked = st.selectbox("Pair", range(len(pairs)), format_func=lambda i: pair_names[i], key="matrix_pair")
 index = list(pairs.values())[picked]
 entry = run.result["targets"][index]
-pair_samples = [s for s in stored if s["target_index"] == index]
+pair_samples = [s for s in stored if s["target_index"] == stored_index[index]]
 shown = best_samples(pair_samples, misses_limit=10)
 keep_every = config_of(run).keep_every
 st.write(f"**{entry['description']}** · {entry['summary']['hits']} of {entry['summary']['kept']} samples are hits "

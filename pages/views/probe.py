@@ -189,6 +189,7 @@ if run.status != "done" or not run.result:
     st.stop()
 
 result = run.result
+_ui.shards_not_done(result)
 if result.get("cancelled"):
     st.warning("This run was stopped early; the summary covers what it kept.")
 st.subheader("Summary (paper Table 2, with the test-set baseline)")

@@ -129,10 +129,17 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
             except CancelledError:  # stop at the next check and still summarise what was kept
                 stop["requested"] = True
 
+        def on_shards(progress) -> None:  # a sharded run: one bar over all shards, no per-chain trace
+            try:
+                context.report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
+                               {"shards_done": progress.done, "shards": progress.total})
+            except CancelledError:
+                stop["requested"] = True
+
         context.report(0.0, "loading models and starting chains", force=True)
         result = probe_target(models, dataset, spec, classifier, generator, store=context.store,
                               run_id=context.run_id, progress=on_progress, should_stop=lambda: stop["requested"],
-                              **sample_kwargs)
+                              shard_progress=on_shards, **sample_kwargs)
         for entry in result["targets"]:
             entry.pop("samples", None)
         # written directly: after a stop request, context.report would raise instead of recording the summary

@@ -60,7 +60,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
-           keep_every: int = 1, target_index_offset: int = 0) -> dict:
+           keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
+           shard_progress: Callable | None = None) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
     Parameters
@@ -84,6 +85,13 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Store every n-th kept sample (thinning for the database; summaries use all).
     target_index_offset : int
         Added to the stored ``target_index`` (to keep several calls apart in one run).
+    executor : ShardExecutor, optional
+        Where the target shards run (:mod:`probe_core.scaleout`; default: here, in one batch).
+    shards : int or None
+        None: 1 here, one per worker on Ray. Split the targets into this many shards, each sampled with its own seed
+        (:func:`~probe_core.scaleout.shard_seed`); results are equal on every executor. The per-iteration
+        ``progress`` is not available from shards: ``shard_progress`` receives a
+        :class:`~probe_core.scaleout.ShardProgress` instead.
     init : str
         Chain starts (see :class:`SamplerConfig`); "auto" uses tempered SMC when the batch has an
         ambiguous or vector target and an optimised start for high-confidence targets (README,
@@ -105,6 +113,19 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         init = "smc" if hard and sampler == "hmc" else "optimize"
     if anneal_sigma_from == "auto":
         anneal_sigma_from = None if hard or init == "smc" else 0.5
+    if isinstance(executor, str) or shards is None:
+        from probe_core.scaleout import parse_executor, shard_count
+
+        executor = parse_executor(executor) if isinstance(executor, str) else executor
+        shards = shard_count(executor, shards)
+    if not isinstance(shards, int) or shards < 1:
+        raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+    if sampler != "nuts" and (shards > 1 or (executor is not None and executor.distributed)):
+        return _sample_in_shards(classifier, generator, targets, class_names=class_names, chains=chains,
+                                 warmup=warmup, samples=samples, sigma=sigma, sampler=sampler, seed=seed, init=init,
+                                 anneal_sigma_from=anneal_sigma_from, dataset=dataset, store=store, run_id=run_id,
+                                 shard_progress=shard_progress, should_stop=should_stop, keep_every=keep_every,
+                                 target_index_offset=target_index_offset, executor=executor, shards=shards)
     started = time.perf_counter()
     if sampler == "nuts":
         per_target = []
@@ -196,3 +217,71 @@ def _store_chunk(store, run_id: int, posterior: BayesTrExPosterior, first_step: 
                          "image": images[chain, j].numpy(), "target_distance": float(distances[chain, j]),
                          "hit": bool(hits[chain, j])})
     store.add_samples(run_id, rows)
+
+
+class _CollectedSamples:
+    """Stands in for the store inside a shard: keeps the rows ``_store_chunk`` writes, to be stored by the run."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add_samples(self, run_id: int, rows: list[dict]) -> None:
+        self.rows.extend(rows)
+
+
+def sample_shard(models: dict, report: Callable[[float], None], should_stop: Callable[[], bool], *,
+                 targets: list[Target], **settings) -> dict:
+    """One shard of a sharded :func:`sample` (a :mod:`probe_core.scaleout` shard function).
+
+    Returns ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store.
+    """
+    kept = _CollectedSamples()
+    result = sample(models["classifier"], models["generator"], targets, store=kept, run_id=0,
+                    progress=lambda p: report(p.iteration / max(p.total, 1)), should_stop=should_stop, **settings)
+    return {"result": result, "rows": kept.rows}
+
+
+def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, seed: int, init: str,
+                      anneal_sigma_from, dataset, store, run_id, shard_progress, should_stop, keep_every: int,
+                      target_index_offset: int, executor, shards: int, **settings) -> dict:
+    """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
+    from probe_core.scaleout import LocalShards, ShardTask, shard_seed, split_evenly
+
+    executor = executor or LocalShards()
+    started = time.perf_counter()
+    pieces = split_evenly(len(targets), shards)
+    models = {"classifier": classifier, "generator": generator}
+    tasks = [ShardTask("probe_core.bayestrex.run:sample_shard",
+                       {"targets": targets[piece.start:piece.stop], "class_names": class_names,
+                        "seed": shard_seed(seed, index), "init": init, "anneal_sigma_from": anneal_sigma_from,
+                        "keep_every": keep_every, "target_index_offset": target_index_offset + piece.start,
+                        **settings},
+                       models, f"targets {piece.start + 1}-{piece.stop} of {len(targets)}")
+               for index, piece in enumerate(pieces)]
+    results: dict[int, dict] = {}
+
+    def on_result(index: int, value: dict) -> None:
+        if store is not None and run_id is not None and value["rows"]:
+            store.add_samples(run_id, value["rows"])
+        results[index] = value["result"]
+
+    outcome = executor.map(tasks, on_result, shard_progress, should_stop)
+    report_targets = []
+    for index in sorted(results):
+        for offset, entry in enumerate(results[index]["targets"]):
+            entry["target_index"] = target_index_offset + pieces[index].start + offset  # that of its stored samples
+            if dataset is not None:
+                entry["test_set_baseline"] = test_set_baseline(targets[pieces[index].start + offset], classifier,
+                                                               dataset)
+            report_targets.append(entry)
+    first = next(iter(results.values()), {})
+    result = {"sampler": first.get("sampler", settings.get("sampler", "hmc")), "seed": seed,
+              "sigma": settings.get("sigma"), "chains_per_target": settings.get("chains"),
+              "warmup": settings.get("warmup"), "samples_per_chain": settings.get("samples"),
+              "wall_seconds": time.perf_counter() - started,
+              "cancelled": outcome.cancelled or any(r["cancelled"] for r in results.values()),
+              "targets": report_targets, "executor": executor.name, "shards": len(tasks)}
+    missing = outcome.not_done(tasks)
+    if missing:
+        result["not_done"] = missing
+    return result

@@ -24,6 +24,7 @@ from probe_core.cli import data, defuse, models, runs, sample, scenes
 from probe_core.data.files import CACHE_ENV
 from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
+from probe_core.scaleout import check_executor
 
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "this size (default: the most common size in the folder)")
     parser.add_argument("--skip-bad-images", action="store_true", help="a folder you name as data set: skip "
                         "unreadable image files (counted in its description) instead of stopping")
+    parser.add_argument("--executor", default="local", help="where sampling shards, Defuse identification shards "
+                        "and the λ sweep run: local (this process), ray (the Ray instance on this machine, started "
+                        "if none runs) or ray:ADDRESS (a cluster; `ray start --head` prints it)")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in COMMAND_GROUPS:
         add(commands)
@@ -62,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.device = str(resolve_device(args.device))
+        args.executor = check_executor(args.executor)
         _canonical_data_names(args)
         return int(args.handler(args) or 0)
     except ProbeError as exc:

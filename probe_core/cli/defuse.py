@@ -11,6 +11,7 @@ from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, write_file
+from probe_core.scaleout import shard_count
 
 
 def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
@@ -38,13 +39,16 @@ def _identify_settings(args) -> pipeline.IdentifySettings:
     return pipeline.IdentifySettings(
         dataset=args.dataset, classifier=args.classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
-        seed=args.seed, max_images=args.max_images)
+        seed=args.seed, max_images=args.max_images, executor=args.executor,
+        shards=shard_count(args.executor, args.shards))
 
 
 def _print_identify(run_id: int, result: dict, class_names: tuple[str, ...]) -> None:
     by_class = ", ".join(f"{class_names[c]}: {n}" for c, n in enumerate(result["failures_by_prediction"]) if n)
     print(f"{result['failures']} failures from {result['images_with_failures']} of {result['images']} training "
           f"images in {result['seconds']:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
+    for entry in result.get("not_done", []):
+        print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}")
 
 
 def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], source: str, rho: float) -> None:
@@ -160,7 +164,8 @@ def _write_preview(workspace, args) -> None:
 def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSettings:
     return pipeline.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
                                     lambdas=tuple(args.lambdas), epochs=args.epochs,
-                                    samples_per_region=args.samples_per_region, seed=args.seed)
+                                    samples_per_region=args.samples_per_region, seed=args.seed,
+                                    executor=args.executor)
 
 
 def _correct(args) -> int:
@@ -242,6 +247,8 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--a", type=float, default=50.0, help="Beta(a, b) noise")
     parser.add_argument("--b", type=float, default=50.0, help="Beta(a, b) noise")
     parser.add_argument("--max-images", type=int, help="only the first N training images (quick looks)")
+    parser.add_argument("--shards", type=int, help="split the training images into this many shards, each with its "
+                        "own seed (default: 1 with --executor local, one per worker with ray)")
 
 
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:

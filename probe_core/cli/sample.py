@@ -11,6 +11,7 @@ from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
+from probe_core.scaleout import shard_count
 
 
 def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callable[..., dict]) -> int:
@@ -33,7 +34,13 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
             context.report(p.iteration / p.total, f"{p.stage} {p.iteration}/{p.total}",
                            {"acceptance": float(p.acceptance.mean()), "step_size": float(p.step_size.median())})
 
-        full.update(run(store=context.store, run_id=context.run_id, progress=on_progress), run_id=context.run_id)
+        def on_shards(p) -> None:  # sharded runs report the fraction of all shards' iterations
+            bar.update(round(p.fraction * bar.total) - bar.n)
+            bar.set_postfix(shards=f"{p.done}/{p.total} done")
+            context.report(p.fraction, f"{p.done}/{p.total} shards done")
+
+        full.update(run(store=context.store, run_id=context.run_id, progress=on_progress, shard_progress=on_shards),
+                    run_id=context.run_id)
         summary = {k: v for k, v in full.items() if k != "targets"}
         summary["targets"] = [{k: v for k, v in t.items() if k != "samples"} for t in full["targets"]]
         return summary  # the samples themselves are in the store already
@@ -43,6 +50,8 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
     finally:
         bar.close()
     print(table2(full))
+    for entry in full.get("not_done", []):
+        print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}", file=sys.stderr)
     print(f"{sum(not t['failed'] for t in full['targets'])}/{len(full['targets'])} targets reached in "
           f"{full['wall_seconds']:.1f} s; samples stored as run {run_id} in {workspace.root}")
     if args.out:
@@ -55,7 +64,8 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
 
 def _sampler_kwargs(args: argparse.Namespace) -> dict:
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
-            "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every}
+            "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
+            "executor": args.executor, "shards": shard_count(args.executor, args.shards)}
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -87,6 +97,9 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep-every", type=int, default=1, help="store every n-th sample in the workspace")
+    parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
+                        "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
+                        "--seed give the same samples on every executor")
     parser.add_argument("--out", help="write the result as JSON")
     parser.add_argument("--npz", help="write stored latents, images and confidences as .npz")
 

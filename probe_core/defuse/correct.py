@@ -14,6 +14,7 @@ samples of the regions.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,8 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from probe_core.defuse.cluster import sample_cluster_latents
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import classifier_accuracy
+
+log = logging.getLogger(__name__)
 
 PAPER_LAMBDAS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 2.0, 5.0, 10.0, 20.0, 100.0, 1000.0)
 SPLITS = ("finetune", "validation", "test")
@@ -127,6 +130,7 @@ def finetune_sweep(
     seed: int = 0,
     phase: str = "defuse",
     progress: Callable[[CorrectionProgress], None] | None = None,
+    executor=None,
 ) -> tuple[torch.nn.Module, dict, list[dict]]:
     """Finetune a copy of ``classifier`` for each λ; return the selected model, its λ and the sweep.
 
@@ -141,6 +145,9 @@ def finetune_sweep(
         D_f and held-out failure samples used for selection.
     test, failure_test : LabelledImages
         Reported for every λ (the trade-off curve); never used for selection.
+    executor : ShardExecutor, optional
+        Run each λ as a shard (:mod:`probe_core.scaleout`; one task per λ on Ray). Default: one after
+        another here. The results are the same either way.
 
     Returns
     -------
@@ -158,39 +165,100 @@ def finetune_sweep(
         raise ProbeError(f"λ must be non-negative, got {lambdas}")
     if len(failures) == 0:
         raise ProbeError("no failure samples to finetune on")
+    options = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+    data = {"train": train, "validation": validation, "failures": failures, "failure_validation": failure_validation,
+            "test": test, "failure_test": failure_test}
+    if executor is None:
+        sweep = []
+        for lambda_index, lam in enumerate(lambdas):
+            def on_epoch(epoch: int, score: float, lambda_index: int = lambda_index, lam: float = lam) -> None:
+                if progress is not None:
+                    progress(CorrectionProgress(phase, lambda_index, len(lambdas), lam, epoch, epochs, score))
+            sweep.append(finetune_one_lambda(classifier, lam, **data, **options, on_epoch=on_epoch))
+    else:
+        sweep = _sweep_in_shards(executor, classifier, lambdas, data, options, phase, progress)
+    best = max(sweep, key=lambda entry: entry["score"])  # the first of equal scores, as a loop would keep
+    model = copy.deepcopy(classifier)
+    model.load_state_dict(best["state"])
+    model.eval()
+    for entry in sweep:
+        entry.pop("state")
+    return model, {"lambda": best["lambda"], "epoch": best["epoch"], "score": best["score"]}, sweep
+
+
+def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: LabelledImages,
+                        validation: LabelledImages, failures: LabelledImages, failure_validation: LabelledImages,
+                        test: LabelledImages, failure_test: LabelledImages, epochs: int, batch_size: int,
+                        learning_rate: float, seed: int, on_epoch: Callable[[int, float], None] | None = None) -> dict:
+    """Finetune a copy of ``classifier`` with one λ; the best epoch's scores, test figures and ``state`` (weights).
+
+    Every λ starts from the original weights with the same seed, so a λ's result does not depend on the
+    others or on where it runs.
+    """
     device = next(classifier.parameters()).device
-    best_model, best, sweep = None, None, []
-    for lambda_index, lam in enumerate(lambdas):
-        generator = torch.Generator().manual_seed(seed)
-        model = copy.deepcopy(classifier).to(device)
-        optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
-        lambda_best = None
-        for epoch in range(1, epochs + 1):
-            model.train()
-            for index in torch.randperm(len(train), generator=generator).split(batch_size):
-                failure_index = torch.randint(len(failures), (batch_size,), generator=generator)
-                loss = _loss(model, train.images[index].to(device), train.labels[index].to(device))
-                loss = loss + lam * _loss(model, failures.images[failure_index].to(device),
-                                          failures.labels[failure_index].to(device))
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                optimiser.step()
-            model.eval()
-            accuracy = _accuracy(model, validation)
-            failure_accuracy = _accuracy(model, failure_validation)
-            score = float(np.mean([a for a in (accuracy, failure_accuracy) if a is not None]))
-            if lambda_best is None or score > lambda_best["score"]:
-                lambda_best = {"lambda": lam, "epoch": epoch, "score": score, "validation_accuracy": accuracy,
-                               "failure_validation_accuracy": failure_accuracy, "state": copy.deepcopy(model.state_dict())}
-            if progress is not None:
-                progress(CorrectionProgress(phase, lambda_index, len(lambdas), lam, epoch, epochs, score))
-        model.load_state_dict(lambda_best.pop("state"))
+    generator = torch.Generator().manual_seed(seed)
+    model = copy.deepcopy(classifier).to(device)
+    optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    best = None
+    for epoch in range(1, epochs + 1):
+        model.train()
+        for index in torch.randperm(len(train), generator=generator).split(batch_size):
+            failure_index = torch.randint(len(failures), (batch_size,), generator=generator)
+            loss = _loss(model, train.images[index].to(device), train.labels[index].to(device))
+            loss = loss + lam * _loss(model, failures.images[failure_index].to(device),
+                                      failures.labels[failure_index].to(device))
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
         model.eval()
-        lambda_best.update(evaluate(model, test, failure_test))
-        sweep.append(lambda_best)
-        if best is None or lambda_best["score"] > best["score"]:
-            best, best_model = lambda_best, model
-    return best_model, {"lambda": best["lambda"], "epoch": best["epoch"], "score": best["score"]}, sweep
+        accuracy = _accuracy(model, validation)
+        failure_accuracy = _accuracy(model, failure_validation)
+        score = float(np.mean([a for a in (accuracy, failure_accuracy) if a is not None]))
+        if best is None or score > best["score"]:
+            best = {"lambda": lam, "epoch": epoch, "score": score, "validation_accuracy": accuracy,
+                    "failure_validation_accuracy": failure_accuracy, "state": copy.deepcopy(model.state_dict())}
+        if on_epoch is not None:
+            on_epoch(epoch, score)
+    model.load_state_dict(best["state"])
+    model.eval()
+    best.update(evaluate(model, test, failure_test))
+    return best
+
+
+def finetune_shard(models: dict, report, should_stop, *, lam: float, epochs: int, **arguments) -> dict:
+    """One λ of a sweep (a :mod:`probe_core.scaleout` shard function)."""
+    def on_epoch(epoch: int, score: float) -> None:
+        if should_stop():
+            raise CancelledError("stopped")
+        report(epoch / epochs)
+
+    return finetune_one_lambda(models["classifier"], lam, epochs=epochs, on_epoch=on_epoch, **arguments)
+
+
+def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, phase: str, progress) -> list[dict]:
+    """One shard per λ, run by ``executor``; a λ whose shard failed is left out of the sweep (and named)."""
+    from probe_core.scaleout import ShardTask
+
+    tasks = [ShardTask("probe_core.defuse.correct:finetune_shard", {"lam": lam, **data, **options},
+                       {"classifier": classifier}, f"λ = {lam:g}") for lam in lambdas]
+    results: dict[int, dict] = {}
+
+    def on_progress(shards) -> None:
+        if progress is not None:
+            done = min(shards.done, len(lambdas) - 1)
+            progress(CorrectionProgress(phase, done, len(lambdas), lambdas[done],
+                                        round((shards.fraction * len(lambdas) - done) * options["epochs"], 1),
+                                        options["epochs"], float("nan")))
+
+    outcome = executor.map(tasks, lambda index, value: results.__setitem__(index, value), on_progress)
+    if outcome.cancelled:
+        raise CancelledError("stopped")
+    if not results:
+        raise ProbeError("no λ of the sweep was done: " + "; ".join(
+            f"{entry['covers']}: {entry['error']}" for entry in outcome.not_done(tasks)))
+    if outcome.failed:
+        log.warning("finetuning sweep: %s not done", ", ".join(e["covers"] for e in outcome.not_done(tasks)))
+    return [results[index] for index in sorted(results)]
 
 
 def split_validation(images: torch.Tensor, labels: torch.Tensor, fraction: float,

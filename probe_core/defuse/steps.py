@@ -30,7 +30,11 @@ from probe_core.defuse.correct import (
     sample_regions,
     split_validation,
 )
-from probe_core.defuse.identify import FailureSet, identify_failures
+from probe_core.defuse.identify import (
+    FailureSet,
+    concatenate_failures,
+    identify_failures,
+)
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
     HUMAN,
@@ -49,8 +53,15 @@ from probe_core.defuse.queries import (
     run_models,
 )
 from probe_core.defuse.review import embedding
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import JobContext, JobFunction, training_announcer
+from probe_core.scaleout import (
+    ShardTask,
+    parse_executor,
+    shard_count,
+    shard_seed,
+    split_evenly,
+)
 
 
 @dataclass(frozen=True)
@@ -74,8 +85,12 @@ class IdentifySettings:
     noise_scale: float = 0.15
     seed: int = 0
     max_images: int | None = None
+    executor: str = "local"  # where the image shards run (probe_core.scaleout): local, ray or ray:ADDRESS
+    shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
 
     def __post_init__(self) -> None:
+        if self.shards is not None and self.shards < 1:
+            raise ProbeError(f"shards must be at least 1, got {self.shards}")
         if self.samples_per_image < 1 or self.max_per_image < 1:
             raise ProbeError("samples per image (Q) and failures kept per image (M) must be >= 1")
         if self.noise not in ("centered", "paper"):
@@ -132,6 +147,7 @@ class CorrectSettings:
     batch_size: int = 64
     learning_rate: float = 1e-3
     seed: int = 0
+    executor: str = "local"  # where the λ sweep runs (probe_core.scaleout): local, or one Ray task per λ
 
 
 def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> JobFunction:
@@ -160,18 +176,85 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
                            force=p.images_done == p.images_total)
 
         context.report(0.0, "identifying", ids, force=True)
+        executor = parse_executor(settings.executor)
+        shards = shard_count(executor, settings.shards)
+        if shards > 1 or executor.distributed:
+            found, not_done = _identify_in_shards(context, executor, settings, classifier.module, vae.module,
+                                                  images, labels, ids)
+            return _identify_result(ids, images, found, dataset, started, not_done)
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
             max_per_image=settings.max_per_image, noise=settings.noise, a=settings.a, b=settings.b,
             noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
-        return {
-            **ids, "images": len(images), "failures": len(found),
-            "images_with_failures": int(len(np.unique(found.source_index))),
-            "failures_by_prediction": np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
-            "seconds": round(time.perf_counter() - started, 2),
-        }
+        return _identify_result(ids, images, found, dataset, started)
 
     return run
+
+
+def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset, started: float,
+                     not_done: list[dict] | None = None) -> dict:
+    result = {
+        **ids, "images": len(images), "failures": len(found),
+        "images_with_failures": int(len(np.unique(found.source_index))),
+        "failures_by_prediction": np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    if not_done:
+        result["not_done"] = not_done
+    return result
+
+
+def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, labels: torch.Tensor, start: int,
+                   **settings) -> dict:
+    """Identification over one shard of training images (a :mod:`probe_core.scaleout` shard function).
+
+    Returns the shard's failures as arrays, with ``source_index`` counted in the whole training set.
+    """
+    def on_progress(progress) -> None:
+        if should_stop():
+            raise CancelledError("stopped")
+        report(progress.fraction)
+
+    found = identify_failures(models["classifier"], models["vae"], images, labels, progress=on_progress, **settings)
+    found.source_index = found.source_index + start
+    return found.as_arrays()
+
+
+def _identify_in_shards(context: JobContext, executor, settings: IdentifySettings, classifier, vae, images, labels,
+                        ids: dict):
+    """Identification with the training images split into shards run by ``executor``; each shard's failures are
+    stored as it ends. A result with ``not_done`` lists the image ranges of shards that failed."""
+    pieces = split_evenly(len(images), shard_count(executor, settings.shards))
+    options = {"samples_per_image": settings.samples_per_image, "max_per_image": settings.max_per_image,
+               "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale}
+    models = {"classifier": classifier, "vae": vae}
+    tasks = [ShardTask("probe_core.defuse.steps:identify_shard",
+                       {"images": images[piece.start:piece.stop], "labels": labels[piece.start:piece.stop],
+                        "start": piece.start, "seed": shard_seed(settings.seed, index), **options},
+                       models, f"images {piece.start}-{piece.stop - 1}")
+               for index, piece in enumerate(pieces)]
+    parts: dict[int, FailureSet] = {}
+
+    def on_result(index: int, arrays: dict) -> None:
+        if len(arrays["source_index"]):
+            context.store.put_arrays(context.run_id, f"failures/{index:04d}-000000", arrays)
+        parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS})
+
+    stop = {"requested": False}
+
+    def on_progress(progress) -> None:
+        failures = sum(len(p) for p in parts.values())
+        try:
+            context.report(progress.fraction, f"{progress.done}/{progress.total} shards, {failures} failures so far",
+                           {**ids, "failures": failures, "shards_done": progress.done, "shards": progress.total})
+        except CancelledError:  # Stop: cancel the outstanding shards, keep what was stored
+            stop["requested"] = True
+
+    outcome = executor.map(tasks, on_result, on_progress, lambda: stop["requested"])
+    if outcome.cancelled:
+        raise CancelledError(f"run {context.run_id} cancelled")
+    found = concatenate_failures([parts[i] for i in sorted(parts)], vae.latent_dim, tuple(images.shape[1:]))
+    return found, outcome.not_done(tasks)
 
 
 def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> JobFunction:
@@ -235,8 +318,10 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         test = LabelledImages(dataset.test_images, dataset.test_labels, torch.full((len(dataset.test_labels),), -1))
         before = evaluate(classifier.module, test, sets["test"])
         baseline_set = _baseline_failures(store, vae, settings, dataset)
+        executor = parse_executor(settings.executor)
         sweep_args = {"lambdas": tuple(settings.lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
-                      "learning_rate": settings.learning_rate, "seed": settings.seed}
+                      "learning_rate": settings.learning_rate, "seed": settings.seed,
+                      "executor": executor if executor.distributed else None}
 
         def on_progress(p, offset: float) -> None:
             context.report(offset + p.fraction / 2, f"{p.phase}: λ={p.lam:g} epoch {p.epoch}/{p.epochs}",
@@ -262,6 +347,8 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
             "regions": [{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
             "results": {"before": before, "defuse": {**after, **selected}, "baseline": {**baseline, **baseline_selected}},
             "sweep": sweep, "baseline_sweep": baseline_sweep, "baseline_failures": len(baseline_set),
+            "lambdas_not_done": {phase: sorted(set(settings.lambdas) - {entry["lambda"] for entry in entries})
+                                 for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
             "corrected_model": corrected_id, "original_model": classifier.id,
             "seconds": round(time.perf_counter() - started, 2),
         }

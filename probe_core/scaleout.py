@@ -1,0 +1,351 @@
+"""Where a run's shards run: in this process (``local``) or as tasks on a Ray cluster (``ray[:ADDRESS]``).
+
+Three parts of the work split into independent shards: Bayes-TrEx targets (the ambiguity
+matrix), Defuse identification over training images, and the finetuning sweep (one shard per λ).
+A run describes its shards as :class:`ShardTask` values (the dotted path of a shard function, its
+arguments and the models it needs) and hands them to a :class:`ShardExecutor`:
+
+``local`` (:class:`LocalShards`, the default)
+    The shards run one after another in the calling process.
+``ray`` / ``ray:ADDRESS`` (:class:`RayShards`)
+    Each shard is a Ray task. ``ray`` joins the Ray instance running on this machine or starts
+    one; ``ray:ADDRESS`` joins a cluster (``ray start --head`` prints its address). The models are
+    put in Ray's object store once per run (zoo modules by class reference plus weights, plugin
+    modules by value), and each worker process loads them once, not once per task. Progress from
+    every shard is gathered by a small actor into one fraction. Stop cancels the outstanding tasks
+    (``ray.cancel``). A failed or lost shard is retried once; after that the run reports which
+    shards were not done instead of hanging.
+
+Seeds are derived per shard (:func:`shard_seed`), and the shard layout is a setting of the run,
+not of the executor, so a run gives the same results on ``local`` and on ``ray``.
+
+A shard function is called as ``function(models, report, should_stop, **arguments)``:
+``models`` maps names to the modules given in the task, ``report(fraction)`` tells progress in
+[0, 1] and ``should_stop()`` says whether the run was stopped (local shards only; Ray shards are
+cancelled instead). Its return value must pickle.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from probe_core.errors import ProbeError
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_CHOICES = ("local", "ray", "ray:ADDRESS")
+_SEED_STRIDE = 7919  # shard i of a run with seed s uses s + i * stride: shard 0 keeps the run's own seed
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One independent piece of a run.
+
+    Parameters
+    ----------
+    function : str
+        ``"package.module:function"``, called as ``function(models, report, should_stop, **arguments)``.
+    arguments : dict
+        Keyword arguments (tensors and arrays allowed; they travel through Ray's object store).
+    models : dict
+        Name -> ``nn.Module`` the shard needs; shared by the run's shards and loaded once per process.
+    description : str
+        What the shard covers, for the report of shards not done ("targets 9-17", "λ = 0.5").
+    """
+
+    function: str
+    arguments: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass
+class ShardOutcome:
+    """What became of a run's shards: ``done`` and ``failed`` (index -> error) and whether it was stopped."""
+
+    done: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    cancelled: bool = False
+
+    def not_done(self, tasks: list[ShardTask]) -> list[dict]:
+        """The shards that gave no result: ``[{"shard", "covers", "error"}]``."""
+        return [{"shard": index, "covers": task.description, "error": self.failed.get(index, "stopped")}
+                for index, task in enumerate(tasks) if index not in self.done]
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """Aggregated progress: ``fraction`` over all shards (each counts equally), shards ``done`` of ``total``,
+    and the process id that runs each started shard (``pids``; for tests and logs)."""
+
+    fraction: float
+    done: int
+    total: int
+    pids: dict[int, int] = field(default_factory=dict)
+
+
+ResultCallback = Callable[[int, Any], None]
+ProgressCallback = Callable[[ShardProgress], None]
+
+
+class ShardExecutor(Protocol):
+    """Runs a run's shards; results are handed to ``on_result(index, value)`` as each shard ends."""
+
+    name: str
+
+    @property
+    def distributed(self) -> bool:
+        """True when shards run outside this process (then sharding is worth it with one shard per worker)."""
+
+    def parallelism(self) -> int:
+        """How many shards can run at once (the default shard count of a run)."""
+
+    def map(self, tasks: list[ShardTask], on_result: ResultCallback, on_progress: ProgressCallback | None = None,
+            should_stop: Callable[[], bool] | None = None) -> ShardOutcome:
+        """Run every task; return which were done, which failed and whether the run was stopped."""
+
+
+def shard_seed(seed: int, index: int) -> int:
+    """The seed of shard ``index`` of a run with ``seed`` (shard 0 keeps the run's seed)."""
+    return int(seed) + _SEED_STRIDE * int(index)
+
+
+def split_evenly(count: int, shards: int) -> list[range]:
+    """``count`` items in at most ``shards`` contiguous, non-empty ranges whose sizes differ by at most one."""
+    if shards < 1:
+        raise ProbeError(f"the number of shards must be at least 1, got {shards}")
+    shards = min(shards, max(count, 1))
+    base, extra = divmod(count, shards)
+    ranges, start = [], 0
+    for index in range(shards):
+        size = base + (1 if index < extra else 0)
+        ranges.append(range(start, start + size))
+        start += size
+    return [r for r in ranges if len(r)] or [range(0)]
+
+
+def _shard_function(path: str) -> Callable:
+    module_name, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ProbeError(f"shard function {path!r} cannot be imported: {exc}") from exc
+
+
+class LocalShards:
+    """Shards run one after another in this process (the default executor)."""
+
+    name = "local"
+    distributed = False
+
+    def parallelism(self) -> int:
+        return 1
+
+    def map(self, tasks, on_result, on_progress=None, should_stop=None) -> ShardOutcome:
+        outcome = ShardOutcome()
+        stop = should_stop or (lambda: False)
+        for index, task in enumerate(tasks):
+            if stop():
+                outcome.cancelled = True
+                break
+
+            def report(fraction: float, index: int = index) -> None:
+                if on_progress is not None:
+                    on_progress(ShardProgress((index + min(max(fraction, 0.0), 1.0)) / len(tasks), index, len(tasks),
+                                              {index: os.getpid()}))
+
+            function = _shard_function(task.function)
+            on_result(index, function(task.models, report, stop, **task.arguments))
+            outcome.done.append(index)
+            report(1.0)
+        outcome.cancelled = outcome.cancelled or (stop() and len(outcome.done) < len(tasks))
+        return outcome
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+
+_WORKER_MODELS: dict[str, dict] = {}  # in a Ray worker process: models by object id, loaded once per process
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise ProbeError("the ray executor needs Ray: pip install -e '.[ray]' (or pip install 'ray>=2.40')") from exc
+    return ray
+
+
+def _run_ray_shard(function: str, arguments: dict, models_holder: list, board, index: int):
+    """A Ray task: load the run's models once per worker process, run the shard, report to the board."""
+    ray = _ray()
+    board.started.remote(index, os.getpid())
+    models_ref = models_holder[0]  # inside a list, so Ray hands over the reference, not a copy per task
+    key = models_ref.hex()
+    if key not in _WORKER_MODELS:
+        _WORKER_MODELS.clear()  # one run's models at a time per worker
+        _WORKER_MODELS[key] = ray.get(models_ref)
+    last = [0.0]
+
+    def report(fraction: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5 or fraction >= 1.0:  # an actor call per half second at most
+            last[0] = now
+            board.report.remote(index, float(fraction))
+
+    result = _shard_function(function)(_WORKER_MODELS[key], report, lambda: False, **arguments)
+    board.report.remote(index, 1.0)
+    return result
+
+
+class _ShardBoard:
+    """A Ray actor that gathers each shard's progress and process id."""
+
+    def __init__(self, shards: int) -> None:
+        self.fractions = [0.0] * shards
+        self.pids: dict[int, int] = {}
+
+    def started(self, index: int, pid: int) -> None:
+        self.pids[index] = pid
+        self.fractions[index] = 0.0  # a retried shard starts again
+
+    def report(self, index: int, fraction: float) -> None:
+        self.fractions[index] = fraction
+
+    def snapshot(self) -> tuple[list[float], dict[int, int]]:
+        return list(self.fractions), dict(self.pids)
+
+
+class RayShards:
+    """Shards as Ray tasks on a local Ray instance or a cluster.
+
+    Parameters
+    ----------
+    address : str, optional
+        A cluster's address (``HOST:PORT`` from ``ray start --head``). None joins the instance running on
+        this machine, or starts one.
+    num_cpus : int, optional
+        CPUs of a Ray instance started here (default: all of this machine's).
+    retries : int
+        Times a failed or lost shard is tried again before it is reported as not done.
+    """
+
+    name = "ray"
+    distributed = True
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, retries: int = 1) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self.retries = retries
+
+    def __repr__(self) -> str:
+        return f"RayShards(address={self.address!r})"
+
+    def connect(self):
+        """Join (or start) the Ray instance; returns the ``ray`` module."""
+        ray = _ray()
+        if ray.is_initialized():
+            return ray
+        options = {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True}
+        if self.address:
+            try:
+                ray.init(address=self.address, **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ProbeError(f"cannot join the Ray cluster at {self.address}: {exc}") from exc
+            return ray
+        try:
+            ray.init(address="auto", **options)
+        except (ConnectionError, RuntimeError, ValueError):
+            ray.init(num_cpus=self.num_cpus, **options)
+        return ray
+
+    def parallelism(self) -> int:
+        resources = self.connect().cluster_resources()
+        return max(1, int(resources.get("GPU", 0)) or int(resources.get("CPU", 1)))
+
+    def map(self, tasks, on_result, on_progress=None, should_stop=None) -> ShardOutcome:
+        ray = self.connect()
+        outcome = ShardOutcome()
+        if not tasks:
+            return outcome
+        for name, module in list(sys.modules.items()):
+            if name.startswith("probe_plugin_"):  # user plugins are not importable on workers: send them by value
+                ray.cloudpickle.register_pickle_by_value(module)
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        remote = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=self.retries,
+                            retry_exceptions=True)(_run_ray_shard)
+        board = ray.remote(num_cpus=0)(_ShardBoard).remote(len(tasks))
+        models_ref = ray.put(tasks[0].models)
+        pending = {}
+        for index, task in enumerate(tasks):
+            models = [models_ref if task.models is tasks[0].models else ray.put(task.models)]
+            pending[remote.remote(task.function, task.arguments, models, board, index)] = index
+        stop = should_stop or (lambda: False)
+        try:
+            while pending:
+                if stop():
+                    for ref in pending:
+                        ray.cancel(ref, force=True)
+                    outcome.cancelled = True
+                    break
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+                for ref in ready:
+                    index = pending.pop(ref)
+                    try:
+                        value = ray.get(ref)
+                    except Exception as exc:  # the task failed after its retry, or its worker was lost
+                        outcome.failed[index] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                        log.warning("shard %d (%s) not done: %s", index, tasks[index].description,
+                                    outcome.failed[index])
+                        continue
+                    on_result(index, value)
+                    outcome.done.append(index)
+                if on_progress is not None:
+                    fractions, pids = ray.get(board.snapshot.remote())
+                    for index in outcome.done:
+                        fractions[index] = 1.0
+                    on_progress(ShardProgress(sum(fractions) / len(tasks), len(outcome.done), len(tasks), pids))
+        except BaseException:  # a stop raised by a progress callback, or Ctrl-C: nothing left running
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            ray.kill(board)
+        return outcome
+
+
+def parse_executor(text: str | None) -> LocalShards | RayShards:
+    """``local`` (or None), ``ray`` or ``ray:HOST:PORT`` -> a shard executor."""
+    text = (text or "local").strip()
+    if text == "local":
+        return LocalShards()
+    if text == "ray":
+        return RayShards()
+    if text.startswith("ray:") and len(text) > 4:
+        return RayShards(address=text[4:])
+    raise ProbeError(f"unknown executor {text!r}: use local, ray or ray:ADDRESS (e.g. ray:127.0.0.1:6379)")
+
+
+def shard_count(executor, shards: int | None) -> int:
+    """The shards of a run: as given, else 1 on ``local`` and one per worker (CPU, or GPU when there are GPUs)
+    of the Ray cluster. ``executor`` is a setting (``"ray"``) or a :class:`ShardExecutor`."""
+    if shards is not None:
+        if not isinstance(shards, int) or shards < 1:
+            raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+        return shards
+    return (parse_executor(executor) if executor is None or isinstance(executor, str) else executor).parallelism()
+
+
+def check_executor(text: str | None) -> str:
+    """The executor setting, checked (before a run is stored); Ray must be installed for ``ray``."""
+    import importlib.util
+
+    executor = parse_executor(text)
+    if executor.distributed and importlib.util.find_spec("ray") is None:  # found, not imported: that is slow
+        _ray()
+    return (text or "local").strip()
