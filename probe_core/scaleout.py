@@ -221,6 +221,19 @@ class _ShardBoard:
         return list(self.fractions), dict(self.pids)
 
 
+def _check_listening(address: str, timeout_s: float = 5.0) -> None:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ProbeError(f"a Ray address is HOST:PORT (as `ray start --head` prints it), got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ProbeError(f"cannot join the Ray cluster at {address}: nothing answers there ({exc.strerror or exc}); "
+                         f"start one with `ray start --head --port {port}`") from exc
+
+
 class RayShards:
     """Shards as Ray tasks on a local Ray instance or a cluster.
 
@@ -253,10 +266,14 @@ class RayShards:
             return ray
         options = {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True}
         if self.address:
+            _check_listening(self.address)  # ray.init waits a long time on an address where nothing listens
             try:
                 ray.init(address=self.address, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ProbeError(f"cannot join the Ray cluster at {self.address}: {exc}") from exc
+                hint = "" if os.environ.get("RAY_AUTH_MODE") else (
+                    " (clusters of Ray 2.59 and later use token authentication: set RAY_AUTH_MODE=token, with the "
+                    "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+                raise ProbeError(f"cannot join the Ray cluster at {self.address}: {exc}{hint}") from exc
             return ray
         try:
             ray.init(address="auto", **options)
@@ -341,11 +358,14 @@ def shard_count(executor, shards: int | None) -> int:
     return (parse_executor(executor) if executor is None or isinstance(executor, str) else executor).parallelism()
 
 
-def check_executor(text: str | None) -> str:
-    """The executor setting, checked (before a run is stored); Ray must be installed for ``ray``."""
+def check_executor(text: str | None, connect: bool = False) -> str:
+    """The executor setting, checked before a run is stored: Ray must be installed for ``ray``, and with
+    ``connect`` the cluster must answer (the CLI joins it at once; a page leaves that to the worker)."""
     import importlib.util
 
     executor = parse_executor(text)
     if executor.distributed and importlib.util.find_spec("ray") is None:  # found, not imported: that is slow
         _ray()
+    if executor.distributed and connect:
+        executor.connect()
     return (text or "local").strip()

@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.device = str(resolve_device(args.device))
-        args.executor = check_executor(args.executor)
+        args.executor = check_executor(args.executor, connect=True)
         _canonical_data_names(args)
         return int(args.handler(args) or 0)
     except ProbeError as exc:

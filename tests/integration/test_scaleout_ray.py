@@ -129,14 +129,14 @@ def _kill_first_worker(killed: list):
 
 def test_a_killed_worker_is_retried_and_the_run_completes(trained_workspace, ray_instance):
     killed = []
-    run_id, result = _sample(trained_workspace, ray_instance, warmup=150, shard_progress=_kill_first_worker(killed))
+    run_id, result = _sample(trained_workspace, ray_instance, warmup=80, shard_progress=_kill_first_worker(killed))
     assert killed and "not_done" not in result
     assert len(result["targets"]) == 4 and trained_workspace.store.count_samples(run_id) == 4 * 4 * 10
 
 
 def test_a_shard_lost_for_good_is_reported_and_the_rest_is_stored(trained_workspace, ray_instance):
     killed = []
-    run_id, result = _sample(trained_workspace, RayShards(retries=0), warmup=150,
+    run_id, result = _sample(trained_workspace, RayShards(retries=0), warmup=80,
                              shard_progress=_kill_first_worker(killed))
     assert killed and len(result["not_done"]) == 1
     lost = result["not_done"][0]

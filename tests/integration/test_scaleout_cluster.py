@@ -1,0 +1,74 @@
+"""A Ray cluster started as a user starts one (``ray start --head`` on 127.0.0.1), joined by address from the CLI."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
+    if os.environ.get("CI") == "true":  # the dev requirements install Ray: in CI this must fail, not skip
+        raise RuntimeError("the ray command is missing: pip install -r requirements-dev.txt")
+    pytest.skip("Ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
+
+RAY = str(Path(sys.executable).parent / "ray")
+# Ray 2.59+ starts clusters with token authentication; a client joins with the token (~/.ray/auth_token) when
+# it is told to use it, as the README says.
+TOKEN_AUTH = {"RAY_AUTH_MODE": "token"}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def head_node(tmp_path):
+    """A head node in its own process group (``--block``), stopped with its group: never ``ray stop``, which
+    would stop every Ray instance on the machine."""
+    port = _free_port()
+    head = subprocess.Popen([RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                             "--num-cpus", "2", "--object-store-memory", str(200 * 1024**2),
+                             "--include-dashboard", "false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **TOKEN_AUTH})
+    yield f"127.0.0.1:{port}"
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+
+
+def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_node, tmp_path):
+    out = tmp_path / "result.json"
+    env = {**os.environ, **TOKEN_AUTH, "PROBE_WORKSPACE": str(trained_workspace.root), "RAY_ADDRESS": ""}
+    command = [sys.executable, "-m", "probe_core.cli", "--executor", f"ray:{head_node}", "sample",
+               "--target", "ambiguous:3,5;high:2", "--chains", "2", "--warmup", "10", "--samples", "5",
+               "--shards", "2", "--out", str(out)]
+    for _ in range(30):  # the head takes a few seconds to listen
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+        if "nothing answers there" not in done.stderr:
+            break
+        time.sleep(1)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["executor"] == "ray" and result["shards"] == 2 and len(result["targets"]) == 2
+
+
+def test_an_address_where_no_cluster_listens_is_one_clear_error(trained_workspace):
+    runs_before = len(trained_workspace.store.list_runs(limit=10_000))
+    env = {**os.environ, "PROBE_WORKSPACE": str(trained_workspace.root), "RAY_ADDRESS": ""}
+    done = subprocess.run([sys.executable, "-m", "probe_core.cli", "--executor", f"ray:127.0.0.1:{_free_port()}",
+                           "sample", "--target", "high:2", "--chains", "2", "--warmup", "5", "--samples", "5",
+                           "--shards", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and "cannot join the Ray cluster" in done.stderr
+    assert len(trained_workspace.store.list_runs(limit=10_000)) == runs_before  # refused before a run was stored
