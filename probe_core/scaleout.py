@@ -189,7 +189,10 @@ def _run_ray_shard(function: str, arguments: dict, models_holder: list, board, i
     key = models_ref.hex()
     if key not in _WORKER_MODELS:
         _WORKER_MODELS.clear()  # one run's models at a time per worker
-        _WORKER_MODELS[key] = ray.get(models_ref)
+        models = ray.get(models_ref)
+        if ray.get_gpu_ids():  # a GPU task: the models were put in the object store from the CPU
+            models = {name: module.to("cuda") for name, module in models.items()}
+        _WORKER_MODELS[key] = models
     last = [0.0]
 
     def report(fraction: float) -> None:
@@ -277,8 +280,8 @@ class RayShards:
             return ray
         try:
             ray.init(address="auto", **options)
-        except (ConnectionError, RuntimeError, ValueError):
-            ray.init(num_cpus=self.num_cpus, **options)
+        except (ConnectionError, RuntimeError, ValueError):  # none runs (or a stopped one left its address)
+            ray.init(address="local", num_cpus=self.num_cpus, **options)
         return ray
 
     def parallelism(self) -> int:

@@ -31,7 +31,7 @@ PAIRS = "ambiguous:0,1;ambiguous:3,5;ambiguous:4,9;ambiguous:7,1"
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray.init(num_cpus=2, object_store_memory=300 * 1024**2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, object_store_memory=300 * 1024**2, include_dashboard=False, log_to_driver=False)
     yield RayShards()
     ray.shutdown()
 

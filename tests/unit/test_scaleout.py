@@ -5,7 +5,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from probe_core.errors import ProbeError
-from probe_core.scaleout import LocalShards, RayShards, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.scaleout import (
+    LocalShards,
+    RayShards,
+    ShardTask,
+    parse_executor,
+    shard_count,
+    shard_seed,
+    split_evenly,
+)
 
 
 @given(st.integers(0, 5000), st.integers(1, 300))
