@@ -239,8 +239,9 @@ def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, p
     """One shard per λ, run by ``executor``; a λ whose shard failed is left out of the sweep (and named)."""
     from probe_core.scaleout import ShardTask
 
-    tasks = [ShardTask("probe_core.defuse.correct:finetune_shard", {"lam": lam, **data, **options},
-                       {"classifier": classifier}, f"λ = {lam:g}") for lam in lambdas]
+    models = {"classifier": classifier}  # one dict for all tasks: put in Ray's object store once, loaded once
+    tasks = [ShardTask("probe_core.defuse.correct:finetune_shard", {"lam": lam, **data, **options}, models,
+                       f"λ = {lam:g}") for lam in lambdas]
     results: dict[int, dict] = {}
 
     def on_progress(shards) -> None:

@@ -113,7 +113,7 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
 def test_stop_cancels_the_outstanding_shards_and_keeps_what_was_done(trained_workspace, ray_instance):
     started = time.monotonic()
     run_id, result = _sample(trained_workspace, ray_instance, warmup=50_000, samples=10,
-                             should_stop=lambda: time.monotonic() - started > 8)
+                             should_stop=lambda: time.monotonic() - started > 4)
     assert result["cancelled"] and len(result["not_done"]) == 2
     assert time.monotonic() - started < 60  # 50,000 warm-up iterations would take many minutes
 
@@ -129,14 +129,14 @@ def _kill_first_worker(killed: list):
 
 def test_a_killed_worker_is_retried_and_the_run_completes(trained_workspace, ray_instance):
     killed = []
-    run_id, result = _sample(trained_workspace, ray_instance, warmup=80, shard_progress=_kill_first_worker(killed))
+    run_id, result = _sample(trained_workspace, ray_instance, warmup=40, shard_progress=_kill_first_worker(killed))
     assert killed and "not_done" not in result
     assert len(result["targets"]) == 4 and trained_workspace.store.count_samples(run_id) == 4 * 4 * 10
 
 
 def test_a_shard_lost_for_good_is_reported_and_the_rest_is_stored(trained_workspace, ray_instance):
     killed = []
-    run_id, result = _sample(trained_workspace, RayShards(retries=0), warmup=80,
+    run_id, result = _sample(trained_workspace, RayShards(retries=0), warmup=40,
                              shard_progress=_kill_first_worker(killed))
     assert killed and len(result["not_done"]) == 1
     lost = result["not_done"][0]
