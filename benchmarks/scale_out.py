@@ -30,7 +30,7 @@ import ray  # noqa: E402
 from probe_core.bayestrex import sample  # noqa: E402
 from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.defuse.identify import identify_failures  # noqa: E402
-from probe_core.scaleout import LocalShards, RayShards, ShardTask  # noqa: E402
+from probe_core.scaleout import LocalShards, RayShards, ShardTask, shard_seed, split_evenly  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
 
@@ -69,10 +69,10 @@ def main() -> None:
     def identify(executor, shards):
         if shards == 1 and not executor.distributed:
             return identify_failures(classifier.module, vae.module, images, labels, samples_per_image=per_image)
-        pieces = [range(i * len(images) // shards, (i + 1) * len(images) // shards) for i in range(shards)]
+        pieces = split_evenly(len(images), shards)
         tasks = [ShardTask("probe_core.defuse.steps:identify_shard",
                            {"images": images[p.start:p.stop], "labels": labels[p.start:p.stop], "start": p.start,
-                            "samples_per_image": per_image, "seed": i},
+                            "samples_per_image": per_image, "seed": shard_seed(0, i)},
                            {"classifier": classifier.module, "vae": vae.module}) for i, p in enumerate(pieces)]
         found = []
         executor.map(tasks, lambda index, value: found.append(value))

@@ -179,8 +179,8 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         executor = parse_executor(settings.executor)
         shards = shard_count(executor, settings.shards)
         if shards > 1 or executor.distributed:
-            found, not_done = _identify_in_shards(context, executor, settings, classifier.module, vae.module,
-                                                  images, labels, ids)
+            found, not_done = _identify_in_shards(context, executor, shards, settings, classifier.module,
+                                                  vae.module, images, labels, ids)
             return _identify_result(ids, images, found, dataset, started, not_done)
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
@@ -220,11 +220,11 @@ def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, l
     return found.as_arrays()
 
 
-def _identify_in_shards(context: JobContext, executor, settings: IdentifySettings, classifier, vae, images, labels,
-                        ids: dict):
+def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifySettings, classifier, vae,
+                        images, labels, ids: dict):
     """Identification with the training images split into shards run by ``executor``; each shard's failures are
     stored as it ends. A result with ``not_done`` lists the image ranges of shards that failed."""
-    pieces = split_evenly(len(images), shard_count(executor, settings.shards))
+    pieces = split_evenly(len(images), shards)
     options = {"samples_per_image": settings.samples_per_image, "max_per_image": settings.max_per_image,
                "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale}
     models = {"classifier": classifier, "vae": vae}
