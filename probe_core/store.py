@@ -2,7 +2,9 @@
 
 Tables: ``models`` (registry metadata), ``runs`` (background work: kind, config,
 status, progress), ``samples`` (kept MCMC samples), ``clusters`` (failure
-clusters), ``labels`` (human or oracle labels of clusters or samples) and
+clusters), ``review_images`` (the images of a cluster that annotators label, with their
+latent codes), ``labels`` (human or oracle labels of review images, samples, or, in
+workspaces from before per-image labels, whole clusters) and
 ``arrays`` (named bundles of arrays belonging to a run: Defuse failures written
 batch by batch, cluster assignments, cached embeddings).
 
@@ -29,7 +31,7 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -111,6 +113,25 @@ _MIGRATIONS: dict[int, str] = {
     """,
     3: """
     ALTER TABLE runs ADD COLUMN job TEXT;
+    """,
+    # Defuse's annotators label each of a cluster's review images (the paper's 10 samples); the images
+    # are stored with their latent codes so every label keeps pointing at the same picture.
+    4: """
+    CREATE TABLE review_images (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        cluster_id INTEGER NOT NULL REFERENCES clusters(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        z BLOB NOT NULL,
+        image BLOB NOT NULL,
+        prediction INTEGER NOT NULL,
+        UNIQUE(cluster_id, position)
+    );
+    ALTER TABLE labels ADD COLUMN review_image_id INTEGER REFERENCES review_images(id) ON DELETE CASCADE;
+    DROP INDEX labels_one_per_cluster;
+    CREATE UNIQUE INDEX labels_one_per_cluster ON labels(annotator, source, cluster_id)
+        WHERE cluster_id IS NOT NULL AND review_image_id IS NULL;
+    CREATE UNIQUE INDEX labels_one_per_review_image ON labels(annotator, source, review_image_id)
+        WHERE review_image_id IS NOT NULL;
     """,
 }
 
@@ -208,6 +229,13 @@ class Run:
     @property
     def active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+
+def _checked_annotator(annotator: str | None) -> str:
+    annotator = (annotator or "").strip()
+    if not annotator:
+        raise ProbeError("an annotator name is required to store a label")
+    return annotator
 
 
 def _loads(text: str | None) -> Any:
@@ -520,17 +548,50 @@ class Store:
             "info": json.loads(row["info"]),
         }
 
+    # -- review images ---------------------------------------------------------------
+    def put_review_images(self, cluster_id: int, latents: np.ndarray, images: np.ndarray,
+                          predictions: np.ndarray) -> list[int]:
+        """Store a cluster's review images once; returns their ids in position order.
+
+        A cluster that already has review images keeps them (labels point at them), so this is
+        safe to call from several processes.
+
+        Parameters
+        ----------
+        latents : np.ndarray
+            (S, D) latent codes.
+        images : np.ndarray
+            (S, C, H, W) decoded images.
+        predictions : np.ndarray
+            (S,) the classifier's predicted class of each image.
+        """
+        with self.transaction() as connection:
+            connection.executemany(
+                "INSERT OR IGNORE INTO review_images (cluster_id, position, z, image, prediction) VALUES (?,?,?,?,?)",
+                [(cluster_id, position, pack_array(np.asarray(z, dtype=np.float32)),
+                  pack_array(np.asarray(image, dtype=np.float32)), int(prediction))
+                 for position, (z, image, prediction) in enumerate(zip(latents, images, predictions))])
+        return [image["id"] for image in self.get_review_images(cluster_id)]
+
+    def get_review_images(self, cluster_id: int) -> list[dict]:
+        """A cluster's review images in position order: ``id``, ``position``, ``z``, ``image``, ``prediction``."""
+        return [{"id": r["id"], "cluster_id": r["cluster_id"], "position": r["position"], "z": unpack_array(r["z"]),
+                 "image": unpack_array(r["image"]), "prediction": r["prediction"]}
+                for r in self._query("SELECT * FROM review_images WHERE cluster_id=? ORDER BY position",
+                                     (cluster_id,))]
+
     # -- labels ----------------------------------------------------------------------
     def set_label(self, annotator: str, *, cluster_id: int | None = None, sample_id: int | None = None,
-                  label: str | None = None, is_failure: bool | None = None, source: str = "human") -> int:
+                  review_image_id: int | None = None, label: str | None = None, is_failure: bool | None = None,
+                  source: str = "human") -> int:
         """Write one label now, replacing this annotator's earlier label of the same item.
 
         Parameters
         ----------
         annotator : str
             Who labelled; must not be empty.
-        cluster_id, sample_id : int
-            Exactly one: what was labelled.
+        cluster_id, sample_id, review_image_id : int
+            Exactly one: what was labelled (a review image's label is also filed under its cluster).
         label : str, optional
             The correct class name, or ``"none"`` for "none of the above".
         is_failure : bool, optional
@@ -538,15 +599,22 @@ class Store:
         source : str
             ``"human"``, or ``"oracle:MODEL"`` for automatic labels (kept apart).
         """
-        annotator = (annotator or "").strip()
-        if not annotator:
-            raise ProbeError("an annotator name is required to store a label")
+        if review_image_id is not None:
+            if cluster_id is not None or sample_id is not None or is_failure is not None:
+                raise ProbeError("a review image's label is its class only: give the review image alone")
+            return self.set_labels(annotator, [(review_image_id, label)], source=source)[0]
+        return self._set_item_label(annotator, cluster_id, sample_id, label, is_failure, source)
+
+    def _set_item_label(self, annotator: str, cluster_id: int | None, sample_id: int | None, label: str | None,
+                        is_failure: bool | None, source: str) -> int:
+        annotator = _checked_annotator(annotator)
         if (cluster_id is None) == (sample_id is None):
-            raise ProbeError("a label is for exactly one cluster or one sample")
+            raise ProbeError("a label is for exactly one cluster, one review image or one sample")
         column, item = ("cluster_id", cluster_id) if cluster_id is not None else ("sample_id", sample_id)
+        extra = " AND review_image_id IS NULL" if column == "cluster_id" else ""
         with self.transaction() as connection:
             connection.execute(
-                f"DELETE FROM labels WHERE annotator=? AND source=? AND {column}=?", (annotator, source, item)
+                f"DELETE FROM labels WHERE annotator=? AND source=? AND {column}=?{extra}", (annotator, source, item)
             )
             cursor = connection.execute(
                 f"INSERT INTO labels (annotator, source, {column}, label, is_failure, created_at) VALUES (?,?,?,?,?,?)",
@@ -554,18 +622,47 @@ class Store:
             )
             return int(cursor.lastrowid)
 
+    def set_labels(self, annotator: str, labels: Sequence[tuple[int, str]], source: str = "human") -> list[int]:
+        """Label review images in one transaction: ``(review_image_id, label)`` pairs; returns the row ids.
+
+        Each replaces this annotator's earlier label of the same image.
+        """
+        annotator = _checked_annotator(annotator)
+        ids = []
+        with self.transaction() as connection:
+            for review_image_id, label in labels:
+                row = connection.execute("SELECT cluster_id FROM review_images WHERE id=?",
+                                         (review_image_id,)).fetchone()
+                if row is None:
+                    raise ProbeError(f"no review image {review_image_id}")
+                connection.execute("DELETE FROM labels WHERE annotator=? AND source=? AND review_image_id=?",
+                                   (annotator, source, review_image_id))
+                cursor = connection.execute(
+                    "INSERT INTO labels (annotator, source, cluster_id, review_image_id, label, created_at) "
+                    "VALUES (?,?,?,?,?,?)", (annotator, source, row["cluster_id"], review_image_id, label, time.time()))
+                ids.append(int(cursor.lastrowid))
+        return ids
+
     def get_labels(self, *, cluster_id: int | None = None, sample_id: int | None = None,
-                   source: str | None = None) -> list[dict]:
-        """Labels, optionally for one item and one source, oldest first."""
+                   review_image_id: int | None = None, source: str | None = None,
+                   per_image: bool | None = None) -> list[dict]:
+        """Labels, optionally for one item and one source, oldest first.
+
+        ``per_image``: True for review-image labels only, False for whole-cluster and sample labels
+        only, None for both.
+        """
         sql, params = "SELECT * FROM labels WHERE 1=1", []
-        for column, value in (("cluster_id", cluster_id), ("sample_id", sample_id), ("source", source)):
+        for column, value in (("cluster_id", cluster_id), ("sample_id", sample_id),
+                              ("review_image_id", review_image_id), ("source", source)):
             if value is not None:
                 sql += f" AND {column}=?"
                 params.append(value)
+        if per_image is not None:
+            sql += " AND review_image_id IS NOT NULL" if per_image else " AND review_image_id IS NULL"
         return [
             {
                 "id": r["id"], "annotator": r["annotator"], "source": r["source"], "cluster_id": r["cluster_id"],
-                "sample_id": r["sample_id"], "label": r["label"],
+                "sample_id": r["sample_id"], "review_image_id": r["review_image_id"], "label": r["label"],
                 "is_failure": None if r["is_failure"] is None else bool(r["is_failure"]), "created_at": r["created_at"],
             }
             for r in self._query(sql + " ORDER BY id", params)

@@ -13,8 +13,9 @@ ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Finetune")
 st.markdown("Finetune the classifier on **L(D) + λ·CE(D_f)**, D_f sampled from the clusters labelled as failures, "
-            "for each λ of a sweep; the best validation score is kept. The baseline finetunes on the individual "
-            "failures instead. The corrected classifier is a new model; the original is kept.")
+            "for each λ of a sweep, and keep the best epoch of the best λ. The baseline runs the same sweep on "
+            "other data (by default the paper's: the individually labelled failures). The corrected classifier "
+            "is a new model; the original is kept.")
 
 distill_run = _ui.pick_distill_run("finetune_run_pick")
 if distill_run is None:
@@ -25,7 +26,8 @@ sources = sorted({label["source"] for cluster in ws.store.get_clusters(distill_r
                   for label in ws.store.get_labels(cluster_id=cluster["id"])})
 source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
                       help="human labels, or an oracle's automatic labels (demos)")
-table = label_tools.cluster_label_table(ws.store, distill_run.id, source)
+class_names = pipeline.run_class_names(ws.store, distill_run.id, ws.registry.data_dir)
+table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, source)
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
@@ -34,6 +36,11 @@ with st.form("finetune-form"):
     lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in pipeline.PAPER_LAMBDAS), key="finetune_lambdas")
     epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", 16, 4096, 256, key="finetune_per_region")
+    c4, c5 = st.columns(2)
+    baseline_kind = c4.selectbox("Baseline", list(pipeline.BASELINES), key="finetune_baseline",
+                                 help="\n\n".join(f"**{k}**: {v}" for k, v in pipeline.BASELINES.items()))
+    selection = c5.selectbox("Select λ and epoch by", list(pipeline.SELECTION_RULES), key="finetune_selection",
+                             help="\n\n".join(f"**{k}**: {v}" for k, v in pipeline.SELECTION_RULES.items()))
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:
@@ -46,7 +53,8 @@ if go_button:
         try:
             settings = pipeline.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
                                                 epochs=int(epochs), samples_per_region=int(per_region),
-                                                executor=_ui.scaleout()["executor"])
+                                                executor=_ui.scaleout()["executor"], baseline=baseline_kind,
+                                                selection=selection)
         except ProbeError as exc:
             st.error(f"Cannot start: {exc}")
         else:
@@ -71,7 +79,10 @@ if missing:
         f"{phase}: " + ", ".join(f"{lam:g}" for lam in lambdas) for phase, lambdas in missing.items()))
 st.subheader(f"Results (run {run.id}, labels: {result['source']}, {len(result['regions'])} failure regions)")
 rows = []
-for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline: individual failures")):
+baseline_title = {"labelled-images": "baseline: labelled individual failures",
+                  "cluster-labels": "baseline: failures with their region's label"}[
+    result["results"]["baseline"].get("kind", "cluster-labels")]
+for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", baseline_title)):
     entry = result["results"][key]
     rows.append({"classifier": title, "test accuracy": entry["test_accuracy"],
                  "failure-region accuracy": entry["failure_accuracy"],
@@ -79,6 +90,9 @@ for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "bas
 percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, format="percent")
            for k in ("test accuracy", "failure-region accuracy")}
 st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
+if "selection" in result:
+    st.caption(f"Selected: {result['selection']['description']}. Baseline: "
+               f"{result['results']['baseline']['description']}.")
 before, after = result["results"]["before"], result["results"]["defuse"]
 test_drop = before["test_accuracy"] - after["test_accuracy"]
 allowed = st.number_input("Warn when test accuracy falls by more than (points)", 0.0, 100.0, 1.0, 0.5,
@@ -118,7 +132,8 @@ if o2.button("Finetune at this λ", key="finetune_other_start"):
     pipeline.submit_step(manager, ws.registry, pipeline.CorrectSettings(
         distill_run=distill_run.id, source=result["source"], lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
-        executor=run.config.get("executor", "local")),
+        executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),
+        selection=run.config.get("selection", "data-and-failures")),
         _ui.device())
     st.rerun()
 

@@ -1,7 +1,7 @@
-"""Label: judge each failure cluster from its samples; every label is saved the moment it is given."""
+"""Label: say what each review image of a failure cluster shows; every label is saved the moment it is given."""
 
-import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from pages import ui as _ui
@@ -12,8 +12,12 @@ from probe_core.export import npz_bytes
 
 ws = _ui.workspace()
 st.title("Label")
-st.markdown("For each cluster: is it a **failure** of the classifier, and what is the **correct class**? "
-            "Labels are stored at once, per annotator; changing your mind replaces your earlier label.")
+st.markdown("Say what each of a cluster's **10 review images** shows, as the Defuse annotators did. Each image gets "
+            "the majority label of its annotators; a cluster is a **failure region** when more than ρ = ½ of its "
+            "images' labels differ from the classifier's prediction, and its label is the majority over its "
+            "images. Labels are stored the moment you give them, per annotator.  \n"
+            "Keys: **0–9** label all ten images with that class, **N** none of the above, **←/→** previous/next "
+            "cluster; then change single images below.")
 
 distill_run = _ui.pick_distill_run("label_run_pick")
 if distill_run is None:
@@ -34,85 +38,131 @@ annotator = _ui.annotator_name()
 if not annotator:
     st.info("Enter your name to start labelling; labels are stored per annotator.")
 
-mine = {label["cluster_id"]: label for cluster in clusters
-        for label in ws.store.get_labels(cluster_id=cluster["id"], source=label_tools.HUMAN)
-        if label["annotator"] == annotator}
-done = sum(cluster["id"] in mine for cluster in clusters)
-st.progress(done / len(clusters), text=f"{done} of {len(clusters)} clusters labelled by {annotator or '…'}")
 
-positions = {cluster["id"]: index for index, cluster in enumerate(clusters)}
+def labelled_by_me(cluster_id: int) -> dict[int, str]:
+    """This annotator's labels of a cluster's review images: review image id -> label."""
+    return {label["review_image_id"]: label["label"]
+            for label in ws.store.get_labels(cluster_id=cluster_id, source=label_tools.HUMAN, per_image=True)
+            if label["annotator"] == annotator}
+
+
+complete = {cluster["id"] for cluster in clusters
+            if len(labelled_by_me(cluster["id"])) >= label_tools.REVIEW_IMAGES}
+st.progress(len(complete) / len(clusters),
+            text=f"{len(complete)} of {len(clusters)} clusters fully labelled by {annotator or '…'}")
+
 st.session_state.setdefault("label_position", 0)
+st.session_state.setdefault("label_version", 0)  # bumped when stored labels change, so the image boxes re-read them
 if st.session_state["label_position"] >= len(clusters):
     st.session_state["label_position"] = 0
-nav1, nav2, nav3, nav4 = st.columns([1, 1, 1, 3])
-if nav1.button("◀ Previous", key="label_prev"):
-    st.session_state["label_position"] = (st.session_state["label_position"] - 1) % len(clusters)
-if nav2.button("Next ▶", key="label_next"):
-    st.session_state["label_position"] = (st.session_state["label_position"] + 1) % len(clusters)
+
+
+def move(step: int) -> None:
+    st.session_state["label_position"] = (st.session_state["label_position"] + step) % len(clusters)
+
+
+nav1, nav2, nav3, _ = st.columns([1, 1, 1, 3])
+nav1.button("◀ Previous", key="label_prev", shortcut="Left", on_click=move, args=(-1,))
+nav2.button("Next ▶", key="label_next", shortcut="Right", on_click=move, args=(1,))
 if nav3.button("Next unlabelled", key="label_next_open"):
-    open_ones = [positions[c["id"]] for c in clusters if c["id"] not in mine]
+    open_ones = [index for index, c in enumerate(clusters) if c["id"] not in complete]
     if open_ones:
         st.session_state["label_position"] = open_ones[0]
 cluster = clusters[st.session_state["label_position"]]
-info = cluster["info"]
 
 st.subheader(f"Cluster {cluster['cluster_index'] + 1} (id {cluster['id']}) · "
-             f"{st.session_state['label_position'] + 1} of {len(clusters)} to label")
-count = st.select_slider("Samples shown", [10, 20, 40], value=10, key="label_count")
-shown = pipeline.review_samples(vae, classifier, cluster, count, pipeline.distill_tau(ws.store, distill_run.id))
-predicted = shown["probs"].argmax(1).numpy()
-_ui.show_picture(shown["images"], columns=10)
-majority = names[int(np.bincount(predicted, minlength=len(names)).argmax())]
-st.caption(f"The classifier says **{majority}** for most of these ({', '.join(names[p] for p in predicted)}). "
-           f"{cluster['size']} failures, weight {cluster['weight']:.3f}.")
-
-previous = mine.get(cluster["id"])
+             f"{st.session_state['label_position'] + 1} of {len(clusters)}")
+shown = pipeline.review_images(ws.store, vae, classifier, cluster, pipeline.distill_tau(ws.store, distill_run.id))
+predictions = [names[int(p)] for p in shown["predictions"]]
+st.caption(f"{cluster['size']} failures in this cluster, weight {cluster['weight']:.3f}. Under each image: what the "
+           f"classifier says, and your label.")
+mine = labelled_by_me(cluster["id"])
 choices = list(names) + ["none of the above"]
-# Nothing is preselected for a cluster you have not labelled: a careless Save cannot invent a label.
-default_class = None if previous is None else (
-    choices.index(previous["label"]) if previous["label"] in choices else
-    choices.index("none of the above") if previous["label"] == label_tools.NONE_OF_THE_ABOVE else None)
-with st.form(f"label-form-{cluster['id']}"):
-    verdict = st.radio("Is this a failure of the classifier?", ["failure", "not a failure"], horizontal=True,
-                       index=None if previous is None else (0 if previous["is_failure"] else 1),
-                       key=f"label_failure_{cluster['id']}")
-    correct = st.selectbox("What do these images show?", choices, index=default_class,
-                           key=f"label_class_{cluster['id']}", placeholder="choose the class you see")
-    saved = st.form_submit_button("Save label and go to the next cluster", type="primary", disabled=not annotator)
-if saved and (verdict is None or correct is None):
-    st.error("Choose whether this is a failure and what the images show, then save; nothing was stored.")
-elif saved:
+
+
+def stored_label(choice: str) -> str:
+    return label_tools.NONE_OF_THE_ABOVE if choice == "none of the above" else choice
+
+
+def label_all(choice: str) -> None:
     try:
-        label_tools.label_cluster(ws.store, cluster["id"], annotator, is_failure=verdict == "failure",
-                                  label="none" if correct == "none of the above" else correct, class_names=names)
-        st.session_state["label_position"] = (st.session_state["label_position"] + 1) % len(clusters)
-        st.session_state["label_saved"] = f"Saved: cluster {cluster['id']} = {verdict}, {correct}"
-        st.rerun()
+        label_tools.label_images(ws.store, shown["ids"], annotator, stored_label(choice), names)
+        st.session_state["label_version"] += 1
+        st.session_state["label_saved"] = f"Saved: all {len(shown['ids'])} images of cluster {cluster['id']} = {choice}"
     except ProbeError as exc:
-        st.error(str(exc))
+        st.session_state["label_problem"] = str(exc)
+
+
+def label_one(image_id: int, widget_key: str) -> None:
+    choice = st.session_state[widget_key]
+    if choice is None:
+        return
+    try:
+        label_tools.label_images(ws.store, [image_id], annotator, stored_label(choice), names)
+    except ProbeError as exc:
+        st.session_state["label_problem"] = str(exc)
+
+
+st.markdown("**All ten images show:**")
+with st.container(horizontal=True):
+    for index, choice in enumerate(choices):
+        shortcut = ("N" if choice == "none of the above" else str(index) if index < 10 else None)
+        st.button(choice, key=f"label_all_{index}", disabled=not annotator, shortcut=shortcut,
+                  on_click=label_all, args=(choice,))
+
+version = st.session_state["label_version"]
+for row_start in range(0, len(shown["ids"]), 5):
+    for column, position in zip(st.columns(5), range(row_start, min(row_start + 5, len(shown["ids"])))):
+        image_id = shown["ids"][position]
+        with column:
+            _ui.show_picture(shown["images"][position:position + 1], columns=1,
+                             caption=f"{position + 1}: classifier says {predictions[position]}")
+            current = mine.get(image_id)
+            current_choice = "none of the above" if current == label_tools.NONE_OF_THE_ABOVE else current
+            widget_key = f"label_image_{image_id}_{annotator}_{version}"
+            st.selectbox(f"Image {position + 1} shows", choices, key=widget_key, disabled=not annotator,
+                         index=choices.index(current_choice) if current_choice in choices else None,
+                         placeholder="class…", on_change=label_one, args=(image_id, widget_key))
+if "label_problem" in st.session_state:
+    st.error(st.session_state.pop("label_problem"))
 if "label_saved" in st.session_state:
     st.success(st.session_state.pop("label_saved"))
-if previous:
-    st.caption(f"Your current label: {'failure' if previous['is_failure'] else 'not a failure'}, "
-               f"{previous['label']}")
+mine = labelled_by_me(cluster["id"])
+verdict = label_tools.cluster_labels(ws.store, cluster, names)
+st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotators so far: "
+           + ("no image has a class majority yet." if verdict["is_failure"] is None else
+              f"{verdict['images_disagreeing']} of {verdict['images_decided']} images differ from the classifier → "
+              f"{'a failure region' if verdict['is_failure'] else 'not a failure region'}"
+              + (f", label {verdict['label']}." if verdict["label"] else ".")))
 
 st.subheader("All annotators")
-table = label_tools.cluster_label_table(ws.store, distill_run.id)
+table = label_tools.cluster_label_table(ws.store, distill_run.id, names)
 frame = pd.DataFrame([{
     "cluster": r["id"], "classifier says": names[r["majority_prediction"]], "annotators": r["annotators"],
-    "failure votes": f"{r['failure_votes']}/{r['votes']}", "failure region": r["is_failure"],
-    "label": r["label"] if r["is_failure"] else ("not a failure" if r["votes"] else ""),
+    "images labelled": r["images_labelled"],
+    "differ from classifier": f"{r['images_disagreeing']}/{r['images_decided']}" if r["labelled_per"] == "image"
+    else ("whole-cluster labels" if r["labelled_per"] else ""),
+    "failure region": r["is_failure"],
+    "label": r["label"] if r["is_failure"] else ("not a failure" if r["is_failure"] is False else ""),
     "agreement": r["agreement"]} for r in table])
 st.dataframe(frame, hide_index=True, column_config={
     "agreement": st.column_config.ProgressColumn("agreement", min_value=0.0, max_value=1.0, format="percent",
-                                                 help="share of annotators voting for the majority label")})
+                                                 help="per image, the share of annotators voting for its majority "
+                                                      "label; the cluster's mean")})
 agreement = label_tools.agreement_summary(table)
 if agreement["clusters_labelled"]:
-    a1, a2, a3 = st.columns(3)
-    fmt = lambda v: "–" if v is None else f"{v * 100:.0f} %"  # noqa: E731
-    a1.metric("Agreement, failure regions", fmt(agreement["failure_regions"]))
-    a2.metric("Agreement, other clusters", fmt(agreement["other_regions"]))
-    a3.metric("Agreement, all", fmt(agreement["all"]))
+    parts = [("failure regions", agreement["failure_regions"]), ("other clusters", agreement["other_clusters"]),
+             ("all", agreement["all"])]
+    shown_parts = [(name, part) for name, part in parts if part["mean"] is not None]
+    figure = go.Figure(go.Bar(
+        x=[name for name, _ in shown_parts], y=[part["mean"] for _, part in shown_parts],
+        error_y=dict(type="data", array=[part["se"] or 0.0 for _, part in shown_parts]),
+        text=[f"{part['mean'] * 100:.0f} % ({part['images']} images)" for _, part in shown_parts],
+        marker_color=["#d62728", "#7f7f7f", "#1f77b4"][:len(shown_parts)]))
+    figure.update_layout(height=300, title="Annotator agreement per image (mean ± standard error, as in the paper)",
+                         yaxis=dict(range=[0, 1.05], title="share voting for the majority", tickformat=".0%"),
+                         margin=dict(l=10, r=10, t=40, b=10))
+    st.plotly_chart(figure, key="label_agreement")
 
 st.subheader("Export")
 e1, e2, e3 = st.columns(3)

@@ -23,9 +23,7 @@ def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
 
 
 def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
-    from probe_core.catalog import load_dataset
-
-    return load_dataset(pipeline.run_models(workspace.store, run_id)["dataset"], data_dir).class_names
+    return pipeline.run_class_names(workspace.store, run_id, data_dir)
 
 
 def _oracle(option: str) -> str:
@@ -53,26 +51,42 @@ def _print_identify(run_id: int, result: dict, class_names: tuple[str, ...]) -> 
 
 def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], source: str, rho: float) -> None:
     rows = []
-    for r in label_tools.cluster_label_table(workspace.store, distill_run, source, rho):
+    table = label_tools.cluster_label_table(workspace.store, distill_run, class_names, source, rho)
+    for r in table:
         failure = "-" if r["is_failure"] is None else ("yes" if r["is_failure"] else "no")
         agreement = "-" if r["agreement"] is None else f"{r['agreement'] * 100:.0f}%"
+        if r["agreement_se"] is not None:
+            agreement += f" ±{r['agreement_se'] * 100:.0f}"
+        images = (f"{r['images_disagreeing']}/{r['images_decided']} of {r['images_labelled']}"
+                  if r["labelled_per"] == "image" else ("whole cluster" if r["labelled_per"] else "-"))
         rows.append([r["id"], r["cluster_index"], f"{r['weight']:.3f}", r["size"],
                      f"{class_names[r['majority_prediction']]} ({r['prediction_share'] * 100:.0f}%)",
                      f"{class_names[r['majority_true_label']]} ({r['true_label_share'] * 100:.0f}%)",
-                     failure, r["label"] or "-", agreement, r["annotators"]])
+                     images, failure, r["label"] or "-", agreement, r["annotators"]])
 
-    print(format_table(rows, ["id", "#", "weight", "size", "predicted", "true label", "failure", "label", "agreement",
-                              "annotators"]))
+    print(format_table(rows, ["id", "#", "weight", "size", "predicted", "true label", "images wrong/decided",
+                              "failure", "label", "agreement", "annotators"]))
+    summary = label_tools.agreement_summary(table)
+    if summary["clusters_labelled"]:
+        def shown(part: dict) -> str:
+            if part["mean"] is None:
+                return "-"
+            return f"{part['mean'] * 100:.0f}%" + ("" if part["se"] is None else f" ±{part['se'] * 100:.1f}")
+        print(f"agreement per image (mean ± standard error): failure regions {shown(summary['failure_regions'])}, "
+              f"other clusters {shown(summary['other_clusters'])}, all {shown(summary['all'])}")
 
 
 def _print_results(result: dict) -> None:
 
     rows = []
-    for name, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", "baseline (individual failures)")):
+    baseline_kind = result["results"]["baseline"].get("kind", "cluster-labels")
+    for name, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", f"baseline ({baseline_kind})")):
         entry = result["results"][name]
         chosen = f"λ={entry['lambda']:g}" if "lambda" in entry else ""
         rows.append([title, f"{entry['test_accuracy'] * 100:.1f}%", f"{entry['failure_accuracy'] * 100:.1f}%", chosen])
     print(format_table(rows, ["classifier", "test accuracy", "failure-region accuracy", "selected"]))
+    if "selection" in result:
+        print(f"selected: {result['selection']['description']}")
     print(f"corrected classifier registered as {result['corrected_model']} (the original "
           f"{result['original_model']} is kept); {len(result['regions'])} failure regions, {result['seconds']:.1f} s")
 
@@ -120,18 +134,10 @@ def _label(args) -> int:
         source, written = pipeline.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
                                               rho=args.rho, device=args.device)
         print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
-    if args.cluster is not None:
-        if args.preview is None and args.failure is None and args.label is None:
-            raise ProbeError("give --failure/--no-failure and/or --label CLASS for the cluster")
-        if args.failure is not None or args.label is not None:
-            if not args.annotator:
-                raise ProbeError("--annotator NAME is required to store a label")
-            cluster = store.get_cluster(args.cluster)
-            if cluster is None or cluster["run_id"] != args.run:
-                raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
-            label_tools.label_cluster(store, args.cluster, args.annotator, is_failure=args.failure, label=args.label,
-                                      class_names=class_names)
-            print(f"stored: cluster {args.cluster} by {args.annotator}")
+    if args.cluster is not None and (args.label is not None or args.failure is not None):
+        _label_images(workspace, args, class_names)
+    elif args.cluster is not None and args.preview is None:
+        raise ProbeError("give --label CLASS (and --image N to label one image) for the cluster, or --preview FILE")
     if args.export_csv:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
@@ -143,6 +149,33 @@ def _label(args) -> int:
     return 0
 
 
+def _label_images(workspace, args, class_names: tuple[str, ...]) -> None:
+    """``--cluster ID --label CLASS [--image N ...]``: label the cluster's review images (all, or those named)."""
+    if args.failure is not None:
+        raise ProbeError("--failure/--no-failure are gone: label what each image shows (--label CLASS, --image N) "
+                         "and the failure verdict follows from the labels, as in the paper")
+    if not args.annotator:
+        raise ProbeError("--annotator NAME is required to store a label")
+    cluster = workspace.store.get_cluster(args.cluster)
+    if cluster is None or cluster["run_id"] != args.run:
+        raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
+    label_tools.normalise_label(args.label, class_names)  # a bad class fails before models are loaded
+    shown = _review_images(workspace, args, cluster)
+    positions = args.image or list(range(1, len(shown["ids"]) + 1))
+    if not all(1 <= position <= len(shown["ids"]) for position in positions):
+        raise ProbeError(f"--image counts from 1 to {len(shown['ids'])}, got {positions}")
+    label_tools.label_images(workspace.store, [shown["ids"][p - 1] for p in positions], args.annotator, args.label,
+                             class_names)
+    which = "all images" if not args.image else "image " + ", ".join(map(str, positions))
+    print(f"stored: cluster {args.cluster}, {which} = {args.label}, by {args.annotator}")
+
+
+def _review_images(workspace, args, cluster: dict) -> dict:
+    _, classifier, vae = pipeline.load_run_models(workspace.registry, workspace.store, args.run, args.device)
+    return pipeline.review_images(workspace.store, vae, classifier, cluster,
+                                  pipeline.distill_tau(workspace.store, args.run))
+
+
 def _write_preview(workspace, args) -> None:
     from probe_core.render import image_grid, png_bytes, upscale_for_display
 
@@ -151,21 +184,21 @@ def _write_preview(workspace, args) -> None:
     cluster = workspace.store.get_cluster(args.cluster)
     if cluster is None:
         raise ProbeError(f"no cluster {args.cluster}")
-    _, classifier, vae = pipeline.load_run_models(workspace.registry, workspace.store, args.run, args.device)
-    shown = pipeline.review_samples(vae, classifier, cluster, args.samples, pipeline.distill_tau(workspace.store,
-                                                                                                 args.run))
+    shown = _review_images(workspace, args, cluster)
     with open(args.preview, "wb") as handle:
-        handle.write(png_bytes(image_grid(shown["images"], columns=min(10, args.samples),
+        handle.write(png_bytes(image_grid(shown["images"], columns=len(shown["ids"]),
                                           scale=upscale_for_display(shown["images"].shape[-2]))))
-    predictions = ", ".join(classifier.class_names[int(p)] for p in shown["probs"].argmax(1))
-    print(f"{args.samples} samples of cluster {args.cluster} written to {args.preview}; classifier says: {predictions}")
+    names = _class_names(workspace, args.run, args.data_dir)
+    predictions = ", ".join(f"{position}: {names[int(p)]}" for position, p in enumerate(shown["predictions"], 1))
+    print(f"the {len(shown['ids'])} review images of cluster {args.cluster} written to {args.preview}; "
+          f"the classifier says {predictions}")
 
 
 def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSettings:
     return pipeline.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
                                     lambdas=tuple(args.lambdas), epochs=args.epochs,
                                     samples_per_region=args.samples_per_region, seed=args.seed,
-                                    executor=args.executor)
+                                    executor=args.executor, baseline=args.baseline, selection=args.selection)
 
 
 def _correct(args) -> int:
@@ -273,6 +306,12 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated λ grid (default: the paper's 1e-10 … 1000)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples-per-region", type=int, default=256)
+    parser.add_argument("--baseline", choices=list(pipeline.BASELINES), default="labelled-images",
+                        help="what the baseline finetunes on: the individually labelled failures (the paper's, "
+                             "default) or the failures in failure regions with their region's label")
+    parser.add_argument("--selection", choices=list(pipeline.SELECTION_RULES), default="data",
+                        help="how the λ and epoch are picked: validation accuracy on the original data (the paper's, "
+                             "default) or its mean with accuracy on held-out failure-region samples")
     parser.add_argument("--out", help="write the summary as JSON")
 
 
@@ -295,11 +334,11 @@ def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
     label.add_argument("--run", type=int, required=True, help="the distillation run")
     label.add_argument("--cluster", type=int, help="cluster id (first column of the table)")
     label.add_argument("--annotator")
-    label.add_argument("--failure", action=argparse.BooleanOptionalAction, default=None,
-                       help="whether the cluster is a failure of the classifier")
-    label.add_argument("--label", help="the correct class, or 'none' for none of the above")
-    label.add_argument("--preview", help="write a PNG grid of the cluster's review samples")
-    label.add_argument("--samples", type=int, default=10, help="review samples in --preview")
+    label.add_argument("--failure", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
+    label.add_argument("--label", help="the class the images show, or 'none' for none of the above")
+    label.add_argument("--image", type=int, action="append",
+                       help="label only this review image (1-10; repeat for several); default: all of them")
+    label.add_argument("--preview", help="write a PNG of the cluster's review images (the ones labelled)")
     label.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN (demos and tests; stored apart from humans)")
     label.add_argument("--source", default=label_tools.HUMAN, help="whose labels to show/export: human or oracle:ID")
     label.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)

@@ -3,12 +3,13 @@
 D is the training split (less a validation slice); D_f holds samples of the
 labelled failure regions, z ~ N(μ_j, τ·Σ_j) decoded and labelled with the
 region's label. Every λ starts from the original classifier; each epoch is
-scored on validation data, and the best epoch of the best λ is selected. The
-selection score is the mean of validation accuracy on D and on held-out
-validation samples of the failure regions, so a λ that fixes the regions by
-breaking the rest is not chosen. The baseline runs the same sweep with D_f the
-individual failures found by identification (with the same labels) instead of
-samples of the regions.
+scored on validation data, and the best epoch of the best λ is selected.
+
+The selection rule (:data:`SELECTION_RULES`) is the paper's by default: accuracy on the
+validation slice of the original data only. ``"data-and-failures"`` scores the mean of that and
+of accuracy on held-out validation samples of the failure regions (Model Probe's earlier rule; it
+looks at failure-region data, so its "after" figure is optimistic). The baseline runs the same
+sweep with another D_f (see ``probe_core.defuse.steps.BASELINES``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 
 PAPER_LAMBDAS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 2.0, 5.0, 10.0, 20.0, 100.0, 1000.0)
 SPLITS = ("finetune", "validation", "test")
+SELECTION_RULES = {
+    "data": "the best epoch of the best λ by accuracy on the validation slice of the original data (the paper's)",
+    "data-and-failures": "the best epoch of the best λ by the mean of validation accuracy on the original data and "
+                         "on held-out failure-region samples",
+}
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ def finetune_sweep(
     learning_rate: float = 1e-3,
     seed: int = 0,
     phase: str = "defuse",
+    selection: str = "data",
     progress: Callable[[CorrectionProgress], None] | None = None,
     executor=None,
 ) -> tuple[torch.nn.Module, dict, list[dict]]:
@@ -142,9 +149,11 @@ def finetune_sweep(
     train, validation : LabelledImages
         D and the validation slice of the data set.
     failures, failure_validation : LabelledImages
-        D_f and held-out failure samples used for selection.
+        D_f, and held-out failure samples (used for selection only under ``"data-and-failures"``).
     test, failure_test : LabelledImages
         Reported for every λ (the trade-off curve); never used for selection.
+    selection : str
+        A key of :data:`SELECTION_RULES`.
     executor : ShardExecutor, optional
         Run each λ as a shard (:mod:`probe_core.scaleout`; one task per λ on Ray). Default: one after
         another here. The results are the same either way.
@@ -165,7 +174,10 @@ def finetune_sweep(
         raise ProbeError(f"λ must be non-negative, got {lambdas}")
     if len(failures) == 0:
         raise ProbeError("no failure samples to finetune on")
-    options = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+    if selection not in SELECTION_RULES:
+        raise ProbeError(f"unknown selection rule {selection!r}; choose one of {', '.join(SELECTION_RULES)}")
+    options = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
+               "selection": selection}
     data = {"train": train, "validation": validation, "failures": failures, "failure_validation": failure_validation,
             "test": test, "failure_test": failure_test}
     if executor is None:
@@ -189,7 +201,8 @@ def finetune_sweep(
 def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: LabelledImages,
                         validation: LabelledImages, failures: LabelledImages, failure_validation: LabelledImages,
                         test: LabelledImages, failure_test: LabelledImages, epochs: int, batch_size: int,
-                        learning_rate: float, seed: int, on_epoch: Callable[[int, float], None] | None = None) -> dict:
+                        learning_rate: float, seed: int, selection: str = "data",
+                        on_epoch: Callable[[int, float], None] | None = None) -> dict:
     """Finetune a copy of ``classifier`` with one λ; the best epoch's scores, test figures and ``state`` (weights).
 
     Every λ starts from the original weights with the same seed, so a λ's result does not depend on the
@@ -213,7 +226,8 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
         model.eval()
         accuracy = _accuracy(model, validation)
         failure_accuracy = _accuracy(model, failure_validation)
-        score = float(np.mean([a for a in (accuracy, failure_accuracy) if a is not None]))
+        scored = (accuracy, failure_accuracy) if selection == "data-and-failures" else (accuracy,)
+        score = float(np.mean([a for a in scored if a is not None]))
         if best is None or score > best["score"]:
             best = {"lambda": lam, "epoch": epoch, "score": score, "validation_accuracy": accuracy,
                     "failure_validation_accuracy": failure_accuracy, "state": copy.deepcopy(model.state_dict())}

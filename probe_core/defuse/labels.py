@@ -1,11 +1,22 @@
-"""Cluster labels: store them, aggregate annotators, auto-label with an oracle, export.
+"""Labels of failure clusters: store them per review image, aggregate as Defuse does, auto-label, export.
 
-Human labels have ``source="human"``; an oracle's have ``source="oracle:MODEL"``
-and are never aggregated together with human ones. Aggregation follows Defuse:
-a cluster is a failure region when more than ρ of its annotators say so, its
-label is the majority label, and "none of the above" clusters are not used for
-correction. Agreement is the share of annotators voting with the majority label
-(the paper's agreement table).
+Annotators label each of a cluster's review images (the paper's 10 samples, stored with
+their latent codes) with a class or "none of the above". Aggregation follows Defuse
+(Definition 3.2, Section 4.1):
+
+- each image gets the majority label of its annotators (a tie gives it none);
+- images whose majority is "none of the above" are discarded, like images without a majority;
+- the cluster is a failure region when more than ρ of the remaining images' labels differ from
+  the classifier's prediction for that image;
+- the cluster's label is the majority over those images' labels.
+
+Agreement (the paper's Fig. 7) is, per image, the share of its annotators voting for its
+majority label; clusters report its mean and standard error over their images.
+
+Human labels have ``source="human"``; an oracle's have ``source="oracle:MODEL"`` and are never
+aggregated together with human ones. Workspaces from before per-image labels may hold one
+label per annotator per cluster; those clusters are still aggregated the old way (a failure
+vote and a class per annotator) and say so (``labelled_per == "cluster"``).
 """
 
 from __future__ import annotations
@@ -13,11 +24,11 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import math
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from probe_core.classes import class_index
 from probe_core.errors import ProbeError
@@ -25,6 +36,7 @@ from probe_core.errors import ProbeError
 NONE_OF_THE_ABOVE = "none"
 HUMAN = "human"
 DEFAULT_RHO = 0.5
+REVIEW_IMAGES = 10  # the paper samples 10 images per cluster for its annotators
 
 
 def oracle_source(model_id: str) -> str:
@@ -51,9 +63,28 @@ def normalise_label(label: str | int | None, class_names: tuple[str, ...]) -> st
         raise ProbeError(f"{exc} or 'none' (none of the above)") from None
 
 
+def label_images(store, review_image_ids: list[int], annotator: str, label: str | int,
+                 class_names: tuple[str, ...], source: str = HUMAN) -> list[int]:
+    """Validate and store one annotator's label of review images at once (one transaction); returns row ids.
+
+    One call with all of a cluster's images is the fast path ("all ten are a 9"); single images can
+    then be changed with further calls.
+    """
+    if not review_image_ids:
+        raise ProbeError("no review images to label")
+    name = normalise_label(label, class_names)
+    if name is None:
+        raise ProbeError("give the class the image shows, or 'none' (none of the above)")
+    return store.set_labels(annotator, [(int(i), name) for i in review_image_ids], source=source)
+
+
 def label_cluster(store, cluster_id: int, annotator: str, *, is_failure: bool | None, label: str | int | None,
                   class_names: tuple[str, ...], source: str = HUMAN) -> int:
-    """Validate and store one annotator's label of a cluster at once; returns the label's row id."""
+    """Store one annotator's label of a whole cluster (the pre-per-image way; kept for scripts and old data).
+
+    New labelling goes through :func:`label_images`; a cluster with per-image labels of a source is
+    aggregated from those, and its whole-cluster labels of that source are not used.
+    """
     if store.get_cluster(cluster_id) is None:
         raise ProbeError(f"no cluster {cluster_id}")
     if is_failure is None and label is None:
@@ -62,105 +93,145 @@ def label_cluster(store, cluster_id: int, annotator: str, *, is_failure: bool | 
                            is_failure=is_failure, source=source)
 
 
-def aggregate(labels: list[dict], rho: float = DEFAULT_RHO) -> dict:
-    """Aggregate one cluster's labels (each annotator once, as the store keeps them).
+def _strict_majority(votes: list) -> tuple[object | None, int]:
+    """The most common vote if no other ties with it (else None), and its count."""
+    if not votes:
+        return None, 0
+    ranked = Counter(votes).most_common()
+    top = ranked[0][1]
+    return (ranked[0][0] if len(ranked) == 1 or ranked[1][1] < top else None), top
+
+
+def _mean_and_standard_error(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = float(np.mean(values))
+    return mean, (float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None)
+
+
+def aggregate_images(images: list[dict], labels: list[dict], class_names: tuple[str, ...],
+                     rho: float = DEFAULT_RHO) -> dict:
+    """Aggregate one cluster's per-image labels as the paper does (see the module docstring).
+
+    Parameters
+    ----------
+    images : list of dict
+        The cluster's review images (``id``, ``position``, ``prediction``: class index).
+    labels : list of dict
+        Per-image labels of one source (``review_image_id``, ``annotator``, ``label``: class name or "none").
 
     Returns
     -------
     dict
-        ``annotators``; ``failure_votes`` and ``is_failure`` (share of failure
-        votes > ρ; None without votes); ``label`` (the majority class name,
-        ``"none"``, or None without a strict majority); ``agreement`` (share of
-        labelling annotators voting for the majority label); ``usable`` (a failure
-        with a class label, so it can be used for correction).
+        ``annotators``; ``images_labelled``, ``images_decided`` (a class majority),
+        ``images_disagreeing`` (decided and not the classifier's prediction); ``is_failure``
+        (disagreeing / decided > ρ; None when nothing is decided); ``label`` (majority over the
+        decided images; None on a tie); ``agreement`` and ``agreement_se`` (mean and standard
+        error over labelled images of the share of annotators voting for the image's majority);
+        ``image_agreements``; ``per_image`` (``review_image_id``, ``position``, ``prediction``,
+        ``majority``, ``agreement``, ``votes``); ``usable``; ``labelled_per`` ("image").
     """
-    votes = [entry["is_failure"] for entry in labels if entry["is_failure"] is not None]
-    named = [entry["label"] for entry in labels if entry["label"] is not None]
-    is_failure = None if not votes else sum(votes) / len(votes) > rho
-    label, agreement = None, None
-    if named:
-        ranked = Counter(named).most_common()
-        top_count = ranked[0][1]
-        agreement = top_count / len(named)
-        if len(ranked) == 1 or ranked[1][1] < top_count:
-            label = ranked[0][0]
+    votes_of: dict[int, list[str]] = {}
+    for entry in labels:
+        votes_of.setdefault(entry["review_image_id"], []).append(entry["label"])
+    per_image, decided = [], []
+    for image in images:
+        votes = votes_of.get(image["id"], [])
+        majority, top = _strict_majority(votes)
+        per_image.append({"review_image_id": image["id"], "position": image["position"],
+                          "prediction": class_names[image["prediction"]], "majority": majority,
+                          "agreement": top / len(votes) if votes else None, "votes": len(votes)})
+        if majority is not None and majority != NONE_OF_THE_ABOVE:
+            decided.append((majority, class_names[image["prediction"]]))
+    disagreeing = sum(truth != predicted for truth, predicted in decided)
+    label, _ = _strict_majority([truth for truth, _ in decided])
+    agreements = [entry["agreement"] for entry in per_image if entry["agreement"] is not None]
+    agreement, agreement_se = _mean_and_standard_error(agreements)
+    is_failure = None if not decided else disagreeing / len(decided) > rho
     return {
         "annotators": len({entry["annotator"] for entry in labels}),
-        "failure_votes": int(sum(votes)),
-        "votes": len(votes),
-        "is_failure": is_failure,
-        "label": label,
-        "agreement": agreement,
-        "usable": bool(is_failure) and label not in (None, NONE_OF_THE_ABOVE),
+        "images_labelled": len(agreements), "images_decided": len(decided), "images_disagreeing": disagreeing,
+        "is_failure": is_failure, "label": label, "agreement": agreement, "agreement_se": agreement_se,
+        "image_agreements": agreements, "per_image": per_image,
+        "usable": bool(is_failure) and label is not None, "labelled_per": "image",
     }
 
 
-def cluster_label_table(store, distill_run_id: int, source: str = HUMAN, rho: float = DEFAULT_RHO) -> list[dict]:
+def aggregate_cluster_votes(labels: list[dict], rho: float = DEFAULT_RHO) -> dict:
+    """Aggregate whole-cluster labels (workspaces from before per-image labels), same keys as
+    :func:`aggregate_images`: a failure when more than ρ of the annotators say so, the majority class
+    as the label ("none" is not usable), agreement the share of annotators voting for it.
+    """
+    votes = [entry["is_failure"] for entry in labels if entry["is_failure"] is not None]
+    named = [entry["label"] for entry in labels if entry["label"] is not None]
+    label, top = _strict_majority(named)
+    agreement = top / len(named) if named else None
+    return {
+        "annotators": len({entry["annotator"] for entry in labels}),
+        "images_labelled": 0, "images_decided": 0, "images_disagreeing": 0,
+        "is_failure": None if not votes else sum(votes) / len(votes) > rho,
+        "label": label, "agreement": agreement, "agreement_se": None,
+        "image_agreements": [] if agreement is None else [agreement], "per_image": [],
+        "usable": bool(votes) and sum(votes) / len(votes) > rho and label not in (None, NONE_OF_THE_ABOVE),
+        "labelled_per": "cluster" if labels else None,
+    }
+
+
+def cluster_labels(store, cluster: dict, class_names: tuple[str, ...], source: str = HUMAN,
+                   rho: float = DEFAULT_RHO) -> dict:
+    """One cluster's aggregated labels of one source: per image when it has any, else whole-cluster labels."""
+    per_image = store.get_labels(cluster_id=cluster["id"], source=source, per_image=True)
+    if per_image:
+        return aggregate_images(store.get_review_images(cluster["id"]), per_image, class_names, rho)
+    return aggregate_cluster_votes(store.get_labels(cluster_id=cluster["id"], source=source, per_image=False), rho)
+
+
+def cluster_label_table(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
+                        rho: float = DEFAULT_RHO) -> list[dict]:
     """Every cluster of a distillation run with its stored description and aggregated labels."""
-    rows = []
-    for cluster in store.get_clusters(distill_run_id):
-        labels = store.get_labels(cluster_id=cluster["id"], source=source)
-        rows.append({"id": cluster["id"], "cluster_index": cluster["cluster_index"], "weight": cluster["weight"],
-                     "size": cluster["size"], **cluster["info"], **aggregate(labels, rho)})
-    return rows
+    return [{"id": cluster["id"], "cluster_index": cluster["cluster_index"], "weight": cluster["weight"],
+             "size": cluster["size"], **cluster["info"], **cluster_labels(store, cluster, class_names, source, rho)}
+            for cluster in store.get_clusters(distill_run)]
 
 
 def agreement_summary(rows: list[dict]) -> dict:
-    """Mean annotator agreement over failure clusters, other clusters, and all labelled clusters."""
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return float(np.mean(values)) if values else None
+    """Annotator agreement as in the paper's Fig. 7: mean ± standard error over labelled images.
 
-    labelled = [r for r in rows if r["agreement"] is not None]
+    Returns ``failure_regions``, ``other_clusters`` and ``all``, each a dict with ``mean``, ``se``
+    and ``images`` (None means nothing labelled there), and ``clusters_labelled``.
+    """
+    def pooled(selected: list[dict]) -> dict:
+        values = [value for row in selected for value in row["image_agreements"]]
+        mean, se = _mean_and_standard_error(values)
+        return {"mean": mean, "se": se, "images": len(values)}
+
+    labelled = [r for r in rows if r["image_agreements"]]
     return {
-        "failure_regions": mean([r["agreement"] for r in labelled if r["is_failure"]]),
-        "other_regions": mean([r["agreement"] for r in labelled if not r["is_failure"]]),
-        "all": mean([r["agreement"] for r in labelled]),
+        "failure_regions": pooled([r for r in labelled if r["is_failure"]]),
+        "other_clusters": pooled([r for r in labelled if not r["is_failure"]]),
+        "all": pooled(labelled),
         "clusters_labelled": len(labelled),
     }
 
 
-@torch.no_grad()
-def oracle_labels(oracle: torch.nn.Module, classifier: torch.nn.Module, images: torch.Tensor, rho: float = DEFAULT_RHO,
-                  min_share: float = 0.5) -> dict:
-    """What an oracle classifier says about one cluster's review samples.
-
-    Parameters
-    ----------
-    images : torch.Tensor
-        (S, C, H, W) decoded samples of the cluster.
-    min_share : float
-        The oracle's majority class must cover more than this share of the samples,
-        otherwise it answers "none of the above".
-
-    Returns
-    -------
-    dict
-        ``label`` (class index or None for none of the above), ``is_failure``
-        (oracle and classifier disagree on more than ρ of the samples), ``share``.
-    """
-    oracle_predictions = oracle(images).argmax(1)
-    classifier_predictions = classifier(images).argmax(1)
-    counts = torch.bincount(oracle_predictions)
-    winner = int(counts.argmax())
-    share = float(counts[winner]) / len(images)
-    disagreement = float((oracle_predictions != classifier_predictions).float().mean())
-    return {"label": winner if share > min_share else None, "is_failure": disagreement > rho, "share": share,
-            "disagreement": disagreement}
-
-
 def labels_csv(store, distill_run_id: int) -> tuple[str, int]:
-    """Every stored label of a run's clusters (all sources) as CSV text, and the number of rows."""
+    """Every stored label of a run's clusters (all sources) as CSV text, and the number of rows.
+
+    ``image`` is the review image's position (1 to 10), empty for a whole-cluster label.
+    """
     clusters = {c["id"]: c for c in store.get_clusters(distill_run_id)}
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["cluster_id", "cluster_index", "annotator", "source", "is_failure", "label", "labelled_at"])
+    writer.writerow(["cluster_id", "cluster_index", "image", "annotator", "source", "is_failure", "label",
+                     "labelled_at"])
     count = 0
     for cluster_id, cluster in clusters.items():
+        position = {image["id"]: image["position"] for image in store.get_review_images(cluster_id)}
         for label in store.get_labels(cluster_id=cluster_id):
+            image = "" if label["review_image_id"] is None else position[label["review_image_id"]] + 1
             failure = "" if label["is_failure"] is None else ("yes" if label["is_failure"] else "no")
             when = dt.datetime.fromtimestamp(label["created_at"], dt.timezone.utc).isoformat(timespec="seconds")
-            writer.writerow([cluster_id, cluster["cluster_index"], label["annotator"], label["source"], failure,
+            writer.writerow([cluster_id, cluster["cluster_index"], image, label["annotator"], label["source"], failure,
                              label["label"] or "", when])
             count += 1
     return buffer.getvalue(), count

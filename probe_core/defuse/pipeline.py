@@ -6,13 +6,14 @@ It gathers three modules, each one hop away:
   running them (:func:`run_step` inline, :func:`submit_step` in the background);
 - :mod:`~probe_core.defuse.queries`: reading runs back (models, failures, assignments, the
   labelled failure set, the report);
-- :mod:`~probe_core.defuse.review`: review samples, the cached failure map, oracle labels.
+- :mod:`~probe_core.defuse.review`: review samples and the stored review images that annotators
+  label, the cached failure map, oracle labels.
 
 Stored runs name their job builders here (``probe_core.defuse.pipeline:identify_job``), so these
 names stay importable from this module.
 """
 
-from probe_core.defuse.correct import PAPER_LAMBDAS
+from probe_core.defuse.correct import PAPER_LAMBDAS, SELECTION_RULES
 from probe_core.defuse.queries import (
     CORRECT,
     DISTILL,
@@ -22,17 +23,21 @@ from probe_core.defuse.queries import (
     distill_tau,
     failures_of,
     labelled_failure_set,
+    labelled_review_failures,
     load_run_models,
     report,
     require_run,
+    run_class_names,
     run_models,
 )
 from probe_core.defuse.review import (
     auto_label,
     embedding,
+    review_images,
     review_samples,
 )
 from probe_core.defuse.steps import (
+    BASELINES,
     CorrectSettings,
     DistillSettings,
     EmbeddingSettings,
@@ -52,7 +57,9 @@ from probe_core.defuse.steps import (
 )
 
 __all__ = [
+    "BASELINES",
     "PAPER_LAMBDAS",
+    "SELECTION_RULES",
     "CORRECT",
     "CorrectSettings",
     "DISTILL",
@@ -74,9 +81,12 @@ __all__ = [
     "find_failures_job",
     "identify_job",
     "labelled_failure_set",
+    "labelled_review_failures",
     "load_run_models",
     "report",
     "require_run",
+    "run_class_names",
+    "review_images",
     "review_samples",
     "run_models",
     "run_step",

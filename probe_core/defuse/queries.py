@@ -18,6 +18,8 @@ from probe_core.defuse.identify import FailureSet
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
     HUMAN,
+    NONE_OF_THE_ABOVE,
+    agreement_summary,
     cluster_label_table,
 )
 from probe_core.errors import ProbeError
@@ -50,6 +52,11 @@ def run_models(store, run_id: int) -> dict:
     if "classifier" not in info:
         raise ProbeError(f"identification run {run_id} ({run.status}) never got as far as loading its models")
     return {"dataset": info["dataset"], "classifier": info["classifier"], "vae": info["vae"]}
+
+
+def run_class_names(store, run_id: int, data_dir=None) -> tuple[str, ...]:
+    """The class names of a Defuse run's data set (labels are stored by class name)."""
+    return load_dataset(run_models(store, run_id)["dataset"], data_dir).class_names
 
 
 def load_run_models(registry, store, run_id: int, device: str = "cpu"):
@@ -86,7 +93,8 @@ def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], 
     Returns arrays ``images`` (N, C, H, W) uint8, ``latents`` (N, D), ``labels`` (N,)
     class indices, ``cluster_id`` (N,), ``true_labels`` and ``predictions`` (N,).
     """
-    rows = {r["cluster_index"]: r for r in cluster_label_table(store, distill_run, source, rho) if r["usable"]}
+    rows = {r["cluster_index"]: r for r in cluster_label_table(store, distill_run, class_names, source, rho)
+            if r["usable"]}
     failures = failures_of(store, distill_run)
     clusters = assignments_of(store, distill_run)
     keep = np.isin(clusters, list(rows))
@@ -99,37 +107,73 @@ def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], 
     }
 
 
+def labelled_review_failures(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
+                             rho: float = DEFAULT_RHO) -> dict[str, np.ndarray]:
+    """The individually labelled failures: review images whose majority label is a class that the
+    classifier did not predict, each with its own label (the paper's baseline finetunes on these).
+
+    Images from every cluster count, failure region or not. Returns ``images`` (N, C, H, W) float,
+    ``latents`` (N, D), ``labels`` (N,) class indices, ``cluster_id`` (N,) and ``predictions`` (N,).
+    """
+    images, latents, labels, cluster_ids, predictions = [], [], [], [], []
+    for row in cluster_label_table(store, distill_run, class_names, source, rho):
+        stored = {image["id"]: image for image in store.get_review_images(row["id"])}
+        for entry in row["per_image"]:
+            majority = entry["majority"]
+            if majority in (None, NONE_OF_THE_ABOVE) or majority == entry["prediction"]:
+                continue
+            image = stored[entry["review_image_id"]]
+            images.append(image["image"])
+            latents.append(image["z"])
+            labels.append(class_names.index(majority))
+            cluster_ids.append(row["id"])
+            predictions.append(image["prediction"])
+    if not images:
+        return {"images": np.zeros((0,)), "latents": np.zeros((0,)), "labels": np.zeros((0,), dtype=np.int64),
+                "cluster_id": np.zeros((0,), dtype=np.int64), "predictions": np.zeros((0,), dtype=np.int64)}
+    return {"images": np.stack(images).astype(np.float32), "latents": np.stack(latents),
+            "labels": np.array(labels, dtype=np.int64), "cluster_id": np.array(cluster_ids, dtype=np.int64),
+            "predictions": np.array(predictions, dtype=np.int64)}
+
+
 def report(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN, rho: float = DEFAULT_RHO,
            correct_run: int | None = None) -> dict:
     """The scriptable summary of a Defuse run (``--out run.json``); accuracies are fractions.
 
     Keys: ``failures``, ``clusters`` (``id``, ``weight``, ``size``, ``majority_prediction``,
-    ``majority_true_label``, ``is_failure``, ``label``, ``agreement``, ``annotators``),
-    ``results`` (``before``/``defuse``/``baseline`` with ``test_accuracy`` and
-    ``failure_accuracy``), ``corrected_model``, ``seconds`` and the run ids.
+    ``majority_true_label``, ``is_failure``, ``label``, ``images_labelled``, ``agreement`` and
+    ``agreement_se`` (per-image agreement, mean and standard error), ``annotators``,
+    ``labelled_per``), ``agreement`` (the paper's Fig. 7 summary), ``results``
+    (``before``/``defuse``/``baseline`` with ``test_accuracy`` and ``failure_accuracy``; the
+    baseline's ``kind``), ``selection`` (the λ and epoch rule), ``corrected_model``, ``seconds`` and
+    the run ids.
     """
     distill = require_run(store, distill_run, DISTILL)
     identify = store.get_run(int(distill.config["identify_run"]))
     name = lambda index: None if index is None else class_names[index]  # noqa: E731
+    table = cluster_label_table(store, distill_run, class_names, source, rho)
     clusters = [
         {"id": r["id"], "cluster_index": r["cluster_index"], "weight": r["weight"], "size": r["size"],
          "majority_prediction": name(r.get("majority_prediction")),
          "majority_true_label": name(r.get("majority_true_label")),
-         "is_failure": r["is_failure"], "label": r["label"], "agreement": r["agreement"], "annotators": r["annotators"]}
-        for r in cluster_label_table(store, distill_run, source, rho)
+         "is_failure": r["is_failure"], "label": r["label"], "images_labelled": r["images_labelled"],
+         "images_disagreeing": r["images_disagreeing"], "agreement": r["agreement"],
+         "agreement_se": r["agreement_se"], "annotators": r["annotators"], "labelled_per": r["labelled_per"]}
+        for r in table
     ]
     out = {
         "failures": (identify.result or {}).get("failures", store.count_array_rows(identify.id, "failures/")),
-        "clusters": clusters, "label_source": source,
+        "clusters": clusters, "label_source": source, "rho": rho, "agreement": agreement_summary(table),
         "runs": {"identify": identify.id, "distill": distill_run, "correct": correct_run},
         "seconds": {"identify": (identify.result or {}).get("seconds"), "distill": (distill.result or {}).get("seconds"),
                     "correct": None},
-        "results": None, "corrected_model": None,
+        "results": None, "selection": None, "corrected_model": None,
     }
     if correct_run is not None:
         correct = require_run(store, correct_run, CORRECT)
         if correct.result:
             out["results"] = correct.result["results"]
+            out["selection"] = correct.result.get("selection")
             out["corrected_model"] = correct.result["corrected_model"]
             out["seconds"]["correct"] = correct.result["seconds"]
             out["sweep"] = correct.result["sweep"]

@@ -5,6 +5,7 @@ oracle labels (demos and tests only).
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from probe_core.data import clean_dataset_name
 from probe_core.defuse.cluster import (
@@ -15,8 +16,8 @@ from probe_core.defuse.cluster import (
 from probe_core.defuse.identify import encode_means
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
-    NONE_OF_THE_ABOVE,
-    oracle_labels,
+    REVIEW_IMAGES,
+    cluster_labels,
     oracle_source,
 )
 from probe_core.defuse.queries import (
@@ -37,6 +38,26 @@ def review_samples(vae, classifier, cluster: dict, count: int = 10, tau: float =
     latents = sample_cluster_latents(cluster["mean"], cluster["covariance"], count, tau, rng)
     images, probs = decode_and_classify(vae.module, classifier.module, latents)
     return {"latents": latents, "images": images, "probs": probs}
+
+
+def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
+    """The cluster's stored review images, the ones annotators label; made and stored on first use.
+
+    They are :func:`review_samples` with seed 0 (the paper's 10 per cluster), stored with their
+    latent codes and the classifier's predictions, so a label always points at the same picture.
+
+    Returns ``ids`` (S,) review image ids, ``latents`` (S, D), ``images`` (S, C, H, W) and
+    ``predictions`` (S,) class indices.
+    """
+    stored = store.get_review_images(cluster["id"])
+    if not stored:
+        shown = review_samples(vae, classifier, cluster, REVIEW_IMAGES, tau)
+        store.put_review_images(cluster["id"], shown["latents"], shown["images"].numpy(),
+                                shown["probs"].argmax(1).numpy())
+        stored = store.get_review_images(cluster["id"])
+    return {"ids": [image["id"] for image in stored], "latents": np.stack([image["z"] for image in stored]),
+            "images": torch.from_numpy(np.stack([image["image"] for image in stored])),
+            "predictions": np.array([image["prediction"] for image in stored])}
 
 
 def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points: int = 100_000,
@@ -65,14 +86,14 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
     return result
 
 
-def auto_label(registry, store, distill_run: int, oracle_ref: str, samples: int = 25, rho: float = DEFAULT_RHO,
-               seed: int = 0, device: str = "cpu") -> tuple[str, list[dict]]:
-    """Label every cluster with an oracle classifier, stored as ``oracle:MODEL`` (never mixed with human labels).
+def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = DEFAULT_RHO,
+               device: str = "cpu") -> tuple[str, list[dict]]:
+    """Label every cluster's review images with an oracle classifier, stored as ``oracle:MODEL``.
 
-    For demos and tests only: the oracle looks at ``samples`` review samples per
-    cluster; its majority class is the label ("none" below a clear majority) and
-    the cluster is a failure when the oracle disagrees with the classifier on more
-    than ρ of them. Returns the label source (``oracle:MODEL``) and one entry per cluster.
+    For demos and tests only: the oracle stands in for annotators who know the true classes and
+    labels each review image with its predicted class; the clusters are then aggregated as human
+    labels are (never mixed with them). Returns the label source and one aggregated entry per cluster
+    (``cluster_id`` plus the keys of :func:`~probe_core.defuse.labels.aggregate_images`).
     """
     dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
     # the oracle stands in for people who know the true classes: its default is the clean data set's classifier
@@ -83,10 +104,11 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, samples: int 
     source = oracle_source(oracle.id)
     written = []
     for cluster in store.get_clusters(distill_run):
-        shown = review_samples(vae, classifier, cluster, samples, tau, seed)
-        verdict = oracle_labels(oracle.module, classifier.module, shown["images"].to(device), rho)
-        label = NONE_OF_THE_ABOVE if verdict["label"] is None else dataset.class_names[verdict["label"]]
-        store.set_label("oracle", cluster_id=cluster["id"], label=label, is_failure=verdict["is_failure"],
-                        source=source)
-        written.append({**verdict, "cluster_id": cluster["id"], "label": label, "label_index": verdict["label"]})
+        shown = review_images(store, vae, classifier, cluster, tau)
+        with torch.no_grad():
+            answers = oracle.module(shown["images"].to(device)).argmax(1).cpu().tolist()
+        store.set_labels("oracle", [(image_id, dataset.class_names[answer])
+                                    for image_id, answer in zip(shown["ids"], answers)], source=source)
+        written.append({"cluster_id": cluster["id"],
+                        **cluster_labels(store, cluster, dataset.class_names, source, rho)})
     return source, written

@@ -23,6 +23,7 @@ from probe_core.defuse.cluster import (
 )
 from probe_core.defuse.correct import (
     PAPER_LAMBDAS,
+    SELECTION_RULES,
     FailureRegion,
     LabelledImages,
     evaluate,
@@ -48,6 +49,7 @@ from probe_core.defuse.queries import (
     distill_tau,
     failures_of,
     labelled_failure_set,
+    labelled_review_failures,
     load_run_models,
     require_run,
     run_models,
@@ -131,9 +133,21 @@ class DistillSettings:
     seed: int = 0
 
 
+BASELINES = {
+    "labelled-images": "finetune on the individually labelled failures: review images whose annotators' "
+                       "majority class is not the classifier's prediction, each with its own label (the paper's)",
+    "cluster-labels": "finetune on the identification failures in failure regions, each with its region's label "
+                      "(Model Probe's earlier baseline; it inherits Defuse's clustering and labels)",
+}
+
+
 @dataclass(frozen=True)
 class CorrectSettings:
-    """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used."""
+    """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
+
+    ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
+    :data:`~probe_core.defuse.correct.SELECTION_RULES` (both default to the paper's choice).
+    """
 
     kind: ClassVar[str] = CORRECT
 
@@ -148,6 +162,15 @@ class CorrectSettings:
     learning_rate: float = 1e-3
     seed: int = 0
     executor: str = "local"  # where the λ sweep runs (probe_core.scaleout): local, or one Ray task per λ
+    baseline: str = "labelled-images"
+    selection: str = "data"
+
+    def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ProbeError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
+        if self.selection not in SELECTION_RULES:
+            raise ProbeError(f"unknown selection rule {self.selection!r}; choose one of "
+                             f"{', '.join(SELECTION_RULES)}")
 
 
 def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> JobFunction:
@@ -300,7 +323,7 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         store = context.store
         require_run(store, settings.distill_run, DISTILL)
         dataset, classifier, vae = load_run_models(registry, store, settings.distill_run, device)
-        table = cluster_label_table(store, settings.distill_run, settings.source, settings.rho)
+        table = cluster_label_table(store, settings.distill_run, dataset.class_names, settings.source, settings.rho)
         usable = [r for r in table if r["usable"]]
         if not usable:
             raise ProbeError(
@@ -320,7 +343,7 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         baseline_set = _baseline_failures(store, vae, settings, dataset)
         executor = parse_executor(settings.executor)
         sweep_args = {"lambdas": tuple(settings.lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
-                      "learning_rate": settings.learning_rate, "seed": settings.seed,
+                      "learning_rate": settings.learning_rate, "seed": settings.seed, "selection": settings.selection,
                       "executor": executor if executor.distributed else None}
 
         def on_progress(p, offset: float) -> None:
@@ -345,7 +368,10 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         return {
             "distill_run": settings.distill_run, "source": settings.source,
             "regions": [{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
-            "results": {"before": before, "defuse": {**after, **selected}, "baseline": {**baseline, **baseline_selected}},
+            "results": {"before": before, "defuse": {**after, **selected},
+                        "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
+                                     "description": BASELINES[settings.baseline]}},
+            "selection": {"rule": settings.selection, "description": SELECTION_RULES[settings.selection]},
             "sweep": sweep, "baseline_sweep": baseline_sweep, "baseline_failures": len(baseline_set),
             "lambdas_not_done": {phase: sorted(set(settings.lambdas) - {entry["lambda"] for entry in entries})
                                  for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
@@ -377,6 +403,17 @@ def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
 
 @torch.no_grad()
 def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageDataset) -> LabelledImages:
+    """D_f of the baseline (:data:`BASELINES`)."""
+    if settings.baseline == "labelled-images":
+        chosen = labelled_review_failures(store, settings.distill_run, dataset.class_names, settings.source,
+                                          settings.rho)
+        if not len(chosen["labels"]):
+            raise ProbeError(
+                f"the paper's baseline finetunes on individually labelled failures, and run {settings.distill_run} "
+                f"has none ({settings.source}): no review image is labelled with a class other than the classifier's "
+                f"prediction. Label review images, or choose the baseline 'cluster-labels'")
+        images = torch.from_numpy(chosen["images"])
+        return LabelledImages(images, torch.from_numpy(chosen["labels"]), torch.full((len(images),), -1))
     chosen = labelled_failure_set(store, settings.distill_run, dataset.class_names, settings.source, settings.rho)
     device = next(vae.module.parameters()).device
     latents = torch.from_numpy(chosen["latents"]).to(device)

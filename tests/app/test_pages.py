@@ -98,46 +98,50 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
     assert any(m.value.startswith(f"**Cluster {stored[0]}** (id ") for m in at.markdown)
 
 
-def test_label_page_stores_a_label_the_moment_it_is_given(app_env, flawed_run):
+def _my_image_labels(store, cluster_id: int, annotator: str) -> dict[int, str]:
+    return {label["review_image_id"]: label["label"]
+            for label in store.get_labels(cluster_id=cluster_id, source=label_tools.HUMAN, per_image=True)
+            if label["annotator"] == annotator}
+
+
+def test_label_page_labels_all_ten_images_at_once_then_one_by_one(app_env, flawed_run):
     at = open_page("pages/views/label.py")
     at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"])
     at.text_input(key="annotator").input("page-tester").run()
     cluster = app_env.store.get_clusters(flawed_run["distill_run"])[0]
-    at.radio(key=f"label_failure_{cluster['id']}").set_value("failure")
-    at.selectbox(key=f"label_class_{cluster['id']}").select("9")
-    submit = next(b for b in at.button if "Save label" in b.label)
-    submit.click().run()
+    images = app_env.store.get_review_images(cluster["id"])
+    assert len(images) == label_tools.REVIEW_IMAGES  # made and stored on first view
+    at.button(key="label_all_9").click().run()  # the fast path (key 9 in the browser)
     assert not at.exception
-    stored = [label for label in app_env.store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "page-tester"]
-    assert len(stored) == 1 and stored[0]["is_failure"] is True and stored[0]["label"] == "9"
-    assert stored[0]["source"] == label_tools.HUMAN
-    assert any("Saved" in s.value for s in at.success)
+    assert set(_my_image_labels(app_env.store, cluster["id"], "page-tester").values()) == {"9"}
+    assert any("all 10 images" in s.value for s in at.success)
+    third = images[2]["id"]
+    at.selectbox(key=f"label_image_{third}_page-tester_1").select("none of the above").run()
+    mine = _my_image_labels(app_env.store, cluster["id"], "page-tester")
+    assert len(mine) == 10 and mine[third] == "none" and sorted(mine.values()).count("9") == 9
+    table = next(d.value for d in at.dataframe if "differ from classifier" in d.value.columns)
+    row = table[table["cluster"] == cluster["id"]].iloc[0]
+    assert row["images labelled"] == 10
+    assert any(chart.key == "label_agreement" for chart in at.get("plotly_chart")) or at.get("plotly_chart")
 
 
-def test_label_page_needs_a_choice_remembers_the_name_and_shows_not_a_failure(app_env, flawed_run):
+def test_label_page_preselects_nothing_remembers_the_name_and_moves_between_clusters(app_env, flawed_run):
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["annotator"] = "returning-user"  # a reload keeps the name in the URL
     at.run()
     at.switch_page("pages/views/label.py").run()
     at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"]).run()
     assert at.text_input(key="annotator").value == "returning-user"
+    at.button(key="label_next").click().run()  # → (the Right key in the browser)
     cluster = app_env.store.get_clusters(flawed_run["distill_run"])[1]
-    at.session_state["label_position"] = 1
-    at.run()
-    assert at.radio(key=f"label_failure_{cluster['id']}").value is None  # nothing preselected
-    assert at.selectbox(key=f"label_class_{cluster['id']}").value is None
-    next(b for b in at.button if "Save label" in b.label).click().run()
-    assert any("nothing was stored" in e.value for e in at.error)
-    assert not [label for label in app_env.store.get_labels(cluster_id=cluster["id"])
-                if label["annotator"] == "returning-user"]
-    at.radio(key=f"label_failure_{cluster['id']}").set_value("not a failure")
-    at.selectbox(key=f"label_class_{cluster['id']}").select("8")
-    next(b for b in at.button if "Save label" in b.label).click().run()
-    assert not at.exception
-    table = next(d.value for d in at.dataframe if "failure votes" in d.value.columns)
-    row = table[table["cluster"] == cluster["id"]].iloc[0]
-    if not row["failure region"]:
-        assert row["label"] == "not a failure", row.to_dict()
+    images = app_env.store.get_review_images(cluster["id"])
+    boxes = [at.selectbox(key=f"label_image_{image['id']}_returning-user_0") for image in images]
+    assert [box.value for box in boxes] == [None] * 10  # nothing preselected: a careless click cannot invent a label
+    assert not _my_image_labels(app_env.store, cluster["id"], "returning-user")
+    boxes[0].select("8").run()
+    assert _my_image_labels(app_env.store, cluster["id"], "returning-user") == {images[0]["id"]: "8"}
+    at.button(key="label_prev").click().run()
+    assert any(h.value.startswith("Cluster ") and "· 1 of" in h.value for h in at.subheader)
 
 
 def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
@@ -155,7 +159,8 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     assert run.config["distill_run"] == flawed_run["distill_run"] and run.config["lambdas"] == [1.0]
     rerun_until(at, lambda a: any(s.value.startswith(f"Results (run {run.id},") for s in a.subheader))
     table = at.dataframe[-1].value
-    assert list(table["classifier"]) == ["before", "Defuse", "baseline: individual failures"]
+    assert list(table["classifier"]) == ["before", "Defuse", "baseline: labelled individual failures"]
+    assert run.config["baseline"] == "labelled-images" and run.config["selection"] == "data"  # the paper's
     assert table["failure-region accuracy"].iloc[1] > table["failure-region accuracy"].iloc[0]
     # the trade-off at the chosen λ, and a warning past the test-accuracy drop the user allows
     assert any("At the chosen λ = 1:" in c.value for c in at.caption)

@@ -100,13 +100,25 @@ def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_w
 def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(trained_workspace, flawed_run, tmp_path):
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run = flawed_run["distill_run"]
-    human_view = label_tools.cluster_label_table(store, distill_run)
+    names = tuple(str(c) for c in range(10))
+    human_view = label_tools.cluster_label_table(store, distill_run, names)
     source, written = pipeline.auto_label(registry, store, distill_run, "default")
     assert source == label_tools.oracle_source(registry.default_id("digits", "classifier"))
     assert any(w["is_failure"] and w["label"] == "9" for w in written)
-    assert label_tools.cluster_label_table(store, distill_run) == human_view  # oracle labels stay apart
+    assert all(w["labelled_per"] == "image" and w["images_labelled"] == label_tools.REVIEW_IMAGES for w in written)
+    assert label_tools.cluster_label_table(store, distill_run, names) == human_view  # oracle labels stay apart
+    # Model Probe's earlier selection rule (it looks at failure-region validation samples); the paper's is below
     run_id, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
-        distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128))
+        distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128,
+        selection="data-and-failures"))
+    assert result["selection"]["rule"] == "data-and-failures"
+    assert all(entry["score"] == pytest.approx((entry["validation_accuracy"] + entry["failure_validation_accuracy"]) / 2)
+               for entry in result["sweep"])
+    # the paper's baseline: the individually labelled failures, each with its own label
+    individually = pipeline.labelled_review_failures(store, distill_run, names, source)
+    assert result["results"]["baseline"]["kind"] == "labelled-images"
+    assert result["baseline_failures"] == len(individually["labels"]) > 0
+    assert (individually["labels"] != individually["predictions"]).all()
     before, after = result["results"]["before"], result["results"]["defuse"]
     assert before["failure_accuracy"] < 0.5
     assert after["failure_accuracy"] > before["failure_accuracy"] + 0.3
@@ -126,10 +138,28 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     all_labels = sum(len(store.get_labels(cluster_id=c["id"])) for c in store.get_clusters(distill_run))
     assert label_tools.export_labels_csv(store, distill_run, tmp_path / "labels.csv") == all_labels
     rows = list(csv.DictReader(open(tmp_path / "labels.csv")))
-    assert len(rows) == all_labels and sum(r["source"] == source for r in rows) == len(written)
+    assert len(rows) == all_labels
+    assert sum(r["source"] == source for r in rows) == len(written) * label_tools.REVIEW_IMAGES
     chosen = pipeline.labelled_failure_set(store, distill_run, dataset.class_names, source)
     assert len(chosen["labels"]) > 0 and (chosen["labels"] == 9).mean() > 0.5
     assert chosen["images"].shape[0] == chosen["latents"].shape[0] == len(chosen["labels"])
+
+
+def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawed_run):
+    registry, store = trained_workspace.registry, trained_workspace.store
+    source, _ = pipeline.auto_label(registry, store, flawed_run["distill_run"], "default")
+    _, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+        distill_run=flawed_run["distill_run"], source=source, lambdas=(0.1, 1.0), epochs=1, samples_per_region=32,
+        baseline="cluster-labels"))
+    assert result["selection"]["rule"] == "data"  # the paper's: accuracy on the original data alone
+    assert all(entry["score"] == entry["validation_accuracy"] for entry in result["sweep"] + result["baseline_sweep"])
+    assert result["results"]["defuse"]["score"] == max(entry["score"] for entry in result["sweep"])
+    names = tuple(str(c) for c in range(10))
+    in_regions = pipeline.labelled_failure_set(store, flawed_run["distill_run"], names, source)
+    assert result["results"]["baseline"]["kind"] == "cluster-labels"
+    assert result["baseline_failures"] == len(in_regions["labels"])
+    with pytest.raises(ProbeError, match="unknown baseline"):
+        pipeline.CorrectSettings(distill_run=1, baseline="adversarial")
 
 
 def test_correction_without_usable_labels_says_what_to_do(trained_workspace, flawed_run):
@@ -150,28 +180,49 @@ def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):
 
 # --- labels from several annotators -------------------------------------------------------------
 
-def test_concurrent_annotators_aggregate_with_rho_majority_and_agreement(trained_workspace, flawed_run):
+def test_concurrent_annotators_label_images_and_the_paper_aggregation_follows(trained_workspace, flawed_run):
     store = trained_workspace.store
-    cluster = store.get_clusters(flawed_run["distill_run"])[-1]
+    distill_run = flawed_run["distill_run"]
+    cluster = store.get_clusters(distill_run)[-1]
     names = tuple(str(c) for c in range(10))
-    votes = {"ann": (True, "9"), "bea": (True, "9"), "cy": (True, "9"), "dee": (False, "8"), "eve": (False, "8")}
-    threads = [threading.Thread(target=label_tools.label_cluster, args=(store, cluster["id"], who),
-                                kwargs={"is_failure": failure, "label": label, "class_names": names})
-               for who, (failure, label) in votes.items()]
+    _, classifier, vae = pipeline.load_run_models(trained_workspace.registry, store, distill_run)
+    shown = pipeline.review_images(store, vae, classifier, cluster, pipeline.distill_tau(store, distill_run))
+    assert len(shown["ids"]) == label_tools.REVIEW_IMAGES
+    again = pipeline.review_images(store, vae, classifier, cluster, 0.9)  # stored: the same images, whatever τ
+    assert again["ids"] == shown["ids"] and np.array_equal(again["latents"], shown["latents"])
+    predicted = [names[p] for p in shown["predictions"]]
+    # three annotators call every image a 9; two agree with the classifier on every image
+    calls = {"ann": ["9"] * 10, "bea": ["9"] * 10, "cy": ["9"] * 10, "dee": predicted, "eve": predicted}
+
+    def annotate(who: str) -> None:
+        for image_id, label in zip(shown["ids"], calls[who]):
+            label_tools.label_images(store, [image_id], who, label, names)
+
+    threads = [threading.Thread(target=annotate, args=(who,)) for who in calls]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    row = next(r for r in label_tools.cluster_label_table(store, flawed_run["distill_run"]) if r["id"] == cluster["id"])
-    assert row["annotators"] == 5 and row["failure_votes"] == 3
-    assert row["is_failure"] is True and row["label"] == "9" and row["agreement"] == pytest.approx(0.6)
-    # one annotator changing their mind replaces their label: now 2 of 5 say failure, a 2-3 split on the class
-    label_tools.label_cluster(store, cluster["id"], "cy", is_failure=False, label="8", class_names=names)
-    row = next(r for r in label_tools.cluster_label_table(store, flawed_run["distill_run"]) if r["id"] == cluster["id"])
-    assert row["annotators"] == 5 and row["is_failure"] is False and row["label"] == "8"
-    assert row["usable"] is False
 
+    def row():
+        return next(r for r in label_tools.cluster_label_table(store, distill_run, names) if r["id"] == cluster["id"])
 
+    not_nine = sum(p != "9" for p in predicted)
+    first = row()
+    assert first["annotators"] == 5 and first["images_labelled"] == first["images_decided"] == 10
+    assert first["images_disagreeing"] == not_nine and first["label"] == "9"
+    assert first["is_failure"] is (not_nine / 10 > 0.5)
+    expected_agreement = [1.0 if p == "9" else 0.6 for p in predicted]
+    assert first["agreement"] == pytest.approx(np.mean(expected_agreement))
+    # one annotator changing their mind replaces their labels: the classifier's calls now win every image
+    label_tools.label_images(store, shown["ids"], "cy", "none", names)
+    label_tools.label_images(store, shown["ids"], "cy", predicted[0], names)  # the fast path: all ten at once
+    for image_id, label in zip(shown["ids"], predicted):
+        label_tools.label_images(store, [image_id], "cy", label, names)
+    second = row()
+    assert second["annotators"] == 5 and second["images_disagreeing"] == 0
+    assert second["is_failure"] is False and second["usable"] is False
+    assert len(store.get_labels(cluster_id=cluster["id"], source=label_tools.HUMAN, per_image=True)) == 50
 
 
 # --- CLI --------------------------------------------------------------------------------------
@@ -190,7 +241,11 @@ def test_cli_defuse_run_end_to_end_writes_the_summary(trained_workspace, flawed_
     summary = json.loads(out.read_text())
     assert summary["failures"] > 0 and summary["clusters"]
     assert set(summary["clusters"][0]) >= {"id", "weight", "size", "majority_prediction", "majority_true_label",
-                                           "is_failure", "label"}
+                                           "is_failure", "label", "images_labelled", "agreement", "agreement_se"}
+    assert all(c["images_labelled"] == label_tools.REVIEW_IMAGES for c in summary["clusters"])
+    assert all(0 <= c["agreement"] <= 1 and c["agreement_se"] >= 0 for c in summary["clusters"])
+    assert summary["results"]["baseline"]["kind"] == "labelled-images"
+    assert summary["selection"]["rule"] == "data" and summary["agreement"]["all"]["images"] > 0
     for step in ("before", "defuse", "baseline"):
         assert 0 <= summary["results"][step]["test_accuracy"] <= 1
         assert 0 <= summary["results"][step]["failure_accuracy"] <= 1
@@ -211,6 +266,18 @@ def test_cli_defuse_errors_are_one_line(trained_workspace, flawed_run, capsys):
                  "--label", "9"]) == 2
     error = capsys.readouterr().err
     assert "--annotator" in error and error.count("\n") == 1
+    labelled = [*root, "label", "--run", str(flawed_run["distill_run"]), "--cluster", str(cluster_id),
+                "--annotator", "cli-user"]
+    assert main([*labelled, "--label", "9", "--failure"]) == 2
+    assert "verdict follows from the labels" in capsys.readouterr().err
+    assert main([*labelled, "--label", "9", "--image", "11"]) == 2
+    assert "--image counts from 1 to 10" in capsys.readouterr().err
+    assert not trained_workspace.store.get_labels(cluster_id=cluster_id, source="human", per_image=True) or all(
+        label["annotator"] != "cli-user" for label in trained_workspace.store.get_labels(cluster_id=cluster_id))
+    assert main([*labelled, "--label", "9"]) == 0 and main([*labelled, "--label", "none", "--image", "3"]) == 0
+    mine = [label for label in trained_workspace.store.get_labels(cluster_id=cluster_id, per_image=True)
+            if label["annotator"] == "cli-user"]
+    assert sorted(label["label"] for label in mine) == ["9"] * 9 + ["none"]
 
 
 def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighbours():

@@ -46,16 +46,84 @@ def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_cluster
 
 
 
-def test_aggregate_handles_ties_and_none_of_the_above():
+DIGITS = tuple(str(c) for c in range(10))
+
+
+def _images(predictions: list[int]) -> list[dict]:
+    return [{"id": 100 + position, "position": position, "prediction": p} for position, p in enumerate(predictions)]
+
+
+def _votes(table: dict[str, list[str | None]]) -> list[dict]:
+    """Per-image labels: annotator -> one label (or None: not labelled) per image position."""
+    return [{"review_image_id": 100 + position, "annotator": who, "label": label}
+            for who, labels in table.items() for position, label in enumerate(labels) if label is not None]
+
+
+def test_per_image_aggregation_follows_the_paper_on_a_hand_computed_cluster():
+    # The classifier says 8 for all ten images; three annotators.
+    votes = _votes({
+        "ana": ["9"] * 6 + ["9", "8", "none", "9"],
+        "bea": ["9"] * 6 + ["9", "8", "none", "8"],
+        "cy": ["9"] * 6 + ["8", "8", "9", None],
+    })
+    result = label_tools.aggregate_images(_images([8] * 10), votes, DIGITS)
+    # images 1-7 have a class majority (9 ×7, 8 ×1 for image 8); image 9's majority is "none" (discarded);
+    # image 10 is a 1-1 tie (no majority, discarded)
+    assert [entry["majority"] for entry in result["per_image"]] == ["9"] * 7 + ["8", "none", None]
+    assert (result["images_labelled"], result["images_decided"], result["images_disagreeing"]) == (10, 8, 7)
+    assert result["is_failure"] is True and result["label"] == "9" and result["usable"] is True
+    agreements = [1.0] * 6 + [2 / 3, 1.0, 2 / 3, 0.5]
+    assert result["image_agreements"] == pytest.approx(agreements)
+    assert result["agreement"] == pytest.approx(np.mean(agreements))
+    assert result["agreement_se"] == pytest.approx(np.std(agreements, ddof=1) / np.sqrt(10))
+    assert result["annotators"] == 3 and result["labelled_per"] == "image"
+
+
+def test_per_image_aggregation_at_rho_exactly_a_half_ties_and_none_of_the_above():
+    # two of four decided images differ from the classifier: exactly ρ = 0.5 is not more than ρ
+    half = label_tools.aggregate_images(_images([8, 8, 8, 8]), _votes({"ana": ["9", "9", "8", "8"]}), DIGITS)
+    assert half["images_disagreeing"] == 2 and half["images_decided"] == 4
+    assert half["is_failure"] is False and half["usable"] is False
+    assert half["label"] is None  # 9 and 8 tie over the images
+    below = label_tools.aggregate_images(_images([8, 8, 8, 8]), _votes({"ana": ["9", "9", "8", "8"]}), DIGITS,
+                                         rho=0.4)
+    assert below["is_failure"] is True and below["usable"] is False  # a failure, but no majority label
+    # a failure region whose images split between two true classes has no label either
+    split = label_tools.aggregate_images(_images([8, 8, 8, 8]), _votes({"ana": ["9", "7", "9", "7"]}), DIGITS)
+    assert split["is_failure"] is True and split["label"] is None and not split["usable"]
+    # "none of the above" images are discarded: nothing decided, no verdict
+    mixed = label_tools.aggregate_images(
+        _images([8, 8]), _votes({"ana": ["none", "none"], "bea": ["none", "3"], "cy": ["3", "3"]}), DIGITS)
+    assert [entry["majority"] for entry in mixed["per_image"]] == ["none", "3"]
+    assert mixed["images_decided"] == 1 and mixed["is_failure"] is True and mixed["label"] == "3"
+    everything_none = label_tools.aggregate_images(_images([8]), _votes({"ana": ["none"]}), DIGITS)
+    assert everything_none["is_failure"] is None and everything_none["label"] is None
+    unlabelled = label_tools.aggregate_images(_images([8, 8]), [], DIGITS)
+    assert unlabelled["images_labelled"] == 0 and unlabelled["agreement"] is None and unlabelled["is_failure"] is None
+
+
+def test_agreement_summary_pools_images_by_failure_region():
+    failure = {"is_failure": True, "image_agreements": [1.0, 0.6]}
+    other = {"is_failure": False, "image_agreements": [0.8]}
+    summary = label_tools.agreement_summary([failure, other, {"is_failure": None, "image_agreements": []}])
+    assert summary["clusters_labelled"] == 2
+    assert summary["failure_regions"]["mean"] == pytest.approx(0.8) and summary["failure_regions"]["images"] == 2
+    assert summary["failure_regions"]["se"] == pytest.approx(np.std([1.0, 0.6], ddof=1) / np.sqrt(2))
+    assert summary["other_clusters"] == {"mean": pytest.approx(0.8), "se": None, "images": 1}
+    assert summary["all"]["mean"] == pytest.approx(0.8) and summary["all"]["images"] == 3
+
+
+def test_whole_cluster_labels_from_older_workspaces_still_aggregate():
     def entry(who, failure, label):
         return {"annotator": who, "is_failure": failure, "label": label}
 
-    tie = label_tools.aggregate([entry("a", True, "3"), entry("b", True, "5")])
+    tie = label_tools.aggregate_cluster_votes([entry("a", True, "3"), entry("b", True, "5")])
     assert tie["is_failure"] is True and tie["label"] is None and tie["agreement"] == 0.5 and not tie["usable"]
-    nothing = label_tools.aggregate([entry("a", True, "none"), entry("b", True, "none"), entry("c", True, "3")])
-    assert nothing["label"] == "none" and not nothing["usable"]
-    half = label_tools.aggregate([entry("a", True, "3"), entry("b", False, "3")])
+    nothing = label_tools.aggregate_cluster_votes([entry("a", True, "none"), entry("b", True, "none"),
+                                                   entry("c", True, "3")])
+    assert nothing["label"] == "none" and not nothing["usable"] and nothing["labelled_per"] == "cluster"
+    half = label_tools.aggregate_cluster_votes([entry("a", True, "3"), entry("b", False, "3")])
     assert half["is_failure"] is False  # exactly ρ = 0.5 is not more than half
-    assert label_tools.aggregate([])["is_failure"] is None
+    assert label_tools.aggregate_cluster_votes([])["is_failure"] is None
     with pytest.raises(ProbeError, match="unknown class"):
         label_tools.normalise_label("eleven", tuple("0123456789"))

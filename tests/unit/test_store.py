@@ -71,6 +71,53 @@ def test_relabelling_replaces_and_sources_stay_apart(store):
         store.set_label("ana", label="1")
 
 
+def test_review_images_are_stored_once_and_labelled_per_image(store):
+    run_id = store.create_run("defuse", {})
+    [cluster] = store.add_clusters(run_id, [{"cluster_index": 0, "weight": 0.5, "size": 3,
+                                             "mean": np.zeros(2), "covariance": np.eye(2)}])
+    latents, images = np.arange(6.0).reshape(3, 2), np.zeros((3, 1, 4, 4))
+    ids = store.put_review_images(cluster, latents, images, np.array([8, 8, 1]))
+    again = store.put_review_images(cluster, latents + 1, images + 1, np.array([0, 0, 0]))
+    assert again == ids and len(ids) == 3  # the first images stay: labels point at them
+    stored = store.get_review_images(cluster)
+    assert np.array_equal(stored[2]["z"], latents[2]) and [s["prediction"] for s in stored] == [8, 8, 1]
+    store.set_labels("ana", [(ids[0], "9"), (ids[1], "9")])
+    store.set_label("ana", review_image_id=ids[1], label="8")  # a change replaces the earlier label
+    store.set_label("ana", cluster_id=cluster, label="4", is_failure=True)  # whole-cluster labels stay apart
+    per_image = store.get_labels(cluster_id=cluster, per_image=True)
+    assert [(l["review_image_id"], l["label"]) for l in per_image] == [(ids[0], "9"), (ids[1], "8")]
+    assert [l["label"] for l in store.get_labels(cluster_id=cluster, per_image=False)] == ["4"]
+    with pytest.raises(ProbeError, match="no review image"):
+        store.set_labels("ana", [(ids[2], "1"), (999, "1")])
+    assert len(store.get_labels(cluster_id=cluster, per_image=True)) == 2  # the failed batch wrote nothing
+    with pytest.raises(ProbeError, match="class only"):
+        store.set_label("ana", review_image_id=ids[0], label="1", is_failure=True)
+
+
+def test_a_workspace_from_schema_3_opens_with_its_labels(tmp_path):
+    from probe_core.store import _MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    connection = sqlite3.connect(path)
+    for version in (1, 2, 3):
+        connection.executescript(_MIGRATIONS[version])
+    connection.execute("PRAGMA user_version = 3")
+    connection.execute("INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
+                       "VALUES ('defuse-distill', '{}', 'done', 'x', 0, 0)")
+    connection.execute("INSERT INTO clusters (run_id, cluster_index, weight, size, mean, covariance) "
+                       "VALUES (1, 0, 0.5, 3, x'00', x'00')")
+    connection.execute("INSERT INTO labels (annotator, source, cluster_id, label, is_failure, created_at) "
+                       "VALUES ('ana', 'human', 1, '9', 1, 0)")
+    connection.commit()
+    connection.close()
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    [old] = store.get_labels(cluster_id=1)
+    assert (old["label"], old["is_failure"], old["review_image_id"]) == ("9", True, None)
+    store.set_label("ana", cluster_id=1, label="8", is_failure=False)  # still one whole-cluster label per annotator
+    assert [l["label"] for l in store.get_labels(cluster_id=1)] == ["8"]
+
+
 def test_samples_round_trip(store):
     run_id = store.create_run("sample", {"target": "high:3"})
     store.add_samples(run_id, [
