@@ -231,25 +231,31 @@ def failures_of_run(run_id: int):
     return _failures(str(workspace().root.resolve()), run_id)
 
 
-def start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int | None:
-    """Start a Bayes-TrEx run on the session's models in the background; returns the run id.
+def start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None = None,
+                   **sample_kwargs) -> int | None:
+    """Start a Bayes-TrEx run in the background; returns the run id.
 
+    ``models``: ``(classifier, generator)`` references for a use case; default the session's models.
     Bad settings or a bad target show one ``st.error`` and return None; nothing is stored then.
     """
     try:
-        return _start_sampling(dataset_name, spec, **sample_kwargs)
+        return _start_sampling(dataset_name, spec, models, **sample_kwargs)
     except ProbeError as exc:
         st.error(f"Cannot start sampling: {exc}")
         return None
 
 
-def _start_sampling(dataset_name: str, spec: str, **sample_kwargs) -> int:
+def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None, **sample_kwargs) -> int:
     from probe_core.bayestrex import check_sampler_settings
     from probe_core.targets import parse_targets
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
-    classifier, generator = session_models(dataset_name)
+    if models is None:
+        classifier, generator = session_models(dataset_name)
+    else:
+        classifier, generator = (load_model(reference, kind, dataset_name)
+                                 for reference, kind in zip(models, ("classifier", "generator")))
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     config = SampleConfig(dataset=dataset_name, target=spec, classifier=classifier.id, generator=generator.id,

@@ -7,11 +7,13 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import best_samples, summary_rows
+from probe_core.bayestrex import best_samples, recipes, summary_rows
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
+from probe_core.models import ModelSpec
 from probe_core.reports import html_report
+from probe_core.runconfig import submit_training
 from probe_core.targets import parse_targets
 
 ws = _ui.workspace()
@@ -69,6 +71,44 @@ def target_spec() -> str | None:
                               "ambiguous-matrix; several separated by ';'")
 
 
+def use_case_section() -> None:
+    """The paper's use cases: the models they need (trained here as a job when missing), then a run."""
+    use_case = st.selectbox("Use case", list(recipes.USE_CASES), key="probe_use_case")
+    st.caption(recipes.USE_CASES[use_case])
+    options = {}
+    if use_case == "misclassification":
+        options["excluded_class"] = st.selectbox("Class the generator never sees", names, key="probe_uc_excluded")
+        options["classifier"] = classifier.id
+    elif use_case == "novel-class":
+        default = [names[i] for i in (0, 1, 3, 6, 9) if i < len(names)]
+        options["classifier_classes"] = tuple(st.multiselect("The classifier's classes (the generator gets the "
+                                                             "others)", names, default=default, key="probe_uc_classes"))
+    generator_kind = st.radio("Generator", list(recipes.GENERATOR_KINDS_OF_USE_CASES), horizontal=True,
+                              key="probe_uc_generator", help="the paper used a GAN for these use cases")
+    try:
+        plan = recipes.plan_use_case(ws.registry, dataset.name, use_case, generator=generator_kind, **options)
+    except ProbeError as exc:
+        st.error(str(exc))
+        return
+    resolved = {spec.resolved(dataset).model_id(): spec for spec in plan.model_specs()}
+    missing = [spec for model_id, spec in resolved.items() if not ws.registry.exists(model_id)]
+    ids = {kind: model.resolved(dataset).model_id() if isinstance(model, ModelSpec) else model
+           for kind, model in (("classifier", plan.classifier), ("generator", plan.generator))}
+    st.caption(f"Classifier `{ids['classifier']}` · generator `{ids['generator']}` · targets `{plan.target}`")
+    if missing:
+        st.info(f"{len(missing)} of these models are not trained yet: "
+                + ", ".join(f"`{spec.resolved(dataset).model_id()}`" for spec in missing))
+        if st.button("Train the missing models", key="probe_uc_train"):
+            submit_training(_ui.job_manager(), ws.registry, missing, dataset.base_name, device=_ui.device())
+        _ui.active_runs("probe_uc", ("train",))
+        return
+    if st.button("Start the use case", type="primary", key="probe_uc_start"):
+        started = _ui.start_sampling(dataset.name, plan.target, models=(ids["classifier"], ids["generator"]),
+                                     **sampler_kwargs())
+        if started is not None:
+            st.session_state["probe_run_pick"] = started
+
+
 spec = target_spec()
 if spec is not None:
     try:
@@ -97,11 +137,18 @@ with st.expander("Sampler settings", expanded=False):
     seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
 
 anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
+
+
+def sampler_kwargs() -> dict:
+    return {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
+            "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every), "anneal_sigma_from": anneal_value}
+
+
 if st.button("Start sampling", type="primary", disabled=spec is None, key="probe_start"):
-    kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
-              "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every),
-              "anneal_sigma_from": anneal_value}
-    st.session_state["probe_run_pick"] = _ui.start_sampling(dataset.name, spec, **kwargs)
+    st.session_state["probe_run_pick"] = _ui.start_sampling(dataset.name, spec, **sampler_kwargs())
+if differentiable:
+    with st.expander("The paper's use cases: misclassification, novel class, always ambiguous", expanded=False):
+        use_case_section()
 
 run = _ui.pick_run("sample", "Run", "probe_run_pick", dataset=dataset.name,
                    describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))} · "

@@ -1,4 +1,6 @@
-"""The paper's use cases as functions over a registry: misclassification, novel class, classifier comparison.
+"""The paper's use cases as functions over a registry: misclassification, novel class, always ambiguous,
+classifier comparison. :func:`plan_use_case` says which models and targets a use case needs without
+training anything (the Probe page trains the missing ones as a job, then samples).
 
 Each returns the :func:`~probe_core.bayestrex.sample.sample` result with keys naming the models it used;
 the comparison is labelled by people (:func:`samples_to_label`, :func:`comparison_table`).
@@ -7,6 +9,7 @@ the comparison is labelled by people (:func:`samples_to_label`, :func:`compariso
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
@@ -24,46 +27,151 @@ def probe_target(registry, dataset: str, spec: str, classifier: str | None = Non
     """Any target spec (high confidence, ambiguous pair, ambiguity matrix, uniform, path) on chosen models."""
     clf, gen = _models(registry, dataset, classifier, generator)
     data = load_dataset(dataset, registry.data_dir)
-    result = sample(clf.module, gen.module, spec, class_names=clf.class_names or data.class_names,
-                    dataset=data if clf.kind == "classifier" else None, **sample_kwargs)
+    names = tuple(clf.class_names or data.class_names)
+    # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
+    baseline_data = data if clf.kind == "classifier" and names == tuple(data.class_names) else None
+    result = sample(clf.module, gen.module, spec, class_names=names, dataset=baseline_data, **sample_kwargs)
     result.update(dataset=dataset, classifier=clf.id, generator=gen.id)
     return result
 
 
+USE_CASES = {
+    "misclassification": "a generator trained without class c, the normal classifier, target high:c (Sec. 4.6)",
+    "novel-class": "a classifier trained on some classes, a generator on the others, high confidence in each "
+                   "classifier class (Sec. 4.7)",
+    "always-ambiguous": "a classifier trained to be ambiguous between y and y+1, a generator on all classes, "
+                        "targets ambiguous:i,i+1 for every i (Sec. 4.4)",
+}
+GENERATOR_KINDS_OF_USE_CASES = ("gan", "vae")  # the paper used GANs for these use cases
+
+
+@dataclass(frozen=True)
+class UseCasePlan:
+    """What a use case samples with: models (a :class:`ModelSpec` to train, or a stored reference) and targets.
+
+    ``classifier`` and ``generator`` are either a :class:`ModelSpec` (trained when it is missing,
+    explicitly) or a reference string (a model id, ``default`` or a plugin path) resolved as given.
+    """
+
+    name: str
+    classifier: ModelSpec | str
+    generator: ModelSpec | str
+    target: str
+    use_case: dict
+
+    def model_specs(self) -> list[ModelSpec]:
+        """The zoo models this plan trains when they are missing."""
+        return [m for m in (self.classifier, self.generator) if isinstance(m, ModelSpec)]
+
+
+def plan_use_case(registry, dataset: str, name: str, *, excluded_class: str | int | None = None,
+                  classifier_classes: tuple | None = None, classifier: str | None = None,
+                  generator: str | None = None) -> UseCasePlan:
+    """The models and targets of one of the paper's use cases (:data:`USE_CASES`); trains nothing.
+
+    Parameters
+    ----------
+    excluded_class
+        misclassification: the class the generator never sees.
+    classifier_classes
+        novel-class: the classifier's classes (default 0, 1, 3, 6, 9 as in the paper).
+    classifier
+        misclassification: the classifier under test (default: the data set's default).
+    generator
+        ``gan`` (default, as in the paper) or ``vae`` to train the generator the use case needs, or a
+        stored model id or plugin; a zoo generator that saw classes the use case must hide is refused.
+
+    Raises
+    ------
+    ProbeError
+        For an unknown use case, missing or bad classes, or a generator trained on the wrong classes.
+    """
+    if name not in USE_CASES:
+        raise ProbeError(f"unknown use case {name!r}; choose one of {', '.join(USE_CASES)}")
+    data = load_dataset(dataset, registry.data_dir)
+    everything = tuple(range(data.num_classes))
+    if name == "misclassification":
+        if excluded_class is None:
+            raise ProbeError("the misclassification use case needs the class the generator is trained without")
+        excluded = data.class_index(excluded_class)
+        kept = tuple(c for c in everything if c != excluded)
+        return UseCasePlan(name, classifier or "default", _generator(registry, dataset, data, kept, generator),
+                           f"high:{excluded}", {"name": name, "excluded_class": data.class_names[excluded]})
+    if name == "novel-class":
+        seen = tuple(sorted({data.class_index(c) for c in (classifier_classes or (0, 1, 3, 6, 9))}))
+        unseen = tuple(c for c in everything if c not in seen)
+        if not seen or not unseen:
+            raise ProbeError("novel-class extrapolation needs a non-empty class subset and a non-empty rest")
+        # names win over indices in specs, and the classifier's class k is the data set's class seen[k]
+        target = ";".join(f"high:{data.class_names[c]}" for c in seen)
+        return UseCasePlan(name, ModelSpec(dataset=dataset, kind="classifier", classes=seen),
+                           _generator(registry, dataset, data, unseen, generator), target,
+                           {"name": name, "classifier_classes": [data.class_names[c] for c in seen],
+                            "generator_classes": [data.class_names[c] for c in unseen]})
+    names = data.class_names
+    target = ";".join(f"ambiguous:{names[i]},{names[(i + 1) % len(names)]}" for i in everything)
+    return UseCasePlan(name, ModelSpec(dataset=dataset, kind="classifier", ambiguous=True),
+                       _generator(registry, dataset, data, everything, generator), target,
+                       {"name": name, "pairs": [[names[i], names[(i + 1) % len(names)]] for i in everything]})
+
+
+def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference: str | None) -> ModelSpec | str:
+    """A zoo generator spec trained on ``classes`` only, or a given reference checked against them."""
+    if reference in (None, *GENERATOR_KINDS_OF_USE_CASES):
+        return ModelSpec(dataset=dataset, kind=reference or "gan",
+                         classes=None if len(classes) == data.num_classes else classes)
+    if len(classes) < data.num_classes:
+        record = registry.store.get_model(reference)
+        trained_on = None if record is None else (record["spec"].get("classes") or list(range(data.num_classes)))
+        if trained_on is not None and set(trained_on) - set(classes):
+            shown = ", ".join(data.class_names[c] for c in sorted(set(trained_on) - set(classes)))
+            raise ProbeError(f"generator {reference} was trained on classes this use case must keep from it "
+                             f"({shown}); give --generator gan or vae to train one on "
+                             f"{', '.join(data.class_names[c] for c in classes)} only")
+    return reference
+
+
+def run_use_case(registry, plan: UseCasePlan, dataset: str, **sample_kwargs) -> dict:
+    """Train what the plan names and is missing (explicitly, with progress announced), then sample."""
+    kinds = {"classifier": plan.classifier, "generator": plan.generator}
+    models = {kind: registry.get_or_train(model) if isinstance(model, ModelSpec)
+              else registry.get_or_train_reference(model, kind, dataset) for kind, model in kinds.items()}
+    result = probe_target(registry, dataset, plan.target, models["classifier"].id, models["generator"].id,
+                          **sample_kwargs)
+    result["use_case"] = plan.use_case
+    return result
+
+
 def high_confidence_misclassification(registry, dataset: str, excluded_class: str | int,
-                                      classifier: str | None = None, **sample_kwargs) -> dict:
-    """Generator trained without class c, normal classifier, target high:c (paper Sec. 4.6).
+                                      classifier: str | None = None, generator: str | None = None,
+                                      **sample_kwargs) -> dict:
+    """Generator trained without class c (a GAN by default, as in the paper), normal classifier, target
+    high:c (paper Sec. 4.6).
 
     Every hit is an in-distribution image of some *other* class on which the classifier is
     at least 90 % confident that it shows c.
     """
-    data = load_dataset(dataset, registry.data_dir)
-    excluded = data.class_index(excluded_class)
-    kept = tuple(c for c in range(data.num_classes) if c != excluded)
-    generator = registry.get_or_train(ModelSpec(dataset=dataset, kind="vae", classes=kept))
-    result = probe_target(registry, dataset, f"high:{excluded}", classifier, generator.id, **sample_kwargs)
-    result["use_case"] = {"name": "misclassification", "excluded_class": data.class_names[excluded]}
-    return result
+    plan = plan_use_case(registry, dataset, "misclassification", excluded_class=excluded_class,
+                         classifier=classifier, generator=generator)
+    return run_use_case(registry, plan, dataset, **sample_kwargs)
 
 
-def novel_class_extrapolation(registry, dataset: str, classifier_classes: tuple[int, ...] = (0, 1, 3, 6, 9),
-                              **sample_kwargs) -> dict:
-    """Classifier trained on some classes, generator on the others; target high confidence in each
-    classifier class (paper Sec. 4.7). Hits show how confidently the classifier labels classes it
-    never saw."""
-    data = load_dataset(dataset, registry.data_dir)
-    seen = tuple(sorted(data.class_index(c) for c in classifier_classes))
-    unseen = tuple(c for c in range(data.num_classes) if c not in seen)
-    if not seen or not unseen:
-        raise ProbeError("novel-class extrapolation needs a non-empty class subset and a non-empty rest")
-    classifier = registry.get_or_train(ModelSpec(dataset=dataset, kind="classifier", classes=seen))
-    generator = registry.get_or_train(ModelSpec(dataset=dataset, kind="vae", classes=unseen))
-    spec = ";".join(f"high:{name}" for name in classifier.class_names)  # names win over indices in specs
-    result = sample(classifier.module, generator.module, spec, class_names=classifier.class_names, **sample_kwargs)
-    result.update(dataset=dataset, classifier=classifier.id, generator=generator.id,
-                  use_case={"name": "novel-class", "classifier_classes": [data.class_names[c] for c in seen],
-                            "generator_classes": [data.class_names[c] for c in unseen]})
-    return result
+def novel_class_extrapolation(registry, dataset: str, classifier_classes: tuple = (0, 1, 3, 6, 9),
+                              generator: str | None = None, **sample_kwargs) -> dict:
+    """Classifier trained on some classes, generator (a GAN by default) on the others; target high
+    confidence in each classifier class (paper Sec. 4.7). Hits show how confidently the classifier
+    labels classes it never saw."""
+    plan = plan_use_case(registry, dataset, "novel-class", classifier_classes=classifier_classes,
+                         generator=generator)
+    return run_use_case(registry, plan, dataset, **sample_kwargs)
+
+
+def always_ambiguous(registry, dataset: str, generator: str | None = None, **sample_kwargs) -> dict:
+    """The paper's control experiment (Sec. 4.4): a classifier trained to be ambiguous between y and
+    y+1 on every image of y, a GAN on all classes, targets ambiguous:i,i+1 for every i. Sampling
+    succeeds for all pairs when the classifier really is ambiguous on realistic images."""
+    plan = plan_use_case(registry, dataset, "always-ambiguous", generator=generator)
+    return run_use_case(registry, plan, dataset, **sample_kwargs)
 
 
 def compare_classifiers(registry, store, dataset: str, classifier_a: str, classifier_b: str,

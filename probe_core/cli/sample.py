@@ -131,15 +131,15 @@ def _recipe(args: argparse.Namespace) -> int:
             per_class = ", ".join(f"{k}: {v[0] * 100:.0f}% (n={v[1]})" for k, v in sorted(row["per_class"].items()))
             print(f"{classifier}: overall {overall} on {row['labelled']} labelled samples; {per_class}")
         return 0
-    if args.recipe == "misclassification":
-        if args.exclude is None:
-            raise ProbeError("misclassification needs --exclude CLASS (the class the generator never sees)")
-        run = lambda **kw: recipes.high_confidence_misclassification(  # noqa: E731
-            registry, args.dataset, args.exclude, args.classifier, **kwargs, **kw)
-    else:
-        classes = tuple(args.classes.split(",")) if args.classes else (0, 1, 3, 6, 9)
-        run = lambda **kw: recipes.novel_class_extrapolation(  # noqa: E731
-            registry, args.dataset, classes, **kwargs, **kw)
+    if args.recipe == "misclassification" and args.exclude is None:
+        raise ProbeError("misclassification needs --exclude CLASS (the class the generator never sees)")
+    if args.recipe != "misclassification" and args.classifier:
+        raise ProbeError(f"{args.recipe} trains the classifier it needs; --classifier is for misclassification")
+    # checked (and a wrong generator refused) before anything is trained or stored
+    plan = recipes.plan_use_case(registry, args.dataset, args.recipe, excluded_class=args.exclude,
+                                 classifier_classes=tuple(args.classes.split(",")) if args.classes else None,
+                                 classifier=args.classifier, generator=args.generator)
+    run = lambda **kw: recipes.run_use_case(registry, plan, args.dataset, **kwargs, **kw)  # noqa: E731
     return _sampling_run(args, workspace, {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
 
 
@@ -161,11 +161,14 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_sample)
 
     recipe = commands.add_parser("recipe", help="Bayes-TrEx use cases that train the models they need")
-    recipe.add_argument("recipe", choices=["misclassification", "novel-class", "compare", "compare-report"])
+    recipe.add_argument("recipe", choices=["misclassification", "novel-class", "always-ambiguous", "compare",
+                                           "compare-report"])
     recipe.add_argument("--exclude", help="misclassification: the class the generator is trained without")
     recipe.add_argument("--classes", help="novel-class: the classifier's classes (default 0,1,3,6,9)")
-    recipe.add_argument("--classifier", help="classifier id or plugin (default: the data set's default)")
-    recipe.add_argument("--generator", help="generator id or plugin (default: the data set's default VAE)")
+    recipe.add_argument("--classifier", help="misclassification, compare: classifier id or plugin (default: the "
+                        "data set's default)")
+    recipe.add_argument("--generator", help="gan (default, as in the paper) or vae: train the generator the use case "
+                        "needs; or a stored generator id or plugin (compare: default, the data set's default)")
     recipe.add_argument("--classifier-a", help="compare: first classifier")
     recipe.add_argument("--classifier-b", help="compare: second classifier")
     recipe.add_argument("--run", type=int, help="compare-report: the comparison run")

@@ -6,8 +6,10 @@ import pytest
 from helpers import rerun_until
 from streamlit.testing.v1 import AppTest
 
+from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
+from probe_core.models import ModelSpec
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -40,6 +42,27 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     assert result["hit_rate"] > 0.5, result["summary"]
     assert any(s.value.startswith("Hits (") for s in at.subheader)
     assert len(at.image) >= 2
+
+
+def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(app_env):
+    at = open_page("pages/views/probe.py")
+    at.selectbox(key="probe_use_case").select("always-ambiguous").run()
+    assert at.radio(key="probe_uc_generator").value == "gan"  # the paper's generator
+    assert any("ambiguous:0,1;ambiguous:1,2" in c.value for c in at.caption)
+    if not app_env.registry.exists(ModelSpec(dataset="digits", kind="classifier", ambiguous=True)
+                                   .resolved(load_dataset("digits")).model_id()):
+        at.button(key="probe_uc_train").click().run()  # lookups never train: training is this explicit job
+        train = app_env.store.list_runs(kind="train")[0]
+        assert any(spec["ambiguous"] for spec in train.config["specs"])
+        rerun_until(at, lambda a: any(b.key == "probe_uc_start" for b in a.button), timeout=180)
+    for key, value in (("probe_chains", 2), ("probe_warmup", 10), ("probe_samples", 10)):
+        at.number_input(key=key).set_value(value)
+    at.button(key="probe_uc_start").click().run()
+    assert not at.exception
+    run = app_env.store.list_runs(kind="sample")[0]
+    assert run.config["target"].count("ambiguous:") == 10 and "-ambiguous-" in run.config["classifier"]
+    assert run.config["generator"] == app_env.registry.default_id("digits", "gan")
+    rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done", timeout=180)
 
 
 def test_probe_rejects_a_malformed_spec_with_a_message(app_env):

@@ -67,8 +67,14 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
     short = ["--chains", "4", "--warmup", "30", "--samples", "10"]
     assert main(base + ["recipe", "misclassification", "--exclude", "5"] + short + ["--out", str(tmp_path / "m.json")]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["use_case"]["excluded_class"] == "5"
+    assert json.loads((tmp_path / "m.json").read_text())["generator"].startswith("digits-gan-k")  # the paper's GAN
     assert main(base + ["recipe", "misclassification"] + short) == 2
     assert "needs --exclude" in capsys.readouterr().err
+    default_gan = trained_workspace.registry.default_id("digits", "gan")
+    assert main(base + ["recipe", "misclassification", "--exclude", "5", "--generator", default_gan] + short) == 2
+    assert "must keep from it" in capsys.readouterr().err  # --generator is honoured, and a wrong one refused
+    assert main(base + ["recipe", "novel-class", "--classifier", "default"] + short) == 2
+    assert "trains the classifier it needs" in capsys.readouterr().err
     run = trained_workspace.store.list_runs(kind="sample", limit=1)[0]
     sample_id = trained_workspace.store.get_samples(run.id, limit=1)[0]["id"]
     assert main(base + ["label", "sample", str(sample_id), "--annotator", "bo", "--label", "5", "--failure"]) == 0

@@ -1,15 +1,19 @@
 """The Bayes-TrEx use cases on digits, with the real default models (short runs)."""
 
+import pytest
+
 from probe_core.bayestrex import recipes as usecases
+from probe_core.errors import ProbeError
 from probe_core.runconfig import config_of
 
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 
 
-def test_high_confidence_misclassification_uses_a_generator_without_the_class(trained_workspace):
+def test_high_confidence_misclassification_uses_a_gan_without_the_class(trained_workspace):
     result = usecases.high_confidence_misclassification(trained_workspace.registry, "digits", "5", **SHORT)
     generator = trained_workspace.registry.load(result["generator"])
     assert generator.record["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert generator.record["spec"]["kind"] == "gan"  # the paper's generator for this use case
     [entry] = result["targets"]
     assert entry["spec"] == "high:5"
     # The summary is reported like any other target, hit or not.
@@ -17,8 +21,31 @@ def test_high_confidence_misclassification_uses_a_generator_without_the_class(tr
     assert entry["test_set_baseline"]["meeting_target"] > 0  # real 5s do meet it
 
 
+def test_a_given_generator_is_honoured_and_one_that_saw_the_class_refused(trained_workspace):
+    registry = trained_workspace.registry
+    vae_plan = usecases.plan_use_case(registry, "digits", "misclassification", excluded_class="5", generator="vae")
+    assert vae_plan.generator.kind == "vae" and vae_plan.generator.classes == (0, 1, 2, 3, 4, 6, 7, 8, 9)
+    with pytest.raises(ProbeError, match="trained on classes this use case must keep from it"):
+        usecases.plan_use_case(registry, "digits", "misclassification", excluded_class="5",
+                               generator=registry.default_id("digits", "gan"))
+    with pytest.raises(ProbeError, match="unknown use case"):
+        usecases.plan_use_case(registry, "digits", "overconfidence")
+
+
+def test_always_ambiguous_classifier_is_ambiguous_on_every_neighbouring_pair(trained_workspace):
+    result = usecases.always_ambiguous(trained_workspace.registry, "digits", **SHORT)
+    classifier = trained_workspace.registry.load(result["classifier"])
+    assert classifier.record["spec"]["ambiguous"] is True
+    assert trained_workspace.registry.load(result["generator"]).record["spec"]["kind"] == "gan"
+    pairs = [tuple(sorted(map(int, t["spec"].removeprefix("ambiguous:").split(",")))) for t in result["targets"]]
+    assert pairs == [tuple(sorted((i, (i + 1) % 10))) for i in range(10)]
+    # the paper: sampling succeeds for (nearly) every pair with such a classifier, even on the GAN
+    assert sum(not t["failed"] for t in result["targets"]) >= 8
+
+
 def test_novel_class_extrapolation_trains_on_disjoint_classes(trained_workspace):
     result = usecases.novel_class_extrapolation(trained_workspace.registry, "digits", (0, 1, 3, 6, 9), **SHORT)
+    assert trained_workspace.registry.load(result["generator"]).record["spec"]["kind"] == "gan"
     assert result["use_case"]["generator_classes"] == ["2", "4", "5", "7", "8"]
     assert [t["spec"] for t in result["targets"]] == [f"high:{k}" for k in range(5)]
     classifier = trained_workspace.registry.load(result["classifier"])
