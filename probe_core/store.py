@@ -4,7 +4,8 @@ Tables: ``models`` (registry metadata), ``runs`` (background work: kind, config,
 status, progress), ``samples`` (kept MCMC samples), ``clusters`` (failure
 clusters), ``review_images`` (the images of a cluster that annotators label, with their
 latent codes), ``labels`` (human or oracle labels of review images, samples, or, in
-workspaces from before per-image labels, whole clusters) and
+workspaces from before per-image labels, whole clusters), ``test_image_labels`` (verdicts on
+test-set images: mislabel or misclassification) and
 ``arrays`` (named bundles of arrays belonging to a run: Defuse failures written
 batch by batch, cluster assignments, cached embeddings).
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -132,6 +133,20 @@ _MIGRATIONS: dict[int, str] = {
         WHERE cluster_id IS NOT NULL AND review_image_id IS NULL;
     CREATE UNIQUE INDEX labels_one_per_review_image ON labels(annotator, source, review_image_id)
         WHERE review_image_id IS NOT NULL;
+    """,
+    # People's verdicts on test-set images (the misclassification test-set baseline): is a confident
+    # "mistake" a mislabelled test image or a real misclassification? Keyed by data set and index.
+    5: """
+    CREATE TABLE test_image_labels (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        annotator TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'human',
+        dataset TEXT NOT NULL,
+        test_index INTEGER NOT NULL,
+        label TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE(annotator, source, dataset, test_index)
+    );
     """,
 }
 
@@ -667,6 +682,28 @@ class Store:
             }
             for r in self._query(sql + " ORDER BY id", params)
         ]
+
+    def set_test_image_label(self, annotator: str, dataset: str, test_index: int, label: str,
+                             source: str = "human") -> int:
+        """Write one verdict on a test image now, replacing this annotator's earlier one; returns the row id."""
+        annotator = _checked_annotator(annotator)
+        with self.transaction() as connection:
+            connection.execute("DELETE FROM test_image_labels WHERE annotator=? AND source=? AND dataset=? AND "
+                               "test_index=?", (annotator, source, dataset, int(test_index)))
+            cursor = connection.execute(
+                "INSERT INTO test_image_labels (annotator, source, dataset, test_index, label, created_at) "
+                "VALUES (?,?,?,?,?,?)", (annotator, source, dataset, int(test_index), label, time.time()))
+            return int(cursor.lastrowid)
+
+    def get_test_image_labels(self, dataset: str, test_index: int | None = None) -> list[dict]:
+        """Verdicts on a data set's test images (``annotator``, ``source``, ``test_index``, ``label``), oldest first."""
+        sql, params = "SELECT * FROM test_image_labels WHERE dataset=?", [dataset]
+        if test_index is not None:
+            sql += " AND test_index=?"
+            params.append(int(test_index))
+        return [{"id": r["id"], "annotator": r["annotator"], "source": r["source"], "dataset": r["dataset"],
+                 "test_index": r["test_index"], "label": r["label"], "created_at": r["created_at"]}
+                for r in self._query(sql + " ORDER BY id", params)]
 
     # -- arrays ----------------------------------------------------------------------
     def put_arrays(self, run_id: int, name: str, arrays: dict[str, Any]) -> None:

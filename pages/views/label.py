@@ -3,6 +3,7 @@
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+import torch
 
 from pages import ui as _ui
 from probe_core.defuse import labels as label_tools
@@ -134,6 +135,28 @@ st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotat
               f"{verdict['images_disagreeing']} of {verdict['images_decided']} images differ from the classifier → "
               f"{'a failure region' if verdict['is_failure'] else 'not a failure region'}"
               + (f", label {verdict['label']}." if verdict["label"] else ".")))
+
+with st.expander("Is this failure new? The nearest misclassified training images (paper Fig. 6)"):
+    try:
+        novelty = pipeline.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
+                                                          _ui.device())
+    except ProbeError as exc:
+        st.error(str(exc))
+        novelty = None
+    if novelty is not None and not novelty["misclassified_training_images"]:
+        st.info("The classifier gets every training image right: every failure here is new.")
+    elif novelty is not None:
+        st.caption(f"Top: the review images. Bottom: for each, the nearest (ℓ2, pixels) of the "
+                   f"{novelty['misclassified_training_images']} training images the classifier gets wrong. "
+                   "Similar pairs mean the failure was already in the data; different ones mean it is new.")
+        _ui.show_picture(novelty["review_images"], columns=len(novelty["review_images"]))
+        _ui.show_picture(torch.as_tensor(novelty["images"]), columns=len(novelty["images"]))
+        st.dataframe(pd.DataFrame({
+            "review image": range(1, len(novelty["index"]) + 1), "training index": novelty["index"],
+            "its label": [names[c] for c in novelty["label"]],
+            "classifier says": [names[c] for c in novelty["prediction"]],
+            "ℓ2 distance": novelty["distance"].round(2),
+            "ℓ2 to nearest training image": novelty["nearest_any_distance"].round(2)}), hide_index=True)
 
 st.subheader("All annotators")
 table = label_tools.cluster_label_table(ws.store, distill_run.id, names)

@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import best_samples, recipes, summary_rows
+from probe_core.bayestrex import TEST_IMAGE_VERDICTS, best_samples, label_test_image, recipes, summary_rows
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
@@ -278,6 +278,43 @@ if baseline:
         right.caption("Some of them:")
         with right:
             _ui.show_picture(dataset.test_images[baseline["indices"][:16]], columns=8)
+mistakes = (baseline or {}).get("confident_mistakes")
+if mistakes and mistakes["count"]:
+    target_class = names[parse_targets(result["targets"][chosen]["spec"], names)[0].classes[0]]
+    with st.expander(f"The misclassification test-set baseline: {mistakes['count']} test images the classifier "
+                     f"calls {target_class} with ≥ {mistakes['threshold']:.0%} confidence are labelled otherwise "
+                     f"(paper Sec. 4.10). Mislabel or misclassification?"):
+        annotator = _ui.annotator_name()
+        test_data_name = run.config.get("dataset", dataset.name)
+        verdicts = {}
+        for label in ws.store.get_test_image_labels(test_data_name):
+            verdicts.setdefault(label["test_index"], []).append(label)
+
+        def judge(index: int, widget_key: str) -> None:
+            try:
+                label_test_image(ws.store, dataset, index, annotator, st.session_state[widget_key])
+            except ProbeError as exc:
+                st.session_state["probe_verdict_problem"] = str(exc)
+
+        shown = list(zip(mistakes["indices"], mistakes["labels"], mistakes["confidences"]))[:30]
+        for row_start in range(0, len(shown), 6):
+            for column, (index, label, confidence) in zip(st.columns(6), shown[row_start:row_start + 6]):
+                with column:
+                    _ui.show_picture(dataset.test_images[index:index + 1], columns=1,
+                                     caption=f"#{index}: labelled {names[label]}, p({target_class}) = "
+                                             f"{confidence:.2f}")
+                    mine = next((v["label"] for v in verdicts.get(index, []) if v["annotator"] == annotator), None)
+                    others = [v["label"] for v in verdicts.get(index, []) if v["annotator"] != annotator]
+                    widget_key = f"probe_verdict_{test_data_name}_{index}_{annotator}"
+                    st.radio("verdict", TEST_IMAGE_VERDICTS, key=widget_key, label_visibility="collapsed",
+                             index=TEST_IMAGE_VERDICTS.index(mine) if mine else None, disabled=not annotator,
+                             on_change=judge, args=(index, widget_key))
+                    if others:
+                        st.caption("others: " + ", ".join(sorted(others)))
+        if "probe_verdict_problem" in st.session_state:
+            st.error(st.session_state.pop("probe_verdict_problem"))
+        if not annotator:
+            st.info("Enter your name to judge these images; verdicts are stored at once, per person.")
 
 st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest stored samples")
 gallery = best_samples(rows, hits_limit=40, misses_limit=16)

@@ -30,8 +30,11 @@ from probe_core.bayestrex.run import (
     sample,
 )
 from probe_core.bayestrex.summary import (
+    MISTAKE_CONFIDENCE,
+    TEST_IMAGE_VERDICTS,
     best_hit_per_target,
     best_samples,
+    label_test_image,
     prior_norm_interval,
     summarise_target,
     summary_rows,
@@ -41,6 +44,9 @@ from probe_core.bayestrex.summary import (
 )
 
 __all__ = [
+    "MISTAKE_CONFIDENCE",
+    "TEST_IMAGE_VERDICTS",
+    "label_test_image",
     "LiveTrace",
     "MAX_CHAINS",
     "MAX_ITERATIONS",

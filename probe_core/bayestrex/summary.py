@@ -14,6 +14,7 @@ from probe_core.diagnostics import (
     mixing_ok,
     split_rhat,
 )
+from probe_core.errors import ProbeError
 from probe_core.export import format_table
 from probe_core.targets import Target
 
@@ -26,13 +27,53 @@ def prior_norm_interval(latent_dim: int, mass: float = 0.98) -> tuple[float, flo
     return float(chi.ppf(tail, latent_dim)), float(chi.ppf(1 - tail, latent_dim))
 
 
-def test_set_baseline(target: Target, classifier: torch.nn.Module, dataset: ImageDataset) -> dict:
-    """How many test images meet the target's hit constraint (paper Sec. 4.10)."""
+MISTAKE_CONFIDENCE = 0.85  # the paper's threshold for the misclassification test-set baseline (Sec. 4.10)
+TEST_IMAGE_VERDICTS = ("mislabel", "misclassification")
+
+
+def test_set_baseline(target: Target, classifier: torch.nn.Module, dataset: ImageDataset,
+                      listed: int = 200) -> dict:
+    """How many test images meet the target's hit constraint (paper Sec. 4.10, the ambiguous baseline).
+
+    For a high-confidence target on class c also the misclassification baseline (Tables 4-5):
+    ``confident_mistakes`` counts the test images predicted as c with confidence at least
+    :data:`MISTAKE_CONFIDENCE` whose stored label is another class, and lists up to ``listed`` of
+    them (``indices``, ``labels``, ``confidences``, most confident first) for people to judge as
+    a mislabel or a misclassification.
+    """
     with torch.no_grad():
         probs = torch.cat([classifier(dataset.test_images[s:s + 2048]) for s in range(0, len(dataset.test_images), 2048)])
-    hits = target.is_hit(probs.cpu())
-    return {"test_images": len(probs), "meeting_target": int(hits.sum()),
-            "indices": hits.nonzero().squeeze(1)[:50].tolist()}
+    probs = probs.cpu()
+    hits = target.is_hit(probs)
+    baseline = {"test_images": len(probs), "meeting_target": int(hits.sum()),
+                "indices": hits.nonzero().squeeze(1)[:50].tolist()}
+    if target.kind == "high":
+        c = target.classes[0]
+        confident = (probs.argmax(1) == c) & (probs[:, c] >= MISTAKE_CONFIDENCE) & (dataset.test_labels != c)
+        found = confident.nonzero().squeeze(1)
+        found = found[probs[found, c].argsort(descending=True)]
+        baseline["confident_mistakes"] = {
+            "threshold": MISTAKE_CONFIDENCE, "count": len(found), "indices": found[:listed].tolist(),
+            "labels": dataset.test_labels[found[:listed]].tolist(),
+            "confidences": [round(float(p), 4) for p in probs[found[:listed], c]]}
+    return baseline
+
+
+def label_test_image(store, dataset: ImageDataset, test_index: int, annotator: str, verdict: str,
+                     source: str = "human") -> int:
+    """Store one person's verdict on a test image at once: ``mislabel`` (its stored label is wrong) or
+    ``misclassification`` (the classifier is wrong). Returns the label's row id.
+
+    Raises
+    ------
+    ProbeError
+        For another verdict or an index outside the test set.
+    """
+    if verdict not in TEST_IMAGE_VERDICTS:
+        raise ProbeError(f"a test image's verdict is {' or '.join(TEST_IMAGE_VERDICTS)}, got {verdict!r}")
+    if not 0 <= int(test_index) < len(dataset.test_labels):
+        raise ProbeError(f"test image {test_index} is not in {dataset.name} (0 to {len(dataset.test_labels) - 1})")
+    return store.set_test_image_label(annotator, dataset.name, int(test_index), verdict, source)
 
 
 def summarise_target(target: Target, positions: torch.Tensor, probs: torch.Tensor, acceptance: torch.Tensor,
@@ -145,6 +186,13 @@ def table2(result: dict) -> str:
                      f"{s['ess_min']:.0f}", f"{s['rhat_max']:.2f}", f"{s['acceptance']:.2f}", str(s["divergences"]),
                      status])
     lines = [format_table(rows, header)]
+    for entry in result["targets"]:
+        mistakes = (entry.get("test_set_baseline") or {}).get("confident_mistakes")
+        if mistakes and mistakes["count"]:
+            lines.append(f"{entry['spec']}: {mistakes['count']} test images are called this class with at least "
+                         f"{mistakes['threshold']:.0%} confidence but labelled otherwise (the misclassification "
+                         f"test-set baseline): indices {', '.join(map(str, mistakes['indices'][:10]))}"
+                         + (" ..." if mistakes["count"] > 10 else ""))
     if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
         lines.append(POOR_MIXING_NOTE)
     return "\n".join(lines)

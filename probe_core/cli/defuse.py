@@ -130,14 +130,17 @@ def _label(args) -> int:
     source = args.source
     if args.preview:
         _write_preview(workspace, args)
+    if args.novelty:
+        _write_novelty(workspace, args, class_names)
     if args.auto_label:
         source, written = pipeline.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
                                               rho=args.rho, device=args.device)
         print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
     if args.cluster is not None and (args.label is not None or args.failure is not None):
         _label_images(workspace, args, class_names)
-    elif args.cluster is not None and args.preview is None:
-        raise ProbeError("give --label CLASS (and --image N to label one image) for the cluster, or --preview FILE")
+    elif args.cluster is not None and args.preview is None and args.novelty is None:
+        raise ProbeError("give --label CLASS (and --image N to label one image) for the cluster, --preview FILE or "
+                         "--novelty FILE")
     if args.export_csv:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
@@ -192,6 +195,34 @@ def _write_preview(workspace, args) -> None:
     predictions = ", ".join(f"{position}: {names[int(p)]}" for position, p in enumerate(shown["predictions"], 1))
     print(f"the {len(shown['ids'])} review images of cluster {args.cluster} written to {args.preview}; "
           f"the classifier says {predictions}")
+
+
+def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
+    """``--novelty FILE``: the review images over their nearest misclassified training images (paper Fig. 6)."""
+    import torch
+
+    from probe_core.render import image_grid, png_bytes, upscale_for_display
+
+    if args.cluster is None:
+        raise ProbeError("--novelty needs --cluster ID")
+    cluster = workspace.store.get_cluster(args.cluster)
+    if cluster is None or cluster["run_id"] != args.run:
+        raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
+    found = pipeline.nearest_misclassified_training(workspace.registry, workspace.store, args.run, cluster,
+                                                    args.device)
+    if not found["misclassified_training_images"]:
+        print("the classifier gets every training image right: nothing to compare with, the failure is new")
+        return
+    both = torch.cat([found["review_images"], torch.as_tensor(found["images"])])
+    write_file(args.novelty, png_bytes(image_grid(both, columns=len(found["review_images"]),
+                                                  scale=upscale_for_display(both.shape[-2]))))
+    rows = [[position, index, class_names[label], class_names[prediction], f"{distance:.2f}", f"{anywhere:.2f}"]
+            for position, (index, label, prediction, distance, anywhere) in enumerate(zip(
+                found["index"], found["label"], found["prediction"], found["distance"],
+                found["nearest_any_distance"]), 1)]
+    print(f"{args.novelty}: top row the review images, bottom row the nearest of the "
+          f"{found['misclassified_training_images']} misclassified training images")
+    print(format_table(rows, ["image", "training index", "its label", "classifier says", "l2", "l2 to any training"]))
 
 
 def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSettings:
@@ -339,6 +370,8 @@ def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
     label.add_argument("--image", type=int, action="append",
                        help="label only this review image (1-10; repeat for several); default: all of them")
     label.add_argument("--preview", help="write a PNG of the cluster's review images (the ones labelled)")
+    label.add_argument("--novelty", help="write a PNG of the review images over their nearest misclassified "
+                                         "training images, and list them (is the failure new? paper Fig. 6)")
     label.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN (demos and tests; stored apart from humans)")
     label.add_argument("--source", default=label_tools.HUMAN, help="whose labels to show/export: human or oracle:ID")
     label.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)

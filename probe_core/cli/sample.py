@@ -145,6 +145,16 @@ def _recipe(args: argparse.Namespace) -> int:
 
 def _label(args: argparse.Namespace) -> int:
     workspace = workspace_from_args(args)
+    if args.what == "test-image":
+        from probe_core.bayestrex import label_test_image
+        from probe_core.catalog import load_dataset
+
+        if args.failure is not None:
+            raise ProbeError("a test image's verdict is --label mislabel or --label misclassification")
+        label_id = label_test_image(workspace.store, load_dataset(args.dataset, args.data_dir), args.id,
+                                    args.annotator, args.label)
+        print(f"label {label_id} stored: test image {args.id} of {args.dataset} = {args.label!r} by {args.annotator}")
+        return 0
     target = {"sample_id": args.id} if args.what == "sample" else {"cluster_id": args.id}
     label_id = workspace.store.set_label(args.annotator, label=args.label, is_failure=args.failure, **target)
     print(f"label {label_id} stored: {args.what} {args.id} = {args.label!r} by {args.annotator}")
@@ -175,11 +185,13 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
     _add_sampler_options(recipe)
     recipe.set_defaults(handler=_recipe)
 
-    label = commands.add_parser("label", help="store a human label for a sample or a cluster")
-    label.add_argument("what", choices=["sample", "cluster"])
-    label.add_argument("id", type=int)
+    label = commands.add_parser("label", help="store a human label for a sample, a cluster or a test image")
+    label.add_argument("what", choices=["sample", "cluster", "test-image"])
+    label.add_argument("id", type=int, help="sample id, cluster id, or the test image's index")
     label.add_argument("--annotator", required=True)
-    label.add_argument("--label", required=True, help="the class you see, or 'none' for none of the above")
+    label.add_argument("--label", required=True, help="the class you see, or 'none' for none of the above; for a "
+                       "test image: mislabel or misclassification")
+    label.add_argument("--dataset", default=DEFAULT_DATASET, help="test-image: the data set")
     label.add_argument("--failure", action=argparse.BooleanOptionalAction, default=None,
                        help="whether it is a failure of the classifier")
     label.set_defaults(handler=_label)

@@ -33,6 +33,7 @@ from probe_core.defuse.queries import (
 from probe_core.defuse.review import (
     auto_label,
     embedding,
+    nearest_misclassified_training,
     review_images,
     review_samples,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "labelled_failure_set",
     "labelled_review_failures",
     "load_run_models",
+    "nearest_misclassified_training",
     "report",
     "require_run",
     "run_class_names",

@@ -60,6 +60,45 @@ def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
             "predictions": np.array([image["prediction"] for image in stored])}
 
 
+@torch.no_grad()
+def nearest_misclassified_training(registry, store, distill_run: int, cluster: dict, device: str = "cpu") -> dict:
+    """Is a cluster's failure new? For each review image, the nearest training image (ℓ2 in pixel space)
+    that the classifier gets wrong (paper Sec. 4.3, Fig. 6).
+
+    The classifier's mistakes on the training data are found once per run and cached. Returns
+    ``review_images`` (S, C, H, W); ``images`` (S, C, H, W) the nearest misclassified training images,
+    ``index`` (S,) their training-set indices, ``label`` and ``prediction`` (S,) class indices,
+    ``distance`` (S,) ℓ2 distances; ``nearest_any_distance`` (S,) the distance to the nearest training
+    image of any kind, for scale; ``misclassified_training_images`` (how many there are). With none,
+    the arrays are empty.
+    """
+    dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
+    mistakes = store.get_arrays(distill_run, "misclassified-training")
+    if mistakes is None:
+        predictions = torch.cat([classifier.module(batch.to(device)).argmax(1).cpu()
+                                 for batch in dataset.train_images.split(2048)])
+        wrong = (predictions != dataset.train_labels).nonzero().squeeze(1)
+        mistakes = {"index": wrong.numpy(), "prediction": predictions[wrong].numpy()}
+        store.put_arrays(distill_run, "misclassified-training", mistakes)
+    shown = review_images(store, vae, classifier, cluster, distill_tau(store, distill_run))
+    review_flat = shown["images"].flatten(1)
+    train_flat = dataset.train_images.flatten(1)
+    nearest_any = torch.cdist(review_flat, train_flat).min(1).values
+    index = torch.from_numpy(mistakes["index"]).long()
+    empty = np.zeros((0,), dtype=np.int64)
+    if not len(index):
+        return {"review_images": shown["images"], "images": shown["images"][:0], "index": empty, "label": empty,
+                "prediction": empty, "distance": np.zeros((0,)), "nearest_any_distance": nearest_any.numpy(),
+                "misclassified_training_images": 0}
+    distances = torch.cdist(review_flat, train_flat[index])
+    closest = distances.argmin(1)
+    chosen = index[closest]
+    return {"review_images": shown["images"], "images": dataset.train_images[chosen], "index": chosen.numpy(),
+            "label": dataset.train_labels[chosen].numpy(), "prediction": mistakes["prediction"][closest.numpy()],
+            "distance": distances.gather(1, closest[:, None]).squeeze(1).numpy(),
+            "nearest_any_distance": nearest_any.numpy(), "misclassified_training_images": len(index)}
+
+
 def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points: int = 100_000,
               seed: int = 0) -> dict:
     """2-D UMAP embedding of training codes and failures of a distillation run, computed once and cached.

@@ -65,6 +65,28 @@ def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(app_env):
     rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done", timeout=180)
 
 
+def test_probe_lists_confident_test_set_mistakes_for_people_to_judge(app_env, flawed_run):
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["classifier"] = flawed_run["classifier"]  # 9s called 8: confident mistakes on the test set
+    at.query_params["annotator"] = "judge"
+    at.run()
+    at.switch_page("pages/views/probe.py").run()
+    at.selectbox(key="probe_high").select("8")
+    for key, value in (("probe_chains", 2), ("probe_warmup", 10), ("probe_samples", 10)):
+        at.number_input(key=key).set_value(value)
+    at.button(key="probe_start").click().run()
+    run = app_env.store.list_runs(kind="sample")[0]
+    rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done"
+                and any("Summary" in s.value for s in a.subheader))
+    mistakes = app_env.store.get_run(run.id).result["targets"][0]["test_set_baseline"]["confident_mistakes"]
+    assert mistakes["count"] > 0 and all(label != 8 for label in mistakes["labels"])
+    assert any("misclassification test-set baseline" in e.label for e in at.expander)
+    first = mistakes["indices"][0]
+    at.radio(key=f"probe_verdict_digits_{first}_judge").set_value("mislabel").run()
+    assert [(v["annotator"], v["label"]) for v in app_env.store.get_test_image_labels("digits", first)] == [
+        ("judge", "mislabel")]
+
+
 def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
     at = open_page("pages/views/probe.py")
     at.radio(key="probe_kind").set_value("Spec").run()

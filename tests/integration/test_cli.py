@@ -80,3 +80,10 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
     assert main(base + ["label", "sample", str(sample_id), "--annotator", "bo", "--label", "5", "--failure"]) == 0
     [label] = trained_workspace.store.get_labels(sample_id=sample_id)
     assert (label["annotator"], label["label"], label["is_failure"]) == ("bo", "5", True)
+    # a test image's verdict (the misclassification test-set baseline), stored like other labels
+    assert main(base + ["label", "test-image", "12", "--annotator", "bo", "--label", "mislabel"]) == 0
+    assert [v["label"] for v in trained_workspace.store.get_test_image_labels("digits", 12)] == ["mislabel"]
+    assert main(base + ["label", "test-image", "12", "--annotator", "bo", "--label", "8"]) == 2
+    assert "mislabel or misclassification" in capsys.readouterr().err
+    assert main(base + ["label", "test-image", "99999", "--annotator", "bo", "--label", "mislabel"]) == 2
+    assert [v["label"] for v in trained_workspace.store.get_test_image_labels("digits", 12)] == ["mislabel"]

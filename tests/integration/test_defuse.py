@@ -289,3 +289,24 @@ def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighb
     centre = [xy[truth == c].mean(0) for c in (0, 1)]
     nearest = np.argmin([np.linalg.norm(xy - c, axis=1) for c in centre], axis=0)
     assert (nearest == truth).mean() > 0.98
+
+
+def test_novelty_finds_the_nearest_misclassified_training_image_of_each_review_image(trained_workspace, flawed_run,
+                                                                                    tmp_path, capsys):
+    from probe_core.cli import main
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    distill_run = flawed_run["distill_run"]
+    cluster = store.get_clusters(distill_run)[0]
+    found = pipeline.nearest_misclassified_training(registry, store, distill_run, cluster)
+    dataset, classifier, _ = pipeline.load_run_models(registry, store, distill_run)
+    assert found["misclassified_training_images"] > 0 and len(found["index"]) == label_tools.REVIEW_IMAGES
+    with torch.no_grad():
+        predicted = classifier.module(dataset.train_images[torch.from_numpy(found["index"])]).argmax(1).numpy()
+    assert (predicted == found["prediction"]).all() and (predicted != found["label"]).all()  # really misclassified
+    assert (found["distance"] >= found["nearest_any_distance"] - 1e-4).all()
+    assert store.get_arrays(distill_run, "misclassified-training") is not None  # found once, cached
+    picture = tmp_path / "novelty.png"
+    assert main(["--workspace", str(trained_workspace.root), "defuse", "label", "--run", str(distill_run),
+                 "--cluster", str(cluster["id"]), "--novelty", str(picture)]) == 0
+    assert picture.stat().st_size > 500 and "misclassified training images" in capsys.readouterr().out

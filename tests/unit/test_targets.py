@@ -75,3 +75,24 @@ def test_spec_language():
 def test_bad_specs_raise_one_clear_error(spec, message):
     with pytest.raises(ProbeError, match=message):
         parse_targets(spec, NAMES)
+
+
+def test_misclassification_baseline_counts_confident_test_images_labelled_otherwise():
+    from types import SimpleNamespace
+
+    from probe_core.bayestrex import MISTAKE_CONFIDENCE, test_set_baseline
+
+    # the "classifier" returns each test image's own probability row
+    probs = torch.tensor([[0.9, 0.1, 0.0], [0.05, 0.9, 0.05], [0.1, 0.86, 0.04], [0.2, 0.8, 0.0], [0.0, 1.0, 0.0],
+                          [0.1, 0.85, 0.05]])
+    labels = torch.tensor([0, 0, 2, 0, 1, 0])
+    data = SimpleNamespace(test_images=probs, test_labels=labels)
+    [high_one] = parse_targets("high:1", ("a", "b", "c"))
+    baseline = test_set_baseline(high_one, lambda x: x, data)
+    mistakes = baseline["confident_mistakes"]
+    # rows 1, 2 and 5 are called b with p >= 0.85 and labelled otherwise; row 3 (0.8) is below, row 4 is a real b
+    assert mistakes["threshold"] == MISTAKE_CONFIDENCE == 0.85
+    assert mistakes["count"] == 3 and mistakes["indices"] == [1, 2, 5]  # most confident first
+    assert mistakes["labels"] == [0, 2, 0] and mistakes["confidences"] == pytest.approx([0.9, 0.86, 0.85])
+    [ambiguous] = parse_targets("ambiguous:0,1", ("a", "b", "c"))
+    assert "confident_mistakes" not in test_set_baseline(ambiguous, lambda x: x, data)

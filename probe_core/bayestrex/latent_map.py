@@ -1,0 +1,70 @@
+"""Where a run's hits lie in the latent space (Bayes-Probe Fig. 5): a 2-D map of the hits among draws of
+the prior p(z) = N(0, I), computed as a job and cached with the run.
+
+Hits spread over the prior's cloud are in-distribution; hits in a corner, or outside the cloud, come
+from a corner of the generator the prior rarely visits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from probe_core.defuse.cluster import embed_2d
+from probe_core.errors import ProbeError
+from probe_core.lifecycle import JobContext, JobFunction
+
+LATENT_MAP = "latent-map"
+ARRAYS = "latent-map"
+
+
+def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 2000, seed: int = 0) -> dict:
+    """The 2-D map of a sampling run's hits and ``prior_points`` prior draws, computed once and cached.
+
+    Returns arrays ``prior_xy`` (P, 2), ``hits_xy`` (H, 2), ``hits_target`` (H,) the target index of
+    each hit, and ``hits_norm`` (H,) each hit's ‖z‖. At most ``max_hits`` hits are mapped (evenly
+    spread over the run).
+
+    Raises
+    ------
+    ProbeError
+        If the run stored no hits, or its codes are not Gaussian latents (a scene renderer's).
+    """
+    cached = store.get_arrays(run_id, ARRAYS)
+    if cached is not None:
+        return cached
+    run = store.get_run(run_id)
+    if run is None:
+        raise ProbeError(f"no run {run_id}")
+    hits = [s for s in store.get_samples(run_id) if s["hit"]]
+    if not hits:
+        raise ProbeError(f"run {run_id} stored no hits to map")
+    if len(hits) > max_hits:
+        hits = [hits[i] for i in np.linspace(0, len(hits) - 1, max_hits).round().astype(int)]
+    codes = np.stack([s["z"] for s in hits]).astype(np.float32)
+    if codes.ndim != 2:
+        raise ProbeError("the latent map needs flat Gaussian codes; this run's generator has its own structure")
+    prior = np.random.default_rng(seed).standard_normal((prior_points, codes.shape[1])).astype(np.float32)
+    xy = embed_2d(np.concatenate([prior, codes]), max_fit=len(prior) + len(codes), seed=seed)
+    result = {"prior_xy": xy[:prior_points], "hits_xy": xy[prior_points:],
+              "hits_target": np.array([s["target_index"] for s in hits]),
+              "hits_norm": np.linalg.norm(codes, axis=1)}
+    store.put_arrays(run_id, ARRAYS, result)
+    return result
+
+
+def latent_map_job(registry, run_id: int) -> JobFunction:
+    """:func:`latent_map` as a job (the UMAP fit takes seconds; its result is cached with the run)."""
+
+    def run(context: JobContext) -> dict:
+        context.report(0.05, "fitting UMAP", force=True)
+        return {"hits": len(latent_map(context.store, run_id)["hits_xy"]), "run": run_id}
+
+    return run
+
+
+def submit_latent_map(manager, registry, run_id: int) -> int:
+    """Compute (and cache) a sampling run's latent map in the background; returns the job's run id."""
+    from probe_core.executors import JobSpec
+
+    return manager.submit(LATENT_MAP, {"run": run_id},
+                          JobSpec(f"{__name__}:latent_map_job", {"run_id": run_id}, registry.data_dir))
