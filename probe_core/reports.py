@@ -29,8 +29,34 @@ def _cell(value) -> str:
     return str(value)
 
 
+MAP_COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+               "#7f7f7f")
+
+
+def scatter_svg(groups: list[tuple[str, object, str]], size: int = 480) -> str:
+    """A small self-contained SVG scatter plot of 2-D point groups: ``(name, xy (N, 2), colour)`` each,
+    drawn in order (the first underneath), with a legend."""
+    import numpy as np
+
+    points = [np.asarray(xy, dtype=float) for _, xy, _ in groups if len(xy)]
+    if not points:
+        return ""
+    everything = np.concatenate(points)
+    low, high = everything.min(0), everything.max(0)
+    scale = (size - 40) / np.maximum(high - low, 1e-9)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size + 20 * len(groups)}" '
+             f'viewBox="0 0 {size} {size + 20 * len(groups)}"><rect width="100%" height="100%" fill="white"/>']
+    for name, xy, colour in groups:
+        for x, y in (np.asarray(xy, dtype=float) - low) * scale + 20:
+            parts.append(f'<circle cx="{x:.1f}" cy="{size - y:.1f}" r="2" fill="{colour}" fill-opacity="0.6"/>')
+    for row, (name, xy, colour) in enumerate(groups):
+        parts.append(f'<circle cx="12" cy="{size + 10 + 20 * row}" r="5" fill="{colour}"/><text x="24" '
+                     f'y="{size + 14 + 20 * row}" font-size="12">{html.escape(name)} ({len(xy)})</text>')
+    return "".join(parts) + "</svg>"
+
+
 def html_report(title: str, settings: dict, rows: list[dict], galleries: list[tuple[str, object]],
-                notes: str = "") -> str:
+                notes: str = "", figures: list[tuple[str, str]] = ()) -> str:
     """A self-contained HTML page (images inlined as PNG).
 
     Parameters
@@ -41,6 +67,8 @@ def html_report(title: str, settings: dict, rows: list[dict], galleries: list[tu
         The summary table.
     galleries : list of (caption, images)
         Images are (N, C, H, W) tensors or arrays in [0, 1]; empty ones are skipped.
+    figures : list of (caption, svg)
+        Inline SVG figures (e.g. :func:`scatter_svg`); empty ones are skipped.
     """
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p class=meta>Model Probe report, {time.strftime('%Y-%m-%d %H:%M')}</p>",
@@ -51,6 +79,9 @@ def html_report(title: str, settings: dict, rows: list[dict], galleries: list[tu
     for caption, images in galleries:
         if images is not None and len(images):
             parts += [f"<h2>{html.escape(caption)}</h2>", _image_tag(images)]
+    for caption, svg in figures:
+        if svg:
+            parts += [f"<h2>{html.escape(caption)}</h2>", svg]
     style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
              "img{image-rendering:pixelated;max-width:100%}.meta{color:#777}")

@@ -8,11 +8,11 @@ import torch
 
 from pages import ui as _ui
 from probe_core.bayestrex import TEST_IMAGE_VERDICTS, best_samples, label_test_image, recipes, summary_rows
+from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, submit_latent_map
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
-from probe_core.reports import html_report
 from probe_core.runconfig import submit_training
 from probe_core.targets import parse_targets
 
@@ -338,13 +338,33 @@ b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chai
                                      f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
 
 st.subheader("Downloads")
+if hits and not generator.capabilities.structured_prior:
+    st.subheader("Where the hits are in the latent space")
+    mapped = ws.store.get_arrays(run.id, "latent-map")
+    if mapped is None:
+        st.caption("A 2-D map (UMAP) of the hits' latent codes among draws of the prior N(0, I) (Bayes-Probe "
+                   "Fig. 5): hits spread over the cloud are in-distribution, hits off to one side are not.")
+        if st.button("Map the hits (UMAP, in the background)", key=f"probe_map_{run.id}"):
+            submit_latent_map(_ui.job_manager(), ws.registry, run.id)
+        _ui.active_runs("probe_map", (LATENT_MAP,), predicate=lambda r: r.config.get("run") == run.id)
+    else:
+        figure = go.Figure(go.Scattergl(x=mapped["prior_xy"][:, 0], y=mapped["prior_xy"][:, 1], mode="markers",
+                                        name="prior draws", marker=dict(size=4, color="#b0b0b0")))
+        for index, description in enumerate(descriptions):
+            picked = mapped["hits_target"] == index
+            if picked.any():
+                figure.add_trace(go.Scattergl(x=mapped["hits_xy"][picked, 0], y=mapped["hits_xy"][picked, 1],
+                                              mode="markers", name=f"hits: {description}", marker=dict(size=5)))
+        figure.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), legend=dict(orientation="h"),
+                             xaxis=dict(showticklabels=False), yaxis=dict(showticklabels=False))
+        st.plotly_chart(figure, key=f"probe_latent_map_{run.id}")
+        st.caption(f"{len(mapped['hits_xy'])} hits among {len(mapped['prior_xy'])} prior draws; the map is in the "
+                   "HTML report too.")
+
 d1, d2, d3 = st.columns(3)
 with d1:
     _ui.png_download(images, "Gallery (PNG)", f"run{run.id}-target{chosen}.png", "probe_png")
 d2.download_button("Samples and latents (.npz)", lambda: npz_bytes(**sample_arrays(stored)), f"run{run.id}-samples.npz",
                    key="probe_npz")
-report = html_report(f"Bayes-TrEx run {run.id}: {run.config.get('target', '')}",
-                     {k: v for k, v in run.config.items()}, summary_rows(result),
-                     [(f"{descriptions[chosen]}: {'hits' if hits else 'closest samples'}", images)],
-                     notes=POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result["targets"]) else "")
+report = sampling_report(ws.store, run.id, chosen)
 d3.download_button("One-page report (HTML)", report, f"run{run.id}-report.html", mime="text/html", key="probe_html")

@@ -68,3 +68,49 @@ def submit_latent_map(manager, registry, run_id: int) -> int:
 
     return manager.submit(LATENT_MAP, {"run": run_id},
                           JobSpec(f"{__name__}:latent_map_job", {"run_id": run_id}, registry.data_dir))
+
+
+def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:
+    """The map as an inline SVG (for the HTML report): prior draws in grey, each target's hits in a colour."""
+    from probe_core.reports import MAP_COLOURS, scatter_svg
+
+    groups = [("prior draws", mapped["prior_xy"], "#b0b0b0")]
+    for index, description in enumerate(descriptions):
+        chosen = mapped["hits_target"] == index
+        if chosen.any():
+            groups.append((f"hits: {description}", mapped["hits_xy"][chosen], MAP_COLOURS[index % len(MAP_COLOURS)]))
+    return scatter_svg(groups)
+
+
+def sampling_report(store, run_id: int, target_index: int | None = None, with_map: bool = True) -> str:
+    """The one-page HTML report of a finished sampling run (the Probe page's download, ``probe report``).
+
+    Settings, the Table 2 summary, the hits (or closest samples) of one target or of each, and the
+    latent map when it has been computed (``with_map``; see :func:`latent_map`).
+    """
+    import torch
+
+    from probe_core.bayestrex.summary import best_samples, summary_rows
+    from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
+    from probe_core.reports import html_report
+
+    run = store.get_run(run_id)
+    if run is None or not run.result or "targets" not in run.result:
+        raise ProbeError(f"run {run_id} is not a finished sampling run")
+    result = run.result
+    descriptions = [t["description"] for t in result["targets"]]
+    stored = store.get_samples(run_id)
+    galleries = []
+    for index in range(len(descriptions)) if target_index is None else [target_index]:
+        rows = [s for s in stored if s["target_index"] == index and s["image"] is not None]
+        if rows:
+            shown = best_samples(rows, hits_limit=40, misses_limit=16)
+            kind = "hits" if any(s["hit"] for s in rows) else "closest samples"
+            galleries.append((f"{descriptions[index]}: {kind}", torch.tensor(np.stack([s["image"] for s in shown]))))
+    mapped = store.get_arrays(run_id, ARRAYS) if with_map else None
+    figures = [] if mapped is None else [(
+        "Where the hits are among draws of the prior (UMAP of latent codes, Bayes-Probe Fig. 5)",
+        latent_map_figure(mapped, descriptions))]
+    notes = POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result["targets"]) else ""
+    return html_report(f"Bayes-TrEx run {run_id}: {run.config.get('target', run.config.get('recipe', ''))}",
+                       dict(run.config), summary_rows(result), galleries, notes=notes, figures=figures)

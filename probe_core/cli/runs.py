@@ -32,10 +32,30 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from probe_core.bayestrex.latent_map import latent_map, sampling_report
+    from probe_core.export import write_file
+
+    workspace = workspace_from_args(args)
+    if args.latent_map:
+        mapped = latent_map(workspace.store, args.run)
+        print(f"latent map: {len(mapped['hits_xy'])} hits among {len(mapped['prior_xy'])} prior draws (cached)")
+    write_file(args.out, sampling_report(workspace.store, args.run).encode())
+    print(f"report of run {args.run} written to {args.out}")
+    return 0
+
+
 def add_runs_command(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("runs", help="every run in the workspace: kind, status, progress, start and end")
     parser.add_argument("--kind", help="only runs of this kind (sample, train, defuse-identify, ...)")
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--json", action="store_true", help="as JSON, with each run's configuration")
     parser.set_defaults(handler=_runs)
+
+    report = commands.add_parser("report", help="a sampling run's one-page HTML report (the Probe page's download)")
+    report.add_argument("--run", type=int, required=True)
+    report.add_argument("--out", required=True, help="the .html file to write")
+    report.add_argument("--latent-map", action="store_true",
+                        help="compute (once; it is cached) and include the map of the hits among prior draws")
+    report.set_defaults(handler=_report)
 

@@ -42,6 +42,8 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     assert result["hit_rate"] > 0.5, result["summary"]
     assert any(s.value.startswith("Hits (") for s in at.subheader)
     assert len(at.image) >= 2
+    at.button(key=f"probe_map_{run.id}").click().run()  # the latent map is a job, not work in the page
+    rerun_until(at, lambda a: any(c.key == f"probe_latent_map_{run.id}" for c in a.get("plotly_chart")))
 
 
 def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(app_env):

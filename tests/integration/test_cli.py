@@ -58,6 +58,17 @@ def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     import numpy as np
 
     assert np.load(tmp_path / "s.npz")["z"].shape == (80, 8)
+    # the HTML report with the map of the hits among prior draws (Bayes-Probe Fig. 5)
+    run_id = trained_workspace.store.list_runs(kind="sample", limit=1)[0].id
+    report = tmp_path / "report.html"
+    assert main(["--workspace", str(trained_workspace.root), "report", "--run", str(run_id), "--out", str(report),
+                 "--latent-map"]) == 0
+    mapped = trained_workspace.store.get_arrays(run_id, "latent-map")
+    hits = sum(s["hit"] for s in trained_workspace.store.get_samples(run_id))
+    assert mapped["prior_xy"].shape == (1000, 2) and len(mapped["hits_xy"]) == min(hits, 2000) > 0
+    text = report.read_text()
+    assert "<svg" in text and "prior draws (1000)" in text and "hits: high confidence in 7" in text
+    assert main(["--workspace", str(trained_workspace.root), "report", "--run", "99999", "--out", str(report)]) == 2
     assert main(["--workspace", str(trained_workspace.root), "sample", "--target", "probs:1=0.5"]) == 2
     assert "sum to 1" in capsys.readouterr().err
 
