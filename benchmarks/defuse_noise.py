@@ -6,10 +6,11 @@ The classifier under test is trained on ``digits[mislabel=9->8:0.4]`` (40 % of t
 training 9s nearest the mean 8 labelled 8: a planted, systematic flaw); the
 default clean digits classifier stands in for the annotators (an oracle). For each
 noise mode, identification (Q = 500, M = 100) and distillation (K = 100, ε = 0.01)
-run as the product runs them, then the oracle labels every kept cluster from 25
-review samples (τ = 0.5). Printed per mode: failures, clusters kept, clusters the
-oracle labels with a clear class ("labelable"), clusters it judges failure
-regions, and how many distinct (classifier prediction, true class) kinds of
+run as the product runs them, then the oracle labels each kept cluster's 10 review
+images (τ = 0.5), aggregated per image as the paper does. Printed per mode: failures,
+clusters kept, clusters whose images have a majority class ("labelable"), failure
+regions (more than half of the images' labels differ from the classifier's
+prediction), and how many distinct (classifier prediction, true class) kinds of
 failure those regions cover.
 """
 
@@ -46,8 +47,8 @@ def main() -> None:
             identify_run=identify_run, max_samples=args.max_samples))
         _, verdicts = pipeline.auto_label(registry, store, distill_run, "default")
         clusters = {c["id"]: c for c in store.get_clusters(distill_run)}
-        labelable = [v for v in verdicts if v["label"] != "none"]
-        regions = [v for v in labelable if v["is_failure"]]
+        labelable = [v for v in verdicts if v["label"] is not None]
+        regions = [v for v in labelable if v["usable"]]
         kinds = {(clusters[v["cluster_id"]]["info"]["majority_prediction"], v["label"]) for v in regions}
         shown_scale = "-" if noise == "paper" else f"{scale:g}"
         print(f"{noise:9s} {shown_scale:5s}  {identified['failures']:8d}  {distilled['clusters']:4d}  "

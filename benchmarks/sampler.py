@@ -99,8 +99,11 @@ def main() -> None:
     print(f"\nambiguity matrix: {len(covered)}/45 pairs hit by >= 2 independent chains, "
           f"hit rate {sum(t['summary']['hits'] for t in targets) / sum(t['summary']['kept'] for t in targets):.0%}, "
           f"{result['wall_seconds']:.0f} s ({chains} chains per pair, {warmup} warm-up + {steps} samples)")
-    print(f"achieved confidences of hits: {mean(hits_a, 'hits_mean'):.3f} ± {mean(hits_a, 'hits_sd'):.3f} / "
-          f"{mean(hits_b, 'hits_mean'):.3f} ± {mean(hits_b, 'hits_sd'):.3f} (paper: 0.49 ± .02, 0.49 ± .03)")
+    print(f"achieved confidences, all samples of the covered pairs (as the paper's Table 2 reports): "
+          f"{mean(hits_a, 'mean'):.3f} ± {mean(hits_a, 'sd'):.3f} / {mean(hits_b, 'mean'):.3f} ± "
+          f"{mean(hits_b, 'sd'):.3f} (paper, pair 1-7 on MNIST: 0.49 ± .02, 0.49 ± .03); hits only: "
+          f"{mean(hits_a, 'hits_mean'):.3f} ± {mean(hits_a, 'hits_sd'):.3f} / "
+          f"{mean(hits_b, 'hits_mean'):.3f} ± {mean(hits_b, 'hits_sd'):.3f}")
     for t in targets:
         if t["summary"]["chains_with_hits"] < 2:
             miss = t["summary"].get("nearest_miss", {}).get("confidences", {})

@@ -125,13 +125,20 @@ def _open(page, server, path: str, title: str) -> None:
     except Exception as exc:  # say what the page and the server showed instead
         raise AssertionError(f"{path or 'home'} did not show {title!r}; page text: "
                              f"{page.inner_text('body')[:1500]!r}; server log: {server.log.read_text()[-3000:]}") from exc
-    page.wait_for_timeout(1500)  # let charts and images settle
+    # let charts and images settle (longer when the screenshots are kept for the README)
+    page.wait_for_timeout(1500 if os.environ.get("PROBE_SCREENSHOT_DIR") else 500)
 
 
 def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run, tmp_path):
     store = trained_workspace.store
     before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
     _open(page, server, "probe", "Probe")
+    if not os.environ.get("PROBE_SCREENSHOT_DIR"):  # a smaller run than the page's default, for the suite's time
+        page.get_by_text("Sampler settings").click()
+        for label, value in (("Chains per target", "8"), ("Warm-up iterations", "60"), ("Samples per chain", "60")):
+            page.get_by_label(label).fill(value)
+            page.get_by_label(label).press("Enter")
+        page.wait_for_timeout(500)
     page.get_by_role("button", name="Start sampling").click()
     deadline = time.time() + 180
     while time.time() < deadline and not any(r.id > before and r.status == "done"

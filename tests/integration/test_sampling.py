@@ -33,7 +33,7 @@ def models(trained_workspace):
 def test_high_confidence_run_on_digits(models, trained_workspace):
     classifier, generator, names = models
     run_id = trained_workspace.store.create_run("sample", {"target": "high:3"})
-    result = sample(classifier, generator, "high:3", class_names=names, chains=16, warmup=150, samples=100,
+    result = sample(classifier, generator, "high:3", class_names=names, chains=16, warmup=100, samples=60,
                     dataset=load_dataset("digits"), store=trained_workspace.store, run_id=run_id)
     [entry] = result["targets"]
     summary = entry["summary"]
@@ -43,13 +43,13 @@ def test_high_confidence_run_on_digits(models, trained_workspace):
     assert summary["z_norm_hits"]["share_inside_prior_98"] > 0.9  # hits are in-distribution
     assert entry["test_set_baseline"]["meeting_target"] > 20
     stored = trained_workspace.store.get_samples(run_id)
-    assert len(stored) == 16 * 100 and stored[0]["image"].shape == (1, 8, 8)
+    assert len(stored) == 16 * 60 and stored[0]["image"].shape == (1, 8, 8)
     assert sum(s["hit"] for s in stored) == summary["hits"]
 
 
 def test_ambiguous_run_on_an_easy_pair_hits(models):
     classifier, generator, names = models
-    result = sample(classifier, generator, "ambiguous:4,9", class_names=names, chains=16, warmup=150, samples=100)
+    result = sample(classifier, generator, "ambiguous:4,9", class_names=names, chains=16, warmup=100, samples=60)
     [entry] = result["targets"]
     assert not entry["failed"] and entry["summary"]["chains_with_hits"] >= 2
     hits = [s for s in entry["samples"] if s["hit"]]

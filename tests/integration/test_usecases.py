@@ -9,18 +9,6 @@ from probe_core.runconfig import config_of
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 
 
-def test_high_confidence_misclassification_uses_a_gan_without_the_class(trained_workspace):
-    result = usecases.high_confidence_misclassification(trained_workspace.registry, "digits", "5", **SHORT)
-    generator = trained_workspace.registry.load(result["generator"])
-    assert generator.record["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
-    assert generator.record["spec"]["kind"] == "gan"  # the paper's generator for this use case
-    [entry] = result["targets"]
-    assert entry["spec"] == "high:5"
-    # The summary is reported like any other target, hit or not.
-    assert {"achieved", "hits", "chains_with_hits", "ess_min"} <= set(entry["summary"])
-    assert entry["test_set_baseline"]["meeting_target"] > 0  # real 5s do meet it
-
-
 def test_a_given_generator_is_honoured_and_one_that_saw_the_class_refused(trained_workspace):
     registry = trained_workspace.registry
     vae_plan = usecases.plan_use_case(registry, "digits", "misclassification", excluded_class="5", generator="vae")
@@ -33,7 +21,7 @@ def test_a_given_generator_is_honoured_and_one_that_saw_the_class_refused(traine
 
 
 def test_always_ambiguous_classifier_is_ambiguous_on_every_neighbouring_pair(trained_workspace):
-    result = usecases.always_ambiguous(trained_workspace.registry, "digits", **SHORT)
+    result = usecases.always_ambiguous(trained_workspace.registry, "digits", chains=4, warmup=40, samples=20)
     classifier = trained_workspace.registry.load(result["classifier"])
     assert classifier.record["spec"]["ambiguous"] is True
     assert trained_workspace.registry.load(result["generator"]).record["spec"]["kind"] == "gan"
@@ -59,7 +47,7 @@ def test_compare_two_classifiers_with_human_labels(trained_workspace):
 
     registry, store = trained_workspace.registry, trained_workspace.store
     other = registry.get_or_train(ModelSpec(dataset="digits", kind="classifier", epochs=2, seed=7))
-    run_id = usecases.compare_classifiers(registry, store, "digits", "default", other.id, chains=4, warmup=40,
+    run_id = usecases.compare_classifiers(registry, store, "digits", "default", other.id, chains=2, warmup=20,
                                           samples=20, keep_every=5)
     to_label = usecases.samples_to_label(store, run_id, per_class=2)
     assert len(to_label) == 2 * 10 * 2
