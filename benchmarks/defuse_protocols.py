@@ -61,6 +61,10 @@ def main() -> None:
     print(f"labels of the failure regions: {sorted({v['label'] for v in regions})}; oracle agreement is 1 by "
           f"construction ({agreement['all']['images']} images)")
 
+    if not regions:
+        print("no failure region to correct in this run" + (" (a --quick smoke run sees few images)" if args.quick
+                                                             else ""))
+        return
     print(f"\n{'protocol':<16} {'classifier':<44} {'test acc':>9} {'region acc':>11}  selected")
     for name, options in PROTOCOLS:
         _, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
