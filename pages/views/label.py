@@ -137,12 +137,13 @@ st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotat
               + (f", label {verdict['label']}." if verdict["label"] else ".")))
 
 with st.expander("Is this failure new? The nearest misclassified training images (paper Fig. 6)"):
-    try:
-        novelty = pipeline.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
-                                                          _ui.device())
-    except ProbeError as exc:
-        st.error(str(exc))
-        novelty = None
+    novelty = None
+    if st.toggle("Compare with the training images the classifier gets wrong", key="label_novelty"):
+        try:
+            novelty = pipeline.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
+                                                              _ui.device(), models=(dataset, classifier, vae))
+        except ProbeError as exc:
+            st.error(str(exc))
     if novelty is not None and not novelty["misclassified_training_images"]:
         st.info("The classifier gets every training image right: every failure here is new.")
     elif novelty is not None:

@@ -61,7 +61,8 @@ def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
 
 
 @torch.no_grad()
-def nearest_misclassified_training(registry, store, distill_run: int, cluster: dict, device: str = "cpu") -> dict:
+def nearest_misclassified_training(registry, store, distill_run: int, cluster: dict, device: str = "cpu",
+                                   models: tuple | None = None) -> dict:
     """Is a cluster's failure new? For each review image, the nearest training image (ℓ2 in pixel space)
     that the classifier gets wrong (paper Sec. 4.3, Fig. 6).
 
@@ -70,9 +71,9 @@ def nearest_misclassified_training(registry, store, distill_run: int, cluster: d
     ``index`` (S,) their training-set indices, ``label`` and ``prediction`` (S,) class indices,
     ``distance`` (S,) ℓ2 distances; ``nearest_any_distance`` (S,) the distance to the nearest training
     image of any kind, for scale; ``misclassified_training_images`` (how many there are). With none,
-    the arrays are empty.
+    the arrays are empty. ``models``: the run's ``(dataset, classifier, vae)`` when already loaded.
     """
-    dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
+    dataset, classifier, vae = models or load_run_models(registry, store, distill_run, device)
     mistakes = store.get_arrays(distill_run, "misclassified-training")
     if mistakes is None:
         predictions = torch.cat([classifier.module(batch.to(device)).argmax(1).cpu()

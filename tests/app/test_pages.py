@@ -173,7 +173,10 @@ def test_label_page_labels_all_ten_images_at_once_then_one_by_one(app_env, flawe
     table = next(d.value for d in at.dataframe if "differ from classifier" in d.value.columns)
     row = table[table["cluster"] == cluster["id"]].iloc[0]
     assert row["images labelled"] == 10
-    assert any(chart.key == "label_agreement" for chart in at.get("plotly_chart")) or at.get("plotly_chart")
+    assert any(chart.key == "label_agreement" for chart in at.get("plotly_chart"))
+    at.toggle(key="label_novelty").set_value(True).run()  # is the failure new? (paper Fig. 6)
+    novelty = next(d.value for d in at.dataframe if "ℓ2 distance" in d.value.columns)
+    assert len(novelty) == label_tools.REVIEW_IMAGES and (novelty["its label"] != novelty["classifier says"]).all()
 
 
 def test_label_page_preselects_nothing_remembers_the_name_and_moves_between_clusters(app_env, flawed_run):

@@ -118,15 +118,15 @@ def page(server):
         yield tab
 
 
-def _open(page, server, path: str, title: str) -> None:
+def _open(page, server, path: str, title: str, settle: bool = False) -> None:
     page.goto(f"{server.url}/{path}")
     try:
         page.get_by_role("heading", name=title, exact=False).first.wait_for()
     except Exception as exc:  # say what the page and the server showed instead
         raise AssertionError(f"{path or 'home'} did not show {title!r}; page text: "
                              f"{page.inner_text('body')[:1500]!r}; server log: {server.log.read_text()[-3000:]}") from exc
-    # let charts and images settle (longer when the screenshots are kept for the README)
-    page.wait_for_timeout(1500 if os.environ.get("PROBE_SCREENSHOT_DIR") else 500)
+    # let charts and images settle: longer before pointing at a chart, or when screenshots are kept for the README
+    page.wait_for_timeout(1500 if settle or os.environ.get("PROBE_SCREENSHOT_DIR") else 500)
 
 
 def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run, tmp_path):
@@ -178,9 +178,13 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     _hover_shows_the_image(page, server, trained_workspace)
     _a_matrix_cell_click_opens_its_pair(page, server, trained_workspace)
 
-    folder = Path(os.environ.get("PROBE_SCREENSHOT_DIR") or tmp_path)
+    keep = os.environ.get("PROBE_SCREENSHOT_DIR")
+    folder = Path(keep or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
+    opened_above = {"probe", "label", "failures", "matrix"}
     for path, title, name in PAGES:
+        if path in opened_above and not keep:  # every page is opened in this browser once (README shots: all)
+            continue
         _open(page, server, path, title)
         page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
         assert (folder / f"{name}.png").stat().st_size > 10_000
@@ -192,7 +196,7 @@ def _hover_shows_the_image(page, server, workspace) -> None:
 
     newest = workspace.store.list_runs(kind=pipeline.DISTILL)[0]
     pipeline.embedding(workspace.registry, workspace.store, newest.id, max_fit=600, max_points=3000)
-    _open(page, server, "failures", "Failures")
+    _open(page, server, "failures", "Failures", settle=True)
     chart = page.locator(".st-key-defuse_map .js-plotly-plot")
     chart.wait_for()
     chart.scroll_into_view_if_needed()
@@ -205,11 +209,15 @@ def _hover_shows_the_image(page, server, workspace) -> None:
                     box.top + layout._size.t + layout.yaxis.l2p(data.y[0]), data.customdata[0]]; }""", trace)
         page.mouse.move(x + 60, y + 60)
         page.mouse.move(x, y, steps=4)
-        page.wait_for_function("""() => { const tip = document.querySelector('.probe-hover-tooltip');
-            return tip && tip.style.display === 'block' && tip.querySelector('img').src.startsWith('data:image/png'); }""",
-                               timeout=20_000)
-        caption = page.locator(".probe-hover-tooltip .probe-hover-caption").inner_text()
-        assert caption.startswith(expected), (trace, point, caption)
+        # the tooltip keeps the previous point's picture until the new one arrives: wait for this point's caption
+        try:
+            page.wait_for_function("""(expected) => { const tip = document.querySelector('.probe-hover-tooltip');
+                return tip && tip.style.display === 'block' && tip.querySelector('img').src.startsWith('data:image/png')
+                    && tip.querySelector('.probe-hover-caption').innerText.startsWith(expected); }""",
+                                   arg=expected, timeout=20_000)
+        except Exception as exc:
+            caption = page.locator(".probe-hover-tooltip .probe-hover-caption").inner_text()
+            raise AssertionError(f"hovering trace {trace} point {point} showed {caption!r}") from exc
         page.mouse.move(5, 5)
 
 
@@ -221,7 +229,7 @@ def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
     run_now(registry, SampleConfig(
         dataset="digits", target="ambiguous-matrix", classifier=registry.default_id("digits", "classifier"),
         generator=registry.default_id("digits", "generator"), chains=2, warmup=5, samples=5, keep_every=1))
-    _open(page, server, "matrix", "Ambiguity matrix")
+    _open(page, server, "matrix", "Ambiguity matrix", settle=True)
     chart = page.locator(".st-key-matrix_chart .js-plotly-plot")
     chart.wait_for()
     chart.scroll_into_view_if_needed()
