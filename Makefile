@@ -25,7 +25,7 @@ run: $(STAMP)
 	$(BIN)/python app.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 # The unit tests alone: tiny fake models, no training, well under a minute.
 test-fast: $(STAMP)
