@@ -121,7 +121,8 @@ def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference
         return ModelSpec(dataset=dataset, kind=reference or "gan",
                          classes=None if len(classes) == data.num_classes else classes)
     if len(classes) < data.num_classes:
-        record = registry.store.get_model(reference)
+        stored_id = registry.default_id(dataset, "generator") if reference == "default" else reference
+        record = registry.store.get_model(stored_id)
         trained_on = None if record is None else (record["spec"].get("classes") or list(range(data.num_classes)))
         if trained_on is not None and set(trained_on) - set(classes):
             shown = ", ".join(data.class_names[c] for c in sorted(set(trained_on) - set(classes)))

@@ -16,6 +16,8 @@ def test_a_given_generator_is_honoured_and_one_that_saw_the_class_refused(traine
     with pytest.raises(ProbeError, match="trained on classes this use case must keep from it"):
         usecases.plan_use_case(registry, "digits", "misclassification", excluded_class="5",
                                generator=registry.default_id("digits", "gan"))
+    with pytest.raises(ProbeError, match="must keep from it"):  # the data set's default saw every class
+        usecases.plan_use_case(registry, "digits", "novel-class", generator="default")
     with pytest.raises(ProbeError, match="unknown use case"):
         usecases.plan_use_case(registry, "digits", "overconfidence")
 
