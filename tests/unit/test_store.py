@@ -94,23 +94,29 @@ def test_review_images_are_stored_once_and_labelled_per_image(store):
         store.set_label("ana", review_image_id=ids[0], label="1", is_failure=True)
 
 
-def test_a_workspace_from_schema_3_opens_with_its_labels(tmp_path):
+def _old_workspace(path, version: int, rows: list[str]):
+    """A workspace database at an earlier schema version, holding the rows the statements insert."""
     from probe_core.store import _MIGRATIONS
 
-    path = tmp_path / "old.sqlite"
     connection = sqlite3.connect(path)
-    for version in (1, 2, 3):
-        connection.executescript(_MIGRATIONS[version])
-    connection.execute("PRAGMA user_version = 3")
-    connection.execute("INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
-                       "VALUES ('defuse-distill', '{}', 'done', 'x', 0, 0)")
-    connection.execute("INSERT INTO clusters (run_id, cluster_index, weight, size, mean, covariance) "
-                       "VALUES (1, 0, 0.5, 3, x'00', x'00')")
-    connection.execute("INSERT INTO labels (annotator, source, cluster_id, label, is_failure, created_at) "
-                       "VALUES ('ana', 'human', 1, '9', 1, 0)")
+    for step in range(1, version + 1):
+        connection.executescript(_MIGRATIONS[step])
+    connection.execute(f"PRAGMA user_version = {version}")
+    for statement in rows:
+        connection.execute(statement)
     connection.commit()
     connection.close()
-    store = Store(path)
+    return Store(path)
+
+
+def test_a_workspace_from_schema_3_opens_with_its_labels(tmp_path):
+    store = _old_workspace(tmp_path / "old.sqlite", 3, [
+        "INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
+        "VALUES ('defuse-distill', '{}', 'done', 'x', 0, 0)",
+        "INSERT INTO clusters (run_id, cluster_index, weight, size, mean, covariance) "
+        "VALUES (1, 0, 0.5, 3, x'00', x'00')",
+        "INSERT INTO labels (annotator, source, cluster_id, label, is_failure, created_at) "
+        "VALUES ('ana', 'human', 1, '9', 1, 0)"])
     assert store.schema_version == SCHEMA_VERSION
     [old] = store.get_labels(cluster_id=1)
     assert (old["label"], old["is_failure"], old["review_image_id"]) == ("9", True, None)
@@ -178,16 +184,9 @@ def test_array_bundles_round_trip_concatenate_and_count(store):
 
 
 def test_a_version_1_workspace_is_migrated_without_losing_anything(tmp_path):
-    from probe_core.store import _MIGRATIONS
-
-    path = tmp_path / "old.sqlite"
-    connection = sqlite3.connect(path)
-    connection.executescript(_MIGRATIONS[1] + "PRAGMA user_version = 1;")
-    connection.execute("INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
-                       "VALUES ('sample', '{}', 'done', 'x', 0, 0)")
-    connection.commit()
-    connection.close()
-    store = Store(path)
+    store = _old_workspace(tmp_path / "old.sqlite", 1, [
+        "INSERT INTO runs (kind, config, status, owner, created_at, updated_at) "
+        "VALUES ('sample', '{}', 'done', 'x', 0, 0)"])
     assert store.schema_version == SCHEMA_VERSION
     assert store.get_run(1).kind == "sample"
     store.put_arrays(1, "a", {"x": np.zeros(1)})
