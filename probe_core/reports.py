@@ -82,8 +82,53 @@ def html_report(title: str, settings: dict, rows: list[dict], galleries: list[tu
     for caption, svg in figures:
         if svg:
             parts += [f"<h2>{html.escape(caption)}</h2>", svg]
+    return _page(title, parts)
+
+
+def _page(title: str, parts: list[str]) -> str:
     style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
              "img{image-rendering:pixelated;max-width:100%}.meta{color:#777}")
     return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>" \
            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+
+
+def accuracy_colour(accuracy: float | None) -> str:
+    """A background colour for an accuracy in [0, 1]: red (0) through yellow to green (1); grey for None."""
+    if accuracy is None:
+        return "#eeeeee"
+    red, green = (255, int(510 * accuracy)) if accuracy < 0.5 else (int(510 * (1 - accuracy)), 200)
+    return f"#{red:02x}{min(green, 200):02x}60"
+
+
+def suite_html_report(title: str, suite: dict, check_names: list[str], classifiers: list[str],
+                      accuracies: list[list[float | None]], sections: list[dict]) -> str:
+    """A regression suite as one self-contained page: the checks × classifiers matrix, then each check.
+
+    Parameters
+    ----------
+    suite : dict
+        ``name``, ``dataset``, ``version``.
+    accuracies : list of list
+        One row per check, one accuracy (or None: not scored) per classifier.
+    sections : list of dict
+        Per check: ``title``, ``facts`` (dict), ``images`` (N, C, H, W) in [0, 1], ``scores`` (rows).
+    """
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in classifiers)
+    body = "".join(
+        f"<tr><td>{html.escape(name)}</td>" + "".join(
+            f'<td style="background:{accuracy_colour(a)}">{"–" if a is None else f"{a * 100:.0f} %"}</td>'
+            for a in row) + "</tr>"
+        for name, row in zip(check_names, accuracies))
+    parts = [f"<h1>{html.escape(title)}</h1>",
+             f"<p class=meta>Model Probe suite report, {time.strftime('%Y-%m-%d %H:%M')} · data set "
+             f"{html.escape(suite['dataset'])} · suite version {suite['version']}</p>",
+             "<h2>Accuracy per check and classifier</h2>",
+             f"<table><tr><th>check</th>{header}</tr>{body}</table>"]
+    for section in sections:
+        parts += [f"<h2>{html.escape(section['title'])}</h2>",
+                  _table([{"fact": k, "value": v} for k, v in section["facts"].items()])]
+        if section["images"] is not None and len(section["images"]):
+            parts.append(_image_tag(section["images"]))
+        parts.append(_table(section["scores"]))
+    return _page(title, parts)

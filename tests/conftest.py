@@ -25,10 +25,15 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 @pytest.fixture(scope="session")
 def trained_workspace(tmp_path_factory):
-    """A workspace holding the default digits classifier, VAE and GAN (about 85 s on 2 cores)."""
+    """A workspace holding the default digits classifier, VAE and GAN (about 85 s on 2 cores).
+
+    ``PROBE_DEV_WORKSPACE=DIR`` keeps it in DIR between runs while developing (models are trained
+    once; runs pile up); CI and ``make test`` use a fresh one.
+    """
     from probe_core.workspace import Workspace
 
-    workspace = Workspace(tmp_path_factory.mktemp("trained-workspace"))
+    kept = os.environ.get("PROBE_DEV_WORKSPACE")
+    workspace = Workspace(kept or tmp_path_factory.mktemp("trained-workspace"))
     for spec in workspace.registry.default_specs("digits"):
         workspace.registry.get_or_train(spec)
     return workspace
@@ -63,3 +68,43 @@ def flawed_run(trained_workspace):
         identify_run=identify_run, max_samples=3000))
     return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
             "distill_run": distill_run, "distilled": distilled}
+
+
+@pytest.fixture(scope="session")
+def regression_suite(trained_workspace, flawed_run):
+    """Suite ``digits-regressions``: the flawed classifier's worst 9-labelled Defuse region and a Bayes-TrEx
+    finding (high:4 samples a person labelled), scored on the flawed classifier and its Defuse correction."""
+    import numpy as np
+
+    from probe_core import suites
+    from probe_core.defuse import pipeline
+    from probe_core.defuse.labels import cluster_label_table as label_table
+    from probe_core.runconfig import SampleConfig, run_now
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))
+    source, _ = pipeline.auto_label(registry, store, distill_run, "default")  # the oracle stands in for people
+    _, corrected = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+        distill_run=distill_run, source=source, lambdas=(1.0,), epochs=2, samples_per_region=64,
+        selection="data-and-failures"))
+    nines = [row for row in label_table(store, distill_run, names, source)
+             if row["usable"] and row["label"] == "9"]
+    original = flawed_run["classifier"]
+    worst = None
+    for row in nines:  # keep the region the flawed classifier gets most wrong
+        held_out = suites.region_evidence(registry, store, distill_run, row["id"], source=source)
+        accuracy = float((suites.classify(held_out["classifier"], held_out["images"]).argmax(1) == 9).mean())
+        worst = min(worst or (2.0, row["id"]), (accuracy, row["id"]))
+    region = suites.add_region_check(registry, store, "digits-regressions", distill_run, worst[1], source=source)
+    run_id, _ = run_now(registry, SampleConfig(
+        dataset=MISLABELLED, target="high:4", classifier=original, generator=registry.default_id("digits", "generator"),
+        chains=4, warmup=40, samples=20, keep_every=2))
+    reference = registry.resolve("default", "classifier", "digits")
+    samples = store.get_samples(run_id)
+    probs = suites.classify(reference, np.stack([s["image"] for s in samples]))
+    for index in np.argsort(-probs.max(1))[:5]:  # "a person" labels the five clearest samples with what they show
+        store.set_label("fixture-person", sample_id=samples[index]["id"], label=str(int(probs[index].argmax())))
+    finding = suites.add_finding_checks(registry, store, "digits-regressions", run_id)[0]
+    suites.score_suite(registry, store, "digits-regressions", corrected["corrected_model"])
+    return {"suite": "digits-regressions", "original": original, "corrected": corrected["corrected_model"],
+            "region": region, "finding": finding, "sample_run": run_id, "label_source": source}

@@ -6,6 +6,7 @@
 - :mod:`~probe_core.cli.runs`: ``probe runs``
 - :mod:`~probe_core.cli.defuse`: ``probe defuse identify|distill|label|correct|run|runs``
 - :mod:`~probe_core.cli.scenes`: ``probe scenes show|counterfactual``
+- :mod:`~probe_core.cli.suite`: ``probe suite add|score|show|list|report|retire`` (regression suites)
 
 A group module adds its sub-parsers; a handler gets the parsed arguments and returns an exit
 code. No library package holds CLI code, and nothing in the library imports this package.
@@ -20,7 +21,7 @@ import sys
 from typing import Callable, Sequence
 
 from probe_core.catalog import canonical_dataset_name
-from probe_core.cli import data, defuse, models, runs, sample, scenes
+from probe_core.cli import data, defuse, models, runs, sample, scenes, suite
 from probe_core.data.files import CACHE_ENV
 from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
@@ -28,7 +29,7 @@ from probe_core.scaleout import check_executor
 
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,
-    defuse.add_defuse_commands, scenes.add_scene_commands,
+    defuse.add_defuse_commands, scenes.add_scene_commands, suite.add_suite_commands,
 ]
 
 

@@ -1,0 +1,402 @@
+"""Regression suites: failures that stay found.
+
+A suite is a named, versioned collection of checks for one data set, stored in the workspace.
+Each check keeps the evidence it came from (decoded images, latent codes, human labels), so it
+can always be shown as images and stays valid when the run or the generator behind it is gone:
+
+- ``defuse-region``: a labelled Defuse failure region. Its held-out samples are
+  :data:`REGION_SAMPLES` fresh draws of N(μ, τΣ) (another seed than the review images),
+  decoded by the run's VAE and labelled with the region's label, which the annotators gave.
+- ``bayestrex-finding``: Bayes-TrEx samples a person labelled (a confident sample that is a
+  true mistake, an ambiguous sample with its true class, Compare's labelled confident
+  samples). Each sample keeps the majority of its labels; a tie leaves it out. A sample
+  labelled ``none`` (none of the classifier's classes: a novel class) counts as right when
+  the classifier is less than :data:`NOVEL_CONFIDENCE` sure of any class.
+
+Scoring a classifier on a suite gives per check the accuracy against the human labels, the
+mean confidence on the labelled class and, where the check's classifier was wrong, the mean
+confidence the scored classifier still gives that wrong answer (calibration: "still 99 % sure
+of a wrong answer?"). The classifier a check was found on is scored when the check is added,
+so every check has that column to compare with. :func:`regressions` turns a score into a gate
+(``probe suite score ... --min-accuracy``, exit 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from probe_core.catalog import generator_dataset, load_dataset
+from probe_core.defuse.cluster import sample_cluster_latents
+from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table
+from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
+from probe_core.errors import ProbeError
+from probe_core.lifecycle import JobContext, JobFunction
+from probe_core.reports import suite_html_report
+
+REGION = "defuse-region"
+FINDING = "bayestrex-finding"
+CHECK_KINDS = {REGION: "a labelled Defuse failure region (held-out samples with the region's label)",
+               FINDING: "Bayes-TrEx samples labelled by people"}
+REGION_SAMPLES = 100
+REGION_SEED = 1  # the review images use seed 0: the held-out samples are other draws of the same region
+NOVEL_CONFIDENCE = 0.5
+NOVEL = -1  # label index of "none of the classifier's classes"
+DEFAULT_MIN_ACCURACY = 0.8
+SCORE_KIND = "suite-score"
+_BATCH = 256
+
+
+@dataclass(frozen=True)
+class CheckScore:
+    """One classifier on one check (fractions; None where nothing was there to average)."""
+
+    check_id: int
+    accuracy: float
+    confidence: float | None
+    wrong_confidence: float | None
+    count: int
+    predictions: np.ndarray
+
+    def as_row(self) -> dict:
+        return {"check_id": self.check_id, "accuracy": self.accuracy, "confidence": self.confidence,
+                "wrong_confidence": self.wrong_confidence, "count": self.count, "predictions": self.predictions}
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+@torch.no_grad()
+def classify(classifier, images: np.ndarray) -> np.ndarray:
+    """Class probabilities (N, K) of a loaded classifier for images (N, C, H, W) in [0, 1]."""
+    device = next(iter(classifier.module.parameters()), torch.zeros(0)).device
+    batches = [classifier.module(torch.from_numpy(np.ascontiguousarray(images[start:start + _BATCH]))
+                                 .float().to(device)).cpu()
+               for start in range(0, len(images), _BATCH)]
+    return torch.cat(batches).numpy() if batches else np.zeros((0, 0), np.float32)
+
+
+def score_check(check: dict, probs: np.ndarray) -> CheckScore:
+    """Score class probabilities (N, K) of a check's images against its labels (see the module docstring)."""
+    labels = check["data"]["labels"]
+    found = check["data"]["found_predictions"]
+    predictions = probs.argmax(1)
+    known = labels != NOVEL
+    correct = np.where(known, predictions == labels, probs.max(1) < NOVEL_CONFIDENCE)
+    rows = np.arange(len(labels))
+    wrong = found != labels
+    return CheckScore(
+        check_id=check["id"], accuracy=float(correct.mean()) if len(labels) else 0.0,
+        confidence=float(probs[rows[known], labels[known]].mean()) if known.any() else None,
+        wrong_confidence=float(probs[rows[wrong], found[wrong]].mean()) if wrong.any() else None,
+        count=len(labels), predictions=predictions)
+
+
+def _class_names_of(classifier, dataset: str, data_dir) -> tuple[str, ...]:
+    return tuple(classifier.class_names or load_dataset(dataset, data_dir).class_names)
+
+
+def load_classifier(registry, suite: dict, reference: str, device: str = "cpu"):
+    """A classifier for scoring a suite: a model id, ``default`` or a plugin; never trains.
+
+    Raises
+    ------
+    ProbeError
+        If the classifier belongs to another data set.
+    """
+    classifier = registry.resolve(reference, "classifier", suite["dataset"], device)
+    trained_on = classifier.record.get("dataset")
+    if trained_on is not None and generator_dataset(trained_on) != suite["dataset"]:
+        raise ProbeError(f"classifier {classifier.id} is for {trained_on}; suite {suite['name']!r} is for "
+                         f"{suite['dataset']}")
+    return classifier
+
+
+def score_suite(registry, store, suite_name: str, classifier_ref: str, device: str = "cpu",
+                checks: list[dict] | None = None) -> dict:
+    """Score a classifier on every check of a suite and store the scores.
+
+    Returns
+    -------
+    dict
+        ``suite``, ``dataset``, ``version``, ``classifier`` (its id) and ``checks``: per check
+        ``id``, ``name``, ``kind``, ``found_on``, ``count``, ``accuracy``, ``confidence``,
+        ``wrong_confidence`` and ``found_on_accuracy`` (the check's own classifier).
+    """
+    suite = require_suite(store, suite_name)
+    checks = store.get_suite_checks(suite_name) if checks is None else checks
+    if not checks:
+        raise ProbeError(f"suite {suite_name!r} has no checks yet: add one with `probe suite add`")
+    classifier = load_classifier(registry, suite, classifier_ref, device)
+    names = _class_names_of(classifier, suite["dataset"], registry.data_dir)
+    scores = []
+    for check in checks:
+        expected = tuple(check["evidence"]["class_names"])
+        if names != expected:
+            raise ProbeError(f"classifier {classifier.id} has the classes {', '.join(names)}; check {check['id']} "
+                             f"({check['name']}) is about {', '.join(expected)}")
+        scores.append(score_check(check, classify(classifier, check["data"]["images"])))
+    store.put_suite_scores(classifier.id, suite["version"], [s.as_row() for s in scores])
+    found_on = {(s["check_id"], s["classifier"]): s for s in store.get_suite_scores(suite_name)}
+    rows = []
+    for check, score in zip(checks, scores):
+        own = found_on.get((check["id"], check["found_on"]))
+        rows.append({"id": check["id"], "name": check["name"], "kind": check["kind"], "found_on": check["found_on"],
+                     "count": score.count, "accuracy": score.accuracy, "confidence": score.confidence,
+                     "wrong_confidence": score.wrong_confidence,
+                     "found_on_accuracy": None if own is None else own["accuracy"]})
+    return {"suite": suite_name, "dataset": suite["dataset"], "version": suite["version"], "classifier": classifier.id,
+            "checks": rows}
+
+
+def regressions(score: dict, min_accuracy: float = DEFAULT_MIN_ACCURACY, baseline: dict | None = None,
+                max_drop: float = 0.0) -> list[dict]:
+    """The checks a scored classifier fails: accuracy below ``min_accuracy``, or (with ``baseline``,
+    another classifier's score of the same suite) more than ``max_drop`` below the baseline's.
+
+    Returns one ``{"id", "name", "accuracy", "reason"}`` per failed check.
+    """
+    if not 0.0 <= min_accuracy <= 1.0:
+        raise ProbeError(f"--min-accuracy is a fraction in [0, 1], got {min_accuracy}")
+    before = {row["id"]: row["accuracy"] for row in (baseline or {}).get("checks", [])}
+    failed = []
+    for row in score["checks"]:
+        reasons = []
+        if row["accuracy"] < min_accuracy:
+            reasons.append(f"accuracy {row['accuracy'] * 100:.0f} % < {min_accuracy * 100:.0f} %")
+        if row["id"] in before and row["accuracy"] < before[row["id"]] - max_drop:
+            reasons.append(f"{(before[row['id']] - row['accuracy']) * 100:.0f} points below {baseline['classifier']}")
+        if reasons:
+            failed.append({"id": row["id"], "name": row["name"], "accuracy": row["accuracy"],
+                           "reason": "; ".join(reasons)})
+    return failed
+
+
+def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> JobFunction:
+    """:func:`score_suite` as a background job (the page's "Score" button)."""
+
+    def run(context: JobContext) -> dict:
+        context.report(0.05, f"scoring {classifier} on {suite}", force=True)
+        return score_suite(registry, context.store, suite, classifier, device)
+
+    return run
+
+
+def submit_score(manager, registry, suite: str, classifier: str, device: str = "cpu") -> int:
+    """Score a classifier on a suite in the background; returns the job's run id."""
+    from probe_core.executors import JobSpec
+
+    require_suite(manager.store, suite)
+    return manager.submit(SCORE_KIND, {"suite": suite, "classifier": classifier},
+                          JobSpec(f"{__name__}:score_job", {"suite": suite, "classifier": classifier,
+                                                            "device": device}, registry.data_dir))
+
+
+# -- adding checks ---------------------------------------------------------------------------------
+def require_suite(store, name: str) -> dict:
+    suite = store.get_suite(name)
+    if suite is None:
+        known = ", ".join(s["name"] for s in store.list_suites()) or "none yet"
+        raise ProbeError(f"no suite {name!r} (suites: {known}); `probe suite add --suite {name} ...` makes it")
+    return suite
+
+
+def _add(registry, store, suite: str, dataset: str, *, kind: str, name: str, classifier, class_names, evidence: dict,
+         latents: np.ndarray, images: np.ndarray, labels: np.ndarray) -> int:
+    """Store a check and score the classifier it was found on."""
+    if not len(labels):
+        raise ProbeError("nothing to add: the check would hold no labelled images")
+    images = np.asarray(images, dtype=np.float32)
+    found_predictions = classify(classifier, images).argmax(1)
+    check_id = store.add_suite_check(
+        suite, generator_dataset(dataset), kind=kind, name=name, found_on=classifier.id,
+        evidence={**evidence, "class_names": list(class_names)},
+        arrays={"images": images, "latents": np.asarray(latents, dtype=np.float32),
+                "labels": np.asarray(labels, dtype=np.int64), "found_predictions": found_predictions})
+    check = store.get_suite_check(check_id)
+    score = score_check(check, classify(classifier, images))
+    store.put_suite_scores(classifier.id, require_suite(store, suite)["version"], [score.as_row()])
+    return check_id
+
+
+def region_evidence(registry, store, distill_run: int, cluster_id: int, *, source: str = HUMAN,
+                    rho: float = DEFAULT_RHO, samples: int = REGION_SAMPLES, device: str = "cpu") -> dict:
+    """A labelled failure region's held-out samples, before they become a check.
+
+    Returns ``latents`` (S, D), ``images`` (S, C, H, W), ``labels`` (S,) class indices (the
+    region's label), ``classifier`` and ``vae`` (loaded), ``dataset``, ``class_names`` and the
+    cluster's ``row`` of :func:`~probe_core.defuse.labels.cluster_label_table`.
+
+    Raises
+    ------
+    ProbeError
+        If the cluster is not in the run, or its labels (of ``source``) do not make it a failure
+        region with a label.
+    """
+    require_run(store, distill_run, DISTILL)
+    dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
+    names = tuple(classifier.class_names or dataset.class_names)
+    rows = {row["id"]: row for row in cluster_label_table(store, distill_run, names, source, rho)}
+    if cluster_id not in rows:
+        raise ProbeError(f"cluster {cluster_id} is not in Defuse run {distill_run}")
+    row = rows[cluster_id]
+    if not (row["is_failure"] and row["label"] is not None):
+        raise ProbeError(f"cluster {cluster_id} is not a labelled failure region ({row['images_labelled']} images "
+                         f"labelled by {source}): label its images first (Label page or `probe defuse label`)")
+    cluster = store.get_cluster(cluster_id)
+    rng = np.random.default_rng([REGION_SEED, cluster_id])
+    latents = sample_cluster_latents(cluster["mean"], cluster["covariance"], samples, distill_tau(store, distill_run),
+                                     rng)
+    with torch.no_grad():
+        images = vae.module.decode(torch.from_numpy(latents).float().to(device)).cpu().numpy()
+    return {"latents": latents, "images": images, "labels": np.full(samples, names.index(row["label"])),
+            "classifier": classifier, "vae": vae, "dataset": dataset.name, "class_names": names, "row": row}
+
+
+def add_region_check(registry, store, suite: str, distill_run: int, cluster_id: int, *, source: str = HUMAN,
+                     rho: float = DEFAULT_RHO, samples: int = REGION_SAMPLES, name: str | None = None,
+                     device: str = "cpu") -> int:
+    """Add a labelled Defuse failure region to a suite (created when it does not exist); returns the check id.
+
+    The check holds :func:`region_evidence`'s held-out samples; errors are that function's.
+    """
+    region = region_evidence(registry, store, distill_run, cluster_id, source=source, rho=rho, samples=samples,
+                             device=device)
+    row = region["row"]
+    return _add(registry, store, suite, region["dataset"], kind=REGION, classifier=region["classifier"],
+                class_names=region["class_names"],
+                name=name or f"Defuse run {distill_run}, region {row['cluster_index'] + 1}: {row['label']}",
+                evidence={"distill_run": distill_run, "cluster_id": cluster_id, "label": row["label"],
+                          "label_source": source, "annotators": row["annotators"], "agreement": row["agreement"],
+                          "generator": region["vae"].id},
+                latents=region["latents"], images=region["images"], labels=region["labels"])
+
+
+def usable_regions(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
+                   rho: float = DEFAULT_RHO) -> list[int]:
+    """Cluster ids of a run's labelled failure regions."""
+    return [row["id"] for row in cluster_label_table(store, distill_run, class_names, source, rho) if row["usable"]]
+
+
+def _majority(labels: list[str]) -> str | None:
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    if not ranked or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    return ranked[0][0]
+
+
+def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN) -> list[dict]:
+    """A run's samples with a majority label of ``source`` (``label``), optionally only ``sample_ids``."""
+    wanted = None if sample_ids is None else set(sample_ids)
+    chosen = []
+    for sample in store.get_samples(run_id):
+        if wanted is not None and sample["id"] not in wanted:
+            continue
+        label = _majority([entry["label"] for entry in store.get_labels(sample_id=sample["id"], source=source)
+                           if entry["label"]])
+        if label is not None:
+            chosen.append({**sample, "label": label})
+    if wanted is not None:
+        missing = wanted - {s["id"] for s in chosen}
+        if missing:
+            raise ProbeError(f"samples {', '.join(map(str, sorted(missing)))} are not labelled samples of run "
+                             f"{run_id} (label them first: Probe page, Compare, or `probe label sample`)")
+    return chosen
+
+
+def add_finding_checks(registry, store, suite: str, run_id: int, sample_ids: list[int] | None = None, *,
+                       source: str = HUMAN, name: str | None = None, device: str = "cpu") -> list[int]:
+    """Add the labelled samples of a Bayes-TrEx run (probe or compare) to a suite; returns the check ids.
+
+    One check per classifier the samples were found on (a comparison run has two). Without
+    ``sample_ids``, every sample of the run with a majority label is taken.
+    """
+    run = store.get_run(run_id)
+    if run is None or run.kind not in ("sample", "compare"):
+        raise ProbeError(f"run {run_id} is not a Bayes-TrEx run (probe or compare)")
+    if not run.result:
+        raise ProbeError(f"run {run_id} has not finished ({run.status})")
+    chosen = labelled_samples(store, run_id, sample_ids, source)
+    if not chosen:
+        raise ProbeError(f"run {run_id} has no labelled samples yet: label some (Probe page, Compare, or "
+                         f"`probe label sample ID --annotator A --label C`)")
+    if run.kind == "compare":
+        classifiers, per_side = run.result["classifiers"], len(run.result["class_names"])
+        side_of = lambda sample: sample["target_index"] // per_side  # noqa: E731
+    else:
+        classifiers, side_of = [run.result["classifier"]], (lambda sample: 0)
+    dataset = run.result.get("dataset") or run.config["dataset"]
+    descriptions = {index: entry.get("description", entry.get("spec", "")) for index, entry in
+                    enumerate(run.result.get("targets", []))}
+    check_ids = []
+    for side, classifier_id in enumerate(classifiers):
+        mine = [sample for sample in chosen if side_of(sample) == side]
+        if not mine:
+            continue
+        classifier = registry.resolve(classifier_id, "classifier", dataset, device)
+        names = _class_names_of(classifier, dataset, registry.data_dir)
+        unknown = sorted({s["label"] for s in mine} - set(names) - {NONE_OF_THE_ABOVE})
+        if unknown:
+            raise ProbeError(f"labels {', '.join(unknown)} are not classes of {classifier.id} ({', '.join(names)})")
+        targets = sorted({descriptions.get(s["target_index"], str(s["target_index"])) for s in mine})
+        check_ids.append(_add(
+            registry, store, suite, dataset, kind=FINDING, classifier=classifier, class_names=names,
+            name=name or f"run {run_id} ({'; '.join(targets)[:80]}): {len(mine)} labelled samples",
+            evidence={"run": run_id, "run_kind": run.kind, "targets": targets, "sample_ids": [s["id"] for s in mine],
+                      "label_source": source, "generator": run.result.get("generator")},
+            latents=np.stack([s["z"] for s in mine]), images=np.stack([s["image"] for s in mine]),
+            labels=np.array([NOVEL if s["label"] == NONE_OF_THE_ABOVE else names.index(s["label"]) for s in mine])))
+    return check_ids
+
+
+# -- reading a suite -------------------------------------------------------------------------------
+def suite_matrix(store, suite_name: str) -> dict:
+    """Checks × classifiers: ``suite``, ``checks`` (without their arrays), ``classifiers`` (in the order
+    they were first scored) and ``cells`` ``{(check_id, classifier): score}``."""
+    suite = require_suite(store, suite_name)
+    checks = store.get_suite_checks(suite_name, with_data=False)
+    scores = store.get_suite_scores(suite_name)
+    classifiers: list[str] = []
+    for score in scores:
+        if score["classifier"] not in classifiers:
+            classifiers.append(score["classifier"])
+    active = {check["id"] for check in checks}
+    return {"suite": suite, "checks": checks, "classifiers": classifiers,
+            "cells": {(s["check_id"], s["classifier"]): s for s in scores if s["check_id"] in active}}
+
+
+def label_names(check: dict) -> list[str]:
+    """The human label of each of a check's images, as class names (``none`` for a novel class)."""
+    names = check["evidence"]["class_names"]
+    return [NONE_OF_THE_ABOVE if label == NOVEL else names[label] for label in check["data"]["labels"]]
+
+
+def suite_report(store, suite_name: str, images_per_check: int = 20) -> str:
+    """The self-contained HTML report of a suite: every check's images, labels and scores across versions."""
+    matrix = suite_matrix(store, suite_name)
+    sections = []
+    for summary in matrix["checks"]:
+        check = store.get_suite_check(summary["id"])
+        shown = slice(0, images_per_check)
+        labels = label_names(check)
+        sections.append({
+            "title": f"Check {check['id']}: {check['name']}",
+            "facts": {"kind": CHECK_KINDS.get(check["kind"], check["kind"]), "found on": check["found_on"],
+                      "images": len(labels), "labels": ", ".join(sorted(set(labels))),
+                      "added in suite version": check["added_version"]},
+            "images": check["data"]["images"][shown],
+            "scores": [{"classifier": classifier, "accuracy": f"{cell['accuracy'] * 100:.0f} %",
+                        "confidence on the label": "–" if cell["confidence"] is None else f"{cell['confidence']:.2f}",
+                        "confidence in the wrong answer": "–" if cell["wrong_confidence"] is None
+                        else f"{cell['wrong_confidence']:.2f}",
+                        "suite version": cell["suite_version"]}
+                       for classifier in matrix["classifiers"]
+                       if (cell := matrix["cells"].get((check["id"], classifier))) is not None],
+        })
+    grid = [[matrix["cells"].get((check["id"], classifier), {}).get("accuracy") for classifier in matrix["classifiers"]]
+            for check in matrix["checks"]]
+    return suite_html_report(f"Regression suite {suite_name}", matrix["suite"], [c["name"] for c in matrix["checks"]],
+                             matrix["classifiers"], grid, sections)
