@@ -288,8 +288,12 @@ def _majority(labels: list[str]) -> str | None:
     return ranked[0][0]
 
 
-def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN) -> list[dict]:
-    """A run's samples with a majority label of ``source`` (``label``), optionally only ``sample_ids``."""
+def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN,
+                     require_all: bool = True) -> list[dict]:
+    """A run's samples with a majority label of ``source`` (``label``), optionally only ``sample_ids``.
+
+    With ``sample_ids`` and ``require_all``, a sample without a majority label is an error.
+    """
     wanted = None if sample_ids is None else set(sample_ids)
     chosen = []
     for sample in store.get_samples(run_id):
@@ -299,7 +303,7 @@ def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, so
                            if entry["label"]])
         if label is not None:
             chosen.append({**sample, "label": label})
-    if wanted is not None:
+    if wanted is not None and require_all:
         missing = wanted - {s["id"] for s in chosen}
         if missing:
             raise ProbeError(f"samples {', '.join(map(str, sorted(missing)))} are not labelled samples of run "

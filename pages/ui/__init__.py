@@ -47,6 +47,7 @@ from pages.ui.widgets import (
     run_status_line,
     shards_not_done,
     show_picture,
+    suite_choice,
 )
 
 __all__ = [
@@ -55,5 +56,6 @@ __all__ = [
     "get_workspace", "hover_images", "image_grid", "job_manager", "load_model", "model_choice", "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
-    "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "upscale_for_display", "workspace",
+    "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
+    "workspace",
 ]

@@ -33,6 +33,7 @@ PAGES = [
     ("finetune.py", "Finetune", ":material/build:"),
     ("compare.py", "Compare", ":material/balance:"),
     ("saliency.py", "Saliency", ":material/local_fire_department:"),
+    ("regressions.py", "Regressions", ":material/fact_check:"),
 ]
 
 

@@ -23,6 +23,7 @@ from pages.ui.session import (
     set_model_ref,
     workspace,
 )
+from probe_core.catalog import generator_dataset
 from probe_core.data import split_view
 from probe_core.errors import ProbeError
 from probe_core.models import FD_HELP, FD_METRIC
@@ -264,3 +265,18 @@ def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[s
         for widget in reset:
             st.session_state.pop(widget, None)
         st.rerun(scope="app")
+
+
+def suite_choice(dataset_name: str, key: str) -> str:
+    """The regression suite this person adds to or scores on, remembered across pages in their session.
+
+    An existing suite of the data set is picked from a list; a new name makes a new suite.
+    """
+    existing = [s["name"] for s in workspace().store.list_suites(generator_dataset(dataset_name))]
+    default = f"{generator_dataset(dataset_name).partition(':')[0]}-regressions"
+    remembered = st.session_state.get("suite_name") or (existing[-1] if existing else default)
+    name = st.text_input("Regression suite", value=remembered, key=key,
+                         help="the suite's name; an existing one is extended, a new name makes a new suite"
+                              + (f" (this data set's: {', '.join(existing)})" if existing else "")).strip()
+    st.session_state["suite_name"] = name
+    return name

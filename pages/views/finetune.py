@@ -5,6 +5,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pages import ui as _ui
+from probe_core import suites
+from probe_core.catalog import generator_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 from probe_core.errors import ProbeError
@@ -144,3 +146,27 @@ if _ui.model_ref("classifier") == corrected:
 elif st.button("Use the corrected classifier in this session", key="finetune_promote"):
     _ui.set_model_ref("classifier", corrected)
     st.rerun()
+
+# The loop closed: score the corrected classifier (and the original, beside it) on a regression suite,
+# so "fixed here, broken there" shows at once.
+st.subheader("Score it on a regression suite")
+suites_here = [s["name"] for s in ws.store.list_suites(generator_dataset(pipeline.run_models(
+    ws.store, distill_run.id)["dataset"]))]
+if not suites_here:
+    st.caption("No regression suite for this data set yet: on the **Label** page, add a labelled failure region to "
+               "one (or `probe suite add`), then score the corrected classifier on it here.")
+else:
+    remembered = st.session_state.get("suite_name")
+    suite_name = st.selectbox("Suite", suites_here, key="finetune_suite",
+                              index=suites_here.index(remembered) if remembered in suites_here else len(suites_here) - 1)
+    if st.button("Score the original and the corrected classifier", key="finetune_score"):
+        st.session_state["suite_name"] = suite_name
+        scored = {s["classifier"] for s in ws.store.get_suite_scores(suite_name)}
+        for classifier_id in (result["original_model"], corrected):
+            if classifier_id == corrected or classifier_id not in scored:
+                suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
+    _ui.active_runs("finetune_suite", (suites.SCORE_KIND,))
+    versions = {s["classifier"] for s in ws.store.get_suite_scores(suite_name)}
+    if corrected in versions:
+        st.success(f"`{corrected}` is scored on {suite_name}: see the Regressions page.")
+    st.page_link("pages/views/regressions.py", label="Open the Regressions page", icon=":material/fact_check:")

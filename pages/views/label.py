@@ -6,6 +6,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import suites
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline
 from probe_core.errors import ProbeError
@@ -135,6 +136,20 @@ st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotat
               f"{verdict['images_disagreeing']} of {verdict['images_decided']} images differ from the classifier → "
               f"{'a failure region' if verdict['is_failure'] else 'not a failure region'}"
               + (f", label {verdict['label']}." if verdict["label"] else ".")))
+
+if verdict["is_failure"] and verdict["label"]:
+    with st.expander("Keep this failure region as a regression check"):
+        st.caption(f"A check holds {suites.REGION_SAMPLES} held-out samples of this region, labelled "
+                   f"{verdict['label']}; every new classifier version can be scored on it (Regressions page).")
+        suite_name = _ui.suite_choice(dataset.name, "label_suite")
+        if st.button("Add to the suite", key=f"label_add_check_{cluster['id']}", disabled=not suite_name):
+            try:
+                check_id = suites.add_region_check(ws.registry, ws.store, suite_name, distill_run.id, cluster["id"],
+                                                   device=_ui.device())
+            except ProbeError as exc:
+                st.error(str(exc))
+            else:
+                st.success(f"Check {check_id} added to {suite_name}.")
 
 with st.expander("Is this failure new? The nearest misclassified training images (paper Fig. 6)"):
     novelty = None

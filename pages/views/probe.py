@@ -7,6 +7,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import suites
 from probe_core.bayestrex import TEST_IMAGE_VERDICTS, best_samples, label_test_image, recipes, summary_rows
 from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, submit_latent_map
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
@@ -279,6 +280,7 @@ if baseline:
         with right:
             _ui.show_picture(dataset.test_images[baseline["indices"][:16]], columns=8)
 mistakes = (baseline or {}).get("confident_mistakes")
+annotator = None  # the name box is shown once, in the first box below that needs it
 if mistakes and mistakes["count"]:
     target_class = names[parse_targets(result["targets"][chosen]["spec"], names)[0].classes[0]]
     with st.expander(f"The misclassification test-set baseline: {mistakes['count']} test images the classifier "
@@ -336,6 +338,45 @@ if scenes_described:
     a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
 b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
                                      f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
+
+if hits:
+    with st.expander("Mark findings for a regression suite: say what the hits show, keep them as a check"):
+        st.caption("Say what each image really shows (saved at once, per person, as on Compare). Confident mistakes, "
+                   "novel classes (none) and ambiguous samples with their true class become a check that every new "
+                   "classifier version is scored on (Regressions page).")
+        if annotator is None:
+            annotator = _ui.annotator_name()
+        marked = hits[:10]
+        finding_choices = ["(not labelled)", *names, suites.NONE_OF_THE_ABOVE]
+
+        def mark(sample_id: int, widget_key: str) -> None:
+            if st.session_state[widget_key] != "(not labelled)" and annotator:
+                ws.store.set_label(annotator, sample_id=sample_id, label=st.session_state[widget_key])
+
+        for column, sample in zip(st.columns(len(marked)), marked):
+            with column:
+                _ui.show_picture(torch.as_tensor(sample["image"])[None], columns=1,
+                                 caption=f"says {names[int(np.argmax(sample['confidences']))]}")
+                mine = [entry["label"] for entry in ws.store.get_labels(sample_id=sample["id"])
+                        if entry["annotator"] == annotator]
+                widget_key = f"probe_finding_{sample['id']}_{annotator}"
+                st.selectbox("shows", finding_choices, key=widget_key, label_visibility="collapsed",
+                             index=finding_choices.index(mine[0]) if mine and mine[0] in finding_choices else 0,
+                             disabled=not annotator, on_change=mark, args=(sample["id"], widget_key))
+        labelled = [s["id"] for s in suites.labelled_samples(ws.store, run.id, [m["id"] for m in marked],
+                                                               require_all=False)]
+        suite_name = _ui.suite_choice(dataset.name, "probe_suite")
+        if st.button(f"Add the {len(labelled)} labelled samples to the suite", key=f"probe_add_check_{run.id}",
+                     disabled=not (labelled and suite_name)):
+            try:
+                added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, labelled,
+                                                  device=_ui.device())
+            except ProbeError as exc:
+                st.error(str(exc))
+            else:
+                st.success(f"Check {', '.join(map(str, added))} added to {suite_name}.")
+        if not annotator:
+            st.info("Enter your name to label; each choice is saved at once.")
 
 st.subheader("Downloads")
 if hits and not generator.capabilities.structured_prior:

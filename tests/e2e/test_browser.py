@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGES = [("", "Model Probe", "models"), ("probe", "Probe", "probe"), ("matrix", "Ambiguity matrix", "matrix"),
          ("interpolation", "Interpolation", "interpolation"), ("failures", "Failures", "failures"),
          ("label", "Label", "label"), ("finetune", "Finetune", "finetune"), ("compare", "Compare classifiers", "compare"),
-         ("saliency", "Saliency", "saliency")]
+         ("saliency", "Saliency", "saliency"), ("regressions?suite=digits-regressions", "Regressions", "regressions")]
 
 
 def _free_port() -> int:
@@ -90,7 +90,7 @@ def running_server(workspace_root: Path, log_path: Path, launcher: str = "make r
 
 
 @pytest.fixture
-def server(trained_workspace, flawed_run, tmp_path):
+def server(trained_workspace, flawed_run, regression_suite, tmp_path):
     require_browser()
     with running_server(trained_workspace.root, tmp_path / "server.log") as running:
         yield running
@@ -129,7 +129,8 @@ def _open(page, server, path: str, title: str, settle: bool = False) -> None:
     page.wait_for_timeout(1500 if settle or os.environ.get("PROBE_SCREENSHOT_DIR") else 500)
 
 
-def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run, tmp_path):
+def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run,
+                                                               regression_suite, tmp_path):
     store = trained_workspace.store
     before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
     _open(page, server, "probe", "Probe")
@@ -185,7 +186,14 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     for path, title, name in PAGES:
         if path in opened_above and not keep:  # every page is opened in this browser once (README shots: all)
             continue
-        _open(page, server, path, title)
+        _open(page, server, path, title, settle=name == "regressions")
+        if name == "regressions":  # the suite's matrix shows the flawed classifier and its correction side by side
+            body = page.inner_text("body")
+            assert "digits-regressions" in body, body[:2000]
+            page.locator(".st-key-regressions_matrix .js-plotly-plot").wait_for()
+            ticks = page.locator(".st-key-regressions_matrix .xtick text").all_text_contents()
+            assert any(t.endswith(regression_suite["corrected"][-30:]) for t in ticks), ticks
+            assert any(t.endswith(regression_suite["original"][-30:]) for t in ticks), ticks
         page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
         assert (folder / f"{name}.png").stat().st_size > 10_000
 
@@ -256,7 +264,7 @@ def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
 
 
 NAVIGATION = ["Models", "Probe", "Ambiguity matrix", "Interpolation", "Failures", "Label", "Finetune", "Compare",
-              "Saliency"]
+              "Saliency", "Regressions"]
 
 
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
