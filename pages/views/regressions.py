@@ -82,10 +82,10 @@ for row, check in enumerate(checks):
                      + (" (found on this one)" if version == check["found_on"] else ""))
 figure = go.Figure(go.Scatter(
     x=x, y=y, mode="markers+text", text=text, hovertext=hover, hoverinfo="text", textfont=dict(color="black"),
-    marker=dict(symbol="square", size=58, color=accuracy, colorscale="RdYlGn", cmin=0, cmax=1,
+    marker=dict(symbol="square", size=46, color=accuracy, colorscale="RdYlGn", cmin=0, cmax=1,
                 colorbar=dict(title="accuracy", tickformat=".0%"))))
 figure.update_layout(
-    height=140 + 70 * len(checks), margin=dict(l=10, r=10, t=10, b=10),
+    height=110 + 56 * len(checks), margin=dict(l=10, r=10, t=10, b=10),
     xaxis=dict(tickvals=list(range(len(versions))), ticktext=[v if len(v) < 40 else "…" + v[-38:] for v in versions],
                range=[-0.6, len(versions) - 0.4], side="top"),
     yaxis=dict(tickvals=list(range(len(checks))), ticktext=[c["name"][:48] for c in checks], autorange="reversed",
