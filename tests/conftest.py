@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import MISLABELLED
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped models' scripts
 
 torch.set_num_threads(2)
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
@@ -25,15 +30,21 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 @pytest.fixture(scope="session")
 def trained_workspace(tmp_path_factory):
-    """A workspace holding the default digits classifier, VAE and GAN (about 85 s on 2 cores).
+    """A workspace holding the default digits classifier, VAE and GAN.
 
-    ``PROBE_DEV_WORKSPACE=DIR`` keeps it in DIR between runs while developing (models are trained
-    once; runs pile up); CI and ``make test`` use a fresh one.
+    With seed 0 the copies shipped in ``tests/data/digits-defaults`` are installed when they still
+    match the code (``tests/data/make_digits_defaults.py``; ``test_shipped_weights.py`` fails when they
+    do not); anything missing is trained here (about 85 s on 2 cores). ``PROBE_DEV_WORKSPACE=DIR``
+    keeps the workspace in DIR between runs while developing (runs pile up); CI uses a fresh one.
     """
+    from make_digits_defaults import SEED, install
+
     from probe_core.workspace import Workspace
 
     kept = os.environ.get("PROBE_DEV_WORKSPACE")
     workspace = Workspace(kept or tmp_path_factory.mktemp("trained-workspace"))
+    if TEST_SEED == SEED:
+        install(workspace)
     for spec in workspace.registry.default_specs("digits"):
         workspace.registry.get_or_train(spec)
     return workspace

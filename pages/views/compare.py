@@ -5,6 +5,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import suites
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
 from probe_core import runconfig
@@ -97,3 +98,15 @@ frame = pd.DataFrame({
     for side, (classifier_id, row) in enumerate(table.items())})
 st.subheader("Accuracy on their own confident samples")
 st.dataframe(frame, key="compare_table")
+
+with st.expander("Keep the labelled samples as regression checks"):
+    st.caption("One check per classifier: its confident samples with what people said they show; every new "
+               "classifier version can then be scored on them (Regressions page).")
+    suite_name = _ui.suite_choice(dataset.name, "compare_suite")
+    if st.button("Add to the suite", key=f"compare_add_checks_{run.id}", disabled=not suite_name):
+        try:
+            added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, device=_ui.device())
+        except ProbeError as exc:
+            st.error(str(exc))
+        else:
+            st.success(f"Checks {', '.join(map(str, added))} added to {suite_name}.")

@@ -284,6 +284,12 @@ def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed
     assert not at.exception
     assert [label["label"] for label in app_env.store.get_labels(sample_id=sample_id)
             if label["annotator"] == "comparer"] == ["0"]
+    # the labelled sample becomes a regression check of the classifier it was found on
+    at.text_input(key="compare_suite").input("compare-page-suite").run()
+    next(b for b in at.button if b.key and b.key.startswith("compare_add_checks_")).click().run()
+    assert not at.error, [e.value for e in at.error]
+    checks = app_env.store.get_suite_checks("compare-page-suite")
+    assert len(checks) >= 1 and sample_id in [i for c in checks for i in c["evidence"]["sample_ids"]]
 
 
 def test_saliency_page_explains_two_classes_side_by_side(app_env):

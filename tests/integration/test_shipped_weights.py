@@ -1,4 +1,5 @@
-"""The shipped scene-classifier weights still match the code that made them, and the file is the one recorded."""
+"""The shipped weights (the scene classifier, the default digits models) still match the code that made them,
+and the files are the ones recorded."""
 
 import json
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
 
+import make_digits_defaults  # noqa: E402
 import make_scene_classifier  # noqa: E402
 
 
@@ -18,3 +20,10 @@ def test_shipped_weights_match_their_recipe_and_their_recorded_sha256():
     stale = [part for part in current if current[part] != recorded["recipe"].get(part)]
     assert not stale, (f"the shipped scene classifier was trained with another {', '.join(stale)}: retrain it with "
                        f"python tests/data/make_scene_classifier.py (about 4 minutes)")
+
+
+def test_shipped_digits_defaults_match_their_recipe():
+    stale = make_digits_defaults.stale_parts()
+    assert not stale, (f"the default digits models in tests/data/digits-defaults were made with another "
+                       f"{', '.join(stale)}: retrain them with python tests/data/make_digits_defaults.py (about "
+                       f"90 s); until then every test session trains them")

@@ -61,3 +61,10 @@ def test_compare_two_classifiers_with_human_labels(trained_workspace):
     first, second = (table[k] for k in config_of(store.get_run(run_id)).classifiers)
     assert first["overall"] == 1.0 and first["labelled"] == 20
     assert second["overall"] == 0.1 and second["per_class"]["0"] == (1.0, 2)
+    # Compare's labelled confident samples become regression checks, one per classifier they were found on
+    from probe_core import suites
+
+    checks = [store.get_suite_check(i) for i in suites.add_finding_checks(registry, store, "compare-suite", run_id)]
+    assert [c["found_on"] for c in checks] == list(config_of(store.get_run(run_id)).classifiers)
+    assert [len(c["data"]["labels"]) for c in checks] == [20, 20]
+    assert set(suites.label_names(checks[1])) == {"0"}
