@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
 BENCH_WORKSPACE ?= .bench-workspace
-BENCHMARKS := default_models sampler table2 defuse_noise defuse_protocols scenes scenes_probe cold_start watch user_data scale_out
+BENCHMARKS := default_models sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe cold_start watch user_data scale_out
 
 .PHONY: install run test test-fast bench bench-quick clean-venv
 

@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import best_hit_per_target, best_samples
+from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, best_hit_per_target, best_samples
 from probe_core.runconfig import config_of
 
 ws = _ui.workspace()
@@ -19,10 +19,10 @@ K = len(names)
 
 with st.form("matrix-form"):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per pair", 2, 256, 16, key="matrix_chains")
-    warmup = c2.number_input("Warm-up", 10, 2000, 100, key="matrix_warmup")
-    samples = c3.number_input("Samples per chain", 10, 2000, 100, key="matrix_samples")
-    keep_every = c4.number_input("Store every n-th", 1, 100, 10, key="matrix_keep")
+    chains = c1.number_input("Chains per pair", 2, 256, MATRIX_SAMPLER_DEFAULTS["chains"], key="matrix_chains")
+    warmup = c2.number_input("Warm-up", 10, 2000, MATRIX_SAMPLER_DEFAULTS["warmup"], key="matrix_warmup")
+    samples = c3.number_input("Samples per chain", 10, 2000, MATRIX_SAMPLER_DEFAULTS["samples"], key="matrix_samples")
+    keep_every = c4.number_input("Store every n-th", 1, 100, MATRIX_SAMPLER_DEFAULTS["keep_every"], key="matrix_keep")
     start = st.form_submit_button(f"Build the {K}×{K} matrix", type="primary")
 if start:
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "keep_every": int(keep_every)}

@@ -23,11 +23,14 @@ from probe_core.bayestrex.recipes import (
     samples_to_label,
 )
 from probe_core.bayestrex.run import (
+    MATRIX_SAMPLER_DEFAULTS,
     MAX_CHAINS,
     MAX_ITERATIONS,
+    SAMPLER_DEFAULTS,
     SAMPLERS,
     check_sampler_settings,
     sample,
+    sampler_defaults,
 )
 from probe_core.bayestrex.summary import (
     MISTAKE_CONFIDENCE,
@@ -44,6 +47,7 @@ from probe_core.bayestrex.summary import (
 )
 
 __all__ = [
+    "MATRIX_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS", "sampler_defaults",
     "MISTAKE_CONFIDENCE",
     "TEST_IMAGE_VERDICTS",
     "label_test_image",

@@ -33,6 +33,17 @@ MAX_CHAINS = 1024  # per target, as the pages allow
 
 
 MAX_ITERATIONS = 100_000
+SAMPLER_DEFAULTS = {"chains": 64, "warmup": 300, "samples": 300, "keep_every": 1}
+# The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
+# reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
+# where the general defaults take about 9), and every 10th sample is stored.
+MATRIX_SAMPLER_DEFAULTS = {"chains": 24, "warmup": 50, "samples": 50, "keep_every": 10}
+
+
+def sampler_defaults(spec: str | None) -> dict:
+    """Chains per target, warm-up, samples and storage stride for a target spec, where none are given."""
+    matrix = spec is not None and spec.strip() == "ambiguous-matrix"
+    return dict(MATRIX_SAMPLER_DEFAULTS if matrix else SAMPLER_DEFAULTS)
 
 
 def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,

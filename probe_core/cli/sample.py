@@ -63,6 +63,11 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
 
 
 def _sampler_kwargs(args: argparse.Namespace) -> dict:
+    from probe_core.bayestrex import sampler_defaults
+
+    for key, value in sampler_defaults(getattr(args, "target", None)).items():  # options not given on the line
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
             "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
             "executor": args.executor, "shards": shard_count(args.executor, args.shards)}
@@ -90,13 +95,14 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET)
-    parser.add_argument("--chains", type=int, default=64, help="chains per target")
-    parser.add_argument("--warmup", type=int, default=300)
-    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--chains", type=int, help="chains per target (default 64; ambiguous-matrix: 24)")
+    parser.add_argument("--warmup", type=int, help="warm-up iterations (default 300; ambiguous-matrix: 50)")
+    parser.add_argument("--samples", type=int, help="samples per chain (default 300; ambiguous-matrix: 50)")
     parser.add_argument("--sigma", type=float, default=0.05)
     parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep-every", type=int, default=1, help="store every n-th sample in the workspace")
+    parser.add_argument("--keep-every", type=int, help="store every n-th sample in the workspace (default 1; "
+                        "ambiguous-matrix: 10)")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")

@@ -245,14 +245,20 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
 
 def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
     at = open_page("pages/views/matrix.py")
+    from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS  # the page starts from the CLI's matrix defaults
+
+    assert [at.number_input(key=f"matrix_{k}").value for k in ("chains", "warmup", "samples", "keep")] == \
+        [MATRIX_SAMPLER_DEFAULTS[k] for k in ("chains", "warmup", "samples", "keep_every")]
     at.number_input(key="matrix_chains").set_value(2)
     at.number_input(key="matrix_warmup").set_value(10)
     at.number_input(key="matrix_samples").set_value(10)
     at.number_input(key="matrix_keep").set_value(1)
     next(b for b in at.button if b.label.startswith("Build the")).click().run()
     assert not at.exception
-    rerun_until(at, lambda a: any("pairs reached" in c.value for c in a.caption), timeout=240)
-    run = next(r for r in app_env.store.list_runs(kind="sample") if r.config.get("target") == "ambiguous-matrix")
+    started = next(r for r in app_env.store.list_runs(kind="sample") if r.config.get("target") == "ambiguous-matrix")
+    rerun_until(at, lambda a: app_env.store.get_run(started.id).status == "done"
+                and any("pairs reached" in c.value for c in a.caption), timeout=240)
+    run = app_env.store.get_run(started.id)
     assert len(run.result["targets"]) == 45
     at.selectbox(key="matrix_pair").set_value(1).run()
     assert not at.exception and any("samples are hits" in m.value for m in at.markdown)

@@ -44,3 +44,19 @@ def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
     assert config_of(SimpleNamespace(kind="defuse-embedding-v0", config={})) is None
     assert config_of(SimpleNamespace(kind="sample", config={"recipe": "novel-class", "dataset": "digits"})) is None
+
+
+def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line():
+    from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, SAMPLER_DEFAULTS
+    from probe_core.cli import build_parser
+    from probe_core.cli.sample import _sampler_kwargs
+
+    def settings(*argv):
+        kwargs = _sampler_kwargs(build_parser().parse_args(["sample", *argv]))
+        return {key: kwargs[key] for key in SAMPLER_DEFAULTS}
+
+    assert settings("--target", "ambiguous-matrix") == MATRIX_SAMPLER_DEFAULTS  # as typed
+    assert settings("--target", "high:3") == SAMPLER_DEFAULTS
+    assert settings("--target", "ambiguous-matrix", "--chains", "8")["chains"] == 8  # what is given wins
+    assert MATRIX_SAMPLER_DEFAULTS["chains"] * MATRIX_SAMPLER_DEFAULTS["warmup"] < \
+        SAMPLER_DEFAULTS["chains"] * SAMPLER_DEFAULTS["warmup"]
