@@ -207,14 +207,13 @@ def _add(registry, store, suite: str, dataset: str, *, kind: str, name: str, cla
     if not len(labels):
         raise ProbeError("nothing to add: the check would hold no labelled images")
     images = np.asarray(images, dtype=np.float32)
-    found_predictions = classify(classifier, images).argmax(1)
+    probs = classify(classifier, images)
     check_id = store.add_suite_check(
         suite, generator_dataset(dataset), kind=kind, name=name, found_on=classifier.id,
         evidence={**evidence, "class_names": list(class_names)},
         arrays={"images": images, "latents": np.asarray(latents, dtype=np.float32),
-                "labels": np.asarray(labels, dtype=np.int64), "found_predictions": found_predictions})
-    check = store.get_suite_check(check_id)
-    score = score_check(check, classify(classifier, images))
+                "labels": np.asarray(labels, dtype=np.int64), "found_predictions": probs.argmax(1)})
+    score = score_check(store.get_suite_check(check_id), probs)
     store.put_suite_scores(classifier.id, require_suite(store, suite)["version"], [score.as_row()])
     return check_id
 

@@ -71,34 +71,34 @@ def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_worksp
 def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regression_suite, tmp_path, capsys):
     root, store = str(trained_workspace.root), trained_workspace.store
     labelled = [s["id"] for s in suites.labelled_samples(store, regression_suite["sample_run"])]
-    cli = ["--workspace", root, "suite"]
-    assert main([*cli, "add", "--suite", "cli-suite", "--run", str(regression_suite["sample_run"]),
+    cli, suite = ["--workspace", root, "suite"], f"cli-{tmp_path.name}"
+    assert main([*cli, "add", "--suite", suite, "--run", str(regression_suite["sample_run"]),
                  "--sample", str(labelled[0]), "--sample", str(labelled[1]), "--name", "two fours"]) == 0
-    assert "added to cli-suite: two fours (2 images" in capsys.readouterr().out
-    assert main([*cli, "add", "--suite", "cli-suite", "--defuse-run", str(store.get_suite_check(
+    assert f"added to {suite}: two fours (2 images" in capsys.readouterr().out
+    assert main([*cli, "add", "--suite", suite, "--defuse-run", str(store.get_suite_check(
         regression_suite["region"], False)["evidence"]["distill_run"]), "--cluster",
         str(store.get_suite_check(regression_suite["region"], False)["evidence"]["cluster_id"]),
         "--label-source", regression_suite["label_source"]]) == 0
-    assert store.get_suite("cli-suite")["version"] == 2
-    before = store.get_suite("cli-suite")
+    assert store.get_suite(suite)["version"] == 2
+    before = store.get_suite(suite)
     # bad input: one line, exit 2, nothing stored changes
-    for bad in (["add", "--suite", "cli-suite", "--run", "99999"],
-                ["add", "--suite", "cli-suite", "--defuse-run", "1", "--run", "2"],
-                ["add", "--suite", "cli-suite", "--run", str(regression_suite["sample_run"]), "--sample", "123456789"],
+    for bad in (["add", "--suite", suite, "--run", "99999"],
+                ["add", "--suite", suite, "--defuse-run", "1", "--run", "2"],
+                ["add", "--suite", suite, "--run", str(regression_suite["sample_run"]), "--sample", "123456789"],
                 ["score", "--suite", "nope", "--classifier", "default"],
-                ["retire", "--suite", "cli-suite", "--check", "123456789"]):
+                ["retire", "--suite", suite, "--check", "123456789"]):
         assert main([*cli, *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert store.get_suite("cli-suite") == before
-    assert main([*cli, "show", "--suite", "cli-suite"]) == 0
+    assert store.get_suite(suite) == before
+    assert main([*cli, "show", "--suite", suite]) == 0
     assert "two fours" in capsys.readouterr().out
     assert main([*cli, "report", "--suite", regression_suite["suite"], "--out", str(tmp_path / "suite.html")]) == 0
     page = (tmp_path / "suite.html").read_text()
     assert page.count("data:image/png;base64,") >= 2 and "http" not in page.replace("http-equiv", "")
     assert regression_suite["original"] in page and regression_suite["corrected"] in page
-    first = store.get_suite_checks("cli-suite", with_data=False)[0]["id"]
-    assert main([*cli, "retire", "--suite", "cli-suite", "--check", str(first)]) == 0
-    assert [c["id"] for c in store.get_suite_checks("cli-suite", with_data=False)] != [first]
-    assert store.get_suite("cli-suite")["version"] == 3
-    assert main([*cli, "list"]) == 0 and "cli-suite" in capsys.readouterr().out
+    first = store.get_suite_checks(suite, with_data=False)[0]["id"]
+    assert main([*cli, "retire", "--suite", suite, "--check", str(first)]) == 0
+    assert [c["id"] for c in store.get_suite_checks(suite, with_data=False)] != [first]
+    assert store.get_suite(suite)["version"] == 3
+    assert main([*cli, "list"]) == 0 and suite in capsys.readouterr().out
