@@ -121,7 +121,8 @@ def score_suite(registry, store, suite_name: str, classifier_ref: str, device: s
     dict
         ``suite``, ``dataset``, ``version``, ``classifier`` (its id) and ``checks``: per check
         ``id``, ``name``, ``kind``, ``found_on``, ``count``, ``accuracy``, ``confidence``,
-        ``wrong_confidence`` and ``found_on_accuracy`` (the check's own classifier).
+        ``wrong_confidence`` and ``found_on_accuracy`` (the check's own classifier); ``skipped``:
+        the checks about other classes than the classifier's (``id``, ``name``, ``classes``).
     """
     suite = require_suite(store, suite_name)
     checks = store.get_suite_checks(suite_name) if checks is None else checks
@@ -129,24 +130,26 @@ def score_suite(registry, store, suite_name: str, classifier_ref: str, device: s
         raise ProbeError(f"suite {suite_name!r} has no checks yet: add one with `probe suite add`")
     classifier = load_classifier(registry, suite, classifier_ref, device)
     names = _class_names_of(classifier, suite["dataset"], registry.data_dir)
-    scores = []
-    for check in checks:
-        expected = tuple(check["evidence"]["class_names"])
-        if names != expected:
-            raise ProbeError(f"classifier {classifier.id} has the classes {', '.join(names)}; check {check['id']} "
-                             f"({check['name']}) is about {', '.join(expected)}")
-        scores.append(score_check(check, classify(classifier, check["data"]["images"])))
+    # a check found on a classifier of other classes (e.g. a novel-class finding on a class-subset
+    # classifier) cannot be scored on this one: it is skipped and named, not failed
+    comparable = [check for check in checks if tuple(check["evidence"]["class_names"]) == names]
+    skipped = [{"id": check["id"], "name": check["name"], "classes": check["evidence"]["class_names"]}
+               for check in checks if tuple(check["evidence"]["class_names"]) != names]
+    if not comparable:
+        raise ProbeError(f"classifier {classifier.id} has the classes {', '.join(names)}; no check of suite "
+                         f"{suite_name!r} is about those classes")
+    scores = [score_check(check, classify(classifier, check["data"]["images"])) for check in comparable]
     store.put_suite_scores(classifier.id, suite["version"], [s.as_row() for s in scores])
     found_on = {(s["check_id"], s["classifier"]): s for s in store.get_suite_scores(suite_name)}
     rows = []
-    for check, score in zip(checks, scores):
+    for check, score in zip(comparable, scores):
         own = found_on.get((check["id"], check["found_on"]))
         rows.append({"id": check["id"], "name": check["name"], "kind": check["kind"], "found_on": check["found_on"],
                      "count": score.count, "accuracy": score.accuracy, "confidence": score.confidence,
                      "wrong_confidence": score.wrong_confidence,
                      "found_on_accuracy": None if own is None else own["accuracy"]})
     return {"suite": suite_name, "dataset": suite["dataset"], "version": suite["version"], "classifier": classifier.id,
-            "checks": rows}
+            "checks": rows, "skipped": skipped}
 
 
 def regressions(score: dict, min_accuracy: float = DEFAULT_MIN_ACCURACY, baseline: dict | None = None,

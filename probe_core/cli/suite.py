@@ -66,6 +66,9 @@ def _score(args: argparse.Namespace) -> int:
             for row in score["checks"]]
     print(f"{score['classifier']} on suite {args.suite} (version {score['version']}, {score['dataset']}):")
     print(format_table(rows, ["check", "name", "images", "accuracy", "found on", "wrong-answer conf.", "status"]))
+    for check in score["skipped"]:
+        print(f"skipped: check {check['id']} ({check['name']}) is about the classes {', '.join(check['classes'])}",
+              file=sys.stderr)
     for failure in failed:
         print(f"regressed: check {failure['id']} ({failure['name']}): {failure['reason']}", file=sys.stderr)
     if args.out:

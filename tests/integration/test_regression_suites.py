@@ -49,6 +49,16 @@ def test_scoring_needs_no_generator_and_checks_the_classes(trained_workspace, re
     assert suites.score_suite(registry, store, regression_suite["suite"], str(plugin))["classifier"].startswith("plugin:")
     with pytest.raises(ProbeError, match="no suite 'nope'"):
         suites.score_suite(registry, store, "nope", "default")
+    # a check about other classes (a novel-class finding on a class-subset classifier) is skipped, not failed
+    region = store.get_suite_check(regression_suite["region"])
+    mixed = f"mixed-{tmp_path.parent.name}"
+    for classes in ([str(c) for c in range(10)], ["0", "1", "3", "6", "9"]):
+        store.add_suite_check(mixed, "digits", kind=suites.FINDING, name=f"{len(classes)} classes",
+                              found_on=regression_suite["original"], evidence={"class_names": classes},
+                              arrays={**region["data"], "labels": region["data"]["labels"] * 0})
+    score = suites.score_suite(registry, store, mixed, "default")
+    assert [row["name"] for row in score["checks"]] == ["10 classes"]
+    assert [row["name"] for row in score["skipped"]] == ["5 classes"]
 
 
 def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_workspace, regression_suite, tmp_path, capsys):
@@ -71,7 +81,7 @@ def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_worksp
 def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regression_suite, tmp_path, capsys):
     root, store = str(trained_workspace.root), trained_workspace.store
     labelled = [s["id"] for s in suites.labelled_samples(store, regression_suite["sample_run"])]
-    cli, suite = ["--workspace", root, "suite"], f"cli-{tmp_path.name}"
+    cli, suite = ["--workspace", root, "suite"], f"cli-{tmp_path.parent.name}"
     assert main([*cli, "add", "--suite", suite, "--run", str(regression_suite["sample_run"]),
                  "--sample", str(labelled[0]), "--sample", str(labelled[1]), "--name", "two fours"]) == 0
     assert f"added to {suite}: two fours (2 images" in capsys.readouterr().out
