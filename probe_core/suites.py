@@ -291,14 +291,15 @@ def _majority(labels: list[str]) -> str | None:
 
 
 def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN,
-                     require_all: bool = True) -> list[dict]:
+                     require_all: bool = True, samples: list[dict] | None = None) -> list[dict]:
     """A run's samples with a majority label of ``source`` (``label``), optionally only ``sample_ids``.
 
     With ``sample_ids`` and ``require_all``, a sample without a majority label is an error.
+    ``samples``: the run's samples when the caller has them already (a page), else they are read.
     """
     wanted = None if sample_ids is None else set(sample_ids)
     chosen = []
-    for sample in store.get_samples(run_id):
+    for sample in store.get_samples(run_id) if samples is None else samples:
         if wanted is not None and sample["id"] not in wanted:
             continue
         label = _majority([entry["label"] for entry in store.get_labels(sample_id=sample["id"], source=source)

@@ -364,7 +364,7 @@ if hits:
                              index=finding_choices.index(mine[0]) if mine and mine[0] in finding_choices else 0,
                              disabled=not annotator, on_change=mark, args=(sample["id"], widget_key))
         labelled = [s["id"] for s in suites.labelled_samples(ws.store, run.id, [m["id"] for m in marked],
-                                                               require_all=False)]
+                                                               require_all=False, samples=marked)]
         suite_name = _ui.suite_choice(dataset.name, "probe_suite")
         if st.button(f"Add the {len(labelled)} labelled samples to the suite", key=f"probe_add_check_{run.id}",
                      disabled=not (labelled and suite_name)):

@@ -59,11 +59,13 @@ def test_a_labelled_failure_region_is_added_from_the_label_page(app_env, flawed_
     for person in ("p1", "p2", "p3"):  # three people say every image shows another class than predicted
         label_tools.label_images(store, [i["id"] for i in images], person, wrong, tuple(str(c) for c in range(10)))
     at.run()
+    before = len(store.get_suite_checks("label-page-suite", with_data=False))
     at.text_input(key="label_suite").input("label-page-suite").run()
     at.button(key=f"label_add_check_{cluster['id']}").click().run()
     assert not at.error, [e.value for e in at.error]
     checks = store.get_suite_checks("label-page-suite")
-    assert len(checks) == 1 and checks[0]["kind"] == suites.REGION and set(suites.label_names(checks[0])) == {wrong}
+    assert len(checks) == before + 1
+    assert checks[-1]["kind"] == suites.REGION and set(suites.label_names(checks[-1])) == {wrong}
 
 
 def test_labelled_hits_are_added_from_the_probe_page(app_env):
@@ -82,7 +84,7 @@ def test_labelled_hits_are_added_from_the_probe_page(app_env):
     at.text_input(key="probe_suite").input("probe-page-suite").run()
     at.button(key=f"probe_add_check_{run_id}").click().run()
     assert not at.error, [e.value for e in at.error]
-    check = store.get_suite_checks("probe-page-suite")[0]
+    check = store.get_suite_checks("probe-page-suite")[-1]
     assert check["kind"] == suites.FINDING and suites.label_names(check) == ["7"]
     assert check["evidence"]["sample_ids"] == [hit["id"]]
 
