@@ -338,7 +338,7 @@ def add_finding_checks(registry, store, suite: str, run_id: int, sample_ids: lis
     dataset = run.result.get("dataset") or run.config["dataset"]
     descriptions = {index: entry.get("description", entry.get("spec", "")) for index, entry in
                     enumerate(run.result.get("targets", []))}
-    check_ids = []
+    planned = []  # every side is checked before anything is stored
     for side, classifier_id in enumerate(classifiers):
         mine = [sample for sample in chosen if side_of(sample) == side]
         if not mine:
@@ -348,6 +348,9 @@ def add_finding_checks(registry, store, suite: str, run_id: int, sample_ids: lis
         unknown = sorted({s["label"] for s in mine} - set(names) - {NONE_OF_THE_ABOVE})
         if unknown:
             raise ProbeError(f"labels {', '.join(unknown)} are not classes of {classifier.id} ({', '.join(names)})")
+        planned.append((classifier, names, mine))
+    check_ids = []
+    for classifier, names, mine in planned:
         targets = sorted({descriptions.get(s["target_index"], str(s["target_index"])) for s in mine})
         check_ids.append(_add(
             registry, store, suite, dataset, kind=FINDING, classifier=classifier, class_names=names,

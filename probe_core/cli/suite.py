@@ -27,12 +27,16 @@ def _add(args: argparse.Namespace) -> int:
     if args.defuse_run is not None:
         if args.sample:
             raise ProbeError("--sample goes with --run; a Defuse region is chosen with --cluster")
-        clusters = list(args.cluster or [])
-        if args.all_regions:
-            clusters += suites.usable_regions(store, args.defuse_run, run_class_names(store, args.defuse_run,
-                                                                                      registry.data_dir), source)
+        usable = suites.usable_regions(store, args.defuse_run, run_class_names(store, args.defuse_run,
+                                                                                registry.data_dir), source)
+        clusters = list(dict.fromkeys([*(args.cluster or []), *(usable if args.all_regions else [])]))
         if not clusters:
             raise ProbeError("name the failure regions to add: --cluster ID (repeatable) or --all-regions")
+        not_regions = [str(c) for c in clusters if c not in usable]
+        if not_regions:  # checked before anything is stored
+            raise ProbeError(f"cluster {', '.join(not_regions)} of run {args.defuse_run} is not a labelled failure "
+                             f"region ({source} labels); its labelled failure regions: "
+                             f"{', '.join(map(str, usable)) or 'none yet'}")
         added = [suites.add_region_check(registry, store, args.suite, args.defuse_run, cluster_id, source=source,
                                          name=args.name, device=args.device) for cluster_id in clusters]
     else:

@@ -95,6 +95,8 @@ def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regr
     for bad in (["add", "--suite", suite, "--run", "99999"],
                 ["add", "--suite", suite, "--defuse-run", "1", "--run", "2"],
                 ["add", "--suite", suite, "--run", str(regression_suite["sample_run"]), "--sample", "123456789"],
+                ["add", "--suite", suite, "--defuse-run", str(store.get_suite_check(regression_suite["region"], False)
+                                                              ["evidence"]["distill_run"]), "--cluster", "123456789"],
                 ["score", "--suite", "nope", "--classifier", "default"],
                 ["retire", "--suite", suite, "--check", "123456789"]):
         assert main([*cli, *bad]) == 2, bad
