@@ -30,7 +30,7 @@ import torch
 
 from probe_core.catalog import generator_dataset, load_dataset
 from probe_core.defuse.cluster import sample_cluster_latents
-from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table
+from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import JobContext, JobFunction
@@ -280,16 +280,6 @@ def usable_regions(store, distill_run: int, class_names: tuple[str, ...], source
     return [row["id"] for row in cluster_label_table(store, distill_run, class_names, source, rho) if row["usable"]]
 
 
-def _majority(labels: list[str]) -> str | None:
-    counts: dict[str, int] = {}
-    for label in labels:
-        counts[label] = counts.get(label, 0) + 1
-    ranked = sorted(counts.items(), key=lambda item: -item[1])
-    if not ranked or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
-        return None
-    return ranked[0][0]
-
-
 def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN,
                      require_all: bool = True, samples: list[dict] | None = None) -> list[dict]:
     """A run's samples with a majority label of ``source`` (``label``), optionally only ``sample_ids``.
@@ -302,8 +292,8 @@ def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, so
     for sample in store.get_samples(run_id) if samples is None else samples:
         if wanted is not None and sample["id"] not in wanted:
             continue
-        label = _majority([entry["label"] for entry in store.get_labels(sample_id=sample["id"], source=source)
-                           if entry["label"]])
+        votes = [entry["label"] for entry in store.get_labels(sample_id=sample["id"], source=source) if entry["label"]]
+        label, _ = strict_majority(votes)
         if label is not None:
             chosen.append({**sample, "label": label})
     if wanted is not None and require_all:

@@ -93,7 +93,7 @@ def label_cluster(store, cluster_id: int, annotator: str, *, is_failure: bool | 
                            is_failure=is_failure, source=source)
 
 
-def _strict_majority(votes: list) -> tuple[object | None, int]:
+def strict_majority(votes: list) -> tuple[object | None, int]:
     """The most common vote if no other ties with it (else None), and its count."""
     if not votes:
         return None, 0
@@ -137,14 +137,14 @@ def aggregate_images(images: list[dict], labels: list[dict], class_names: tuple[
     per_image, decided = [], []
     for image in images:
         votes = votes_of.get(image["id"], [])
-        majority, top = _strict_majority(votes)
+        majority, top = strict_majority(votes)
         per_image.append({"review_image_id": image["id"], "position": image["position"],
                           "prediction": class_names[image["prediction"]], "majority": majority,
                           "agreement": top / len(votes) if votes else None, "votes": len(votes)})
         if majority is not None and majority != NONE_OF_THE_ABOVE:
             decided.append((majority, class_names[image["prediction"]]))
     disagreeing = sum(truth != predicted for truth, predicted in decided)
-    label, _ = _strict_majority([truth for truth, _ in decided])
+    label, _ = strict_majority([truth for truth, _ in decided])
     agreements = [entry["agreement"] for entry in per_image if entry["agreement"] is not None]
     agreement, agreement_se = _mean_and_standard_error(agreements)
     is_failure = None if not decided else disagreeing / len(decided) > rho
@@ -164,7 +164,7 @@ def aggregate_cluster_votes(labels: list[dict], rho: float = DEFAULT_RHO) -> dic
     """
     votes = [entry["is_failure"] for entry in labels if entry["is_failure"] is not None]
     named = [entry["label"] for entry in labels if entry["label"] is not None]
-    label, top = _strict_majority(named)
+    label, top = strict_majority(named)
     agreement = top / len(named) if named else None
     return {
         "annotators": len({entry["annotator"] for entry in labels}),
