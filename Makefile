@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
 BENCH_WORKSPACE ?= .bench-workspace
-BENCHMARKS := default_models sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe cold_start watch user_data scale_out
+BENCHMARKS := default_models sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out
+# The same scripts on real MNIST (the README's "Real MNIST"): the 10,000 test images, split 80/20.
+MNIST_DIR ?= ../shared/data/mnist-t10k
+MNIST_BENCHMARKS := zoo_budgets table2 sampler
 
 .PHONY: install run test test-fast bench bench-quick clean-venv
 
@@ -35,12 +38,16 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; \
 	  $(BIN)/python benchmarks/$$name.py $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)) || exit 1; done
+	for name in $(MNIST_BENCHMARKS); do echo "== benchmarks/$$name.py --dataset mnist"; \
+	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --workspace $(BENCH_WORKSPACE)-mnist || exit 1; done
 
 # The same scripts in their quick modes (smoke runs; CI runs these), in a throw-away workspace.
 bench-quick: $(STAMP)
 	rm -rf $(BENCH_WORKSPACE)-quick
 	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; \
 	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; done
+	for name in $(MNIST_BENCHMARKS); do echo "== benchmarks/$$name.py --dataset mnist --quick"; \
+	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --quick --workspace $(BENCH_WORKSPACE)-quick || exit 1; done
 	rm -rf $(BENCH_WORKSPACE)-quick
 
 clean-venv:

@@ -1,11 +1,13 @@
-"""Defuse end to end on digits under the paper's protocol and under Model Probe's earlier variant.
+"""Defuse end to end under the paper's protocol and under Model Probe's earlier variant.
 
-Run: ``.venv/bin/python benchmarks/defuse_protocols.py [--workspace DIR] [--quick]``
+Run: ``.venv/bin/python benchmarks/defuse_protocols.py [--workspace DIR] [--dataset digits] [--max-images N]
+[--quick]``
 
-The classifier under test is trained on ``digits[mislabel=9->8:0.4]`` (40 % of the training 9s
-nearest the mean 8 labelled 8: a planted, systematic flaw). Identification (Q = 500, M = 100,
-centred noise 0.15) and distillation (K = 100, ε = 0.01, τ = 0.5) run once; the default clean
-digits classifier then labels each cluster's 10 review images (an oracle standing in for the
+The classifier under test is trained on ``DATASET[mislabel=9->8:0.4]`` (40 % of the training 9s
+nearest the mean 8 labelled 8: a planted, systematic flaw; ``--dataset mnist`` with
+``$PROBE_DATA_DIR`` naming the IDX folder runs it on real MNIST). Identification (Q = 500, M = 100,
+centred noise 0.15) and distillation (K = 100, ε = 0.01, τ = 0.5) run once; the data set's default clean
+classifier then labels each cluster's 10 review images (an oracle standing in for the
 annotators; aggregated per image as the paper does). Correction runs twice on the same labels,
 with the paper's 17 λ, 3 epochs, 256 finetuning and 256 held-out samples per region:
 
@@ -29,7 +31,7 @@ from probe_core.defuse import pipeline
 from probe_core.models import ModelSpec
 from probe_core.workspace import Workspace
 
-FLAWED = "digits[mislabel=9->8:0.4]"
+FLAW = "mislabel=9->8:0.4"
 PROTOCOLS = (("paper", {"selection": "data", "baseline": "labelled-images"}),
              ("earlier variant", {"selection": "data-and-failures", "baseline": "cluster-labels"}))
 
@@ -37,17 +39,22 @@ PROTOCOLS = (("paper", {"selection": "data", "baseline": "labelled-images"}),
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default="workspace")
+    parser.add_argument("--dataset", default="digits", help="a data set with classes 8 and 9 (digits, mnist)")
+    parser.add_argument("--max-images", type=int, help="identify on the first N training images only")
     parser.add_argument("--quick", action="store_true", help="100 images, 3 λ, 1 epoch (a smoke run, not the figures)")
     args = parser.parse_args()
+    flawed_data = f"{args.dataset}[{FLAW}]"
     workspace = Workspace(args.workspace)
     registry, store = workspace.registry, workspace.store
-    flawed = registry.get_or_train(ModelSpec(dataset=FLAWED, kind="classifier"))
+    flawed = registry.get_or_train(ModelSpec(dataset=flawed_data, kind="classifier"))
     identify = {"max_images": 100, "samples_per_image": 50} if args.quick else {}
+    if args.max_images and not args.quick:
+        identify["max_images"] = args.max_images
     correct = {"lambdas": (0.01, 1.0, 10.0), "epochs": 1, "samples_per_region": 64} if args.quick else {}
 
     started = time.perf_counter()
     identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
-        dataset=FLAWED, classifier=flawed.id, **identify))
+        dataset=flawed_data, classifier=flawed.id, **identify))
     distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(identify_run=identify_run))
     source, verdicts = pipeline.auto_label(registry, store, distill_run, "default")
     regions = [v for v in verdicts if v["usable"]]

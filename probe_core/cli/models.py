@@ -30,7 +30,8 @@ def _models_train(args: argparse.Namespace) -> int:
         excluded = {dataset.class_index(c) for c in args.exclude}
         classes = [c for c in range(dataset.num_classes) if c not in excluded]
     spec = ModelSpec(dataset=args.dataset, kind=args.kind, classes=classes, ambiguous=args.ambiguous,
-                     latent_dim=args.latent_dim, epochs=args.epochs, seed=args.seed)
+                     latent_dim=args.latent_dim, epochs=args.epochs, seed=args.seed, beta=args.beta,
+                     kl_warmup=args.kl_warmup)
     registry = workspace.registry
     resolved = spec.resolved(load_dataset(spec.dataset_view(), args.data_dir))
     cached = registry.exists(resolved.model_id())
@@ -77,6 +78,9 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--latent-dim", type=int)
     train.add_argument("--epochs", type=int)
     train.add_argument("--seed", type=int, help="training seed (default $PROBE_MODEL_SEED or 0)")
+    train.add_argument("--beta", type=float, help="VAEs: the KL weight (a β-VAE for β > 1; default the data set's)")
+    train.add_argument("--kl-warmup", type=int, help="VAEs: epochs over which the KL weight rises to β "
+                                                     "(default half of the epochs)")
     train.set_defaults(handler=_models_train)
     listing = sub.add_parser("list", help="models in the workspace with their metrics")
     listing.add_argument("--dataset")

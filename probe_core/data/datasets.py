@@ -407,6 +407,10 @@ class DatasetEntry:
         Zoo classifier class for this data (None: by image size).
     classifier_epochs : int, optional
         Training epochs for that classifier (None: by image size).
+    vae_epochs : int, optional
+        Training epochs of its zoo VAE (None: by image size).
+    vae_beta : float
+        The KL weight of its zoo VAE (1: the ELBO; > 1: a β-VAE).
     """
 
     name: str
@@ -419,6 +423,8 @@ class DatasetEntry:
     zoo_generators: tuple[str, ...] = ("vae", "gan")
     classifier_architecture: str | None = None
     classifier_epochs: int | None = None
+    vae_epochs: int | None = None
+    vae_beta: float = 1.0
 
 
 def _idx_loader(name: str, class_names: Sequence[str] | None, latent_dim: int) -> Callable[[Path | None], ImageDataset]:

@@ -126,7 +126,10 @@ class ModelSpec:
     architecture : str, optional
         Default from :func:`default_architecture`.
     kl_warmup : int, optional
-        VAEs only: epochs over which the KL weight rises to 1 (default: half of the epochs).
+        VAEs only: epochs over which the KL weight rises to ``beta`` (default: half of the epochs).
+    beta : float, optional
+        VAEs only: the KL term's weight in the loss, a β-VAE for β > 1 (Defuse used β = 4 on
+        MNIST); default the data set's (:attr:`~probe_core.data.DatasetEntry.vae_beta`), else 1.
     """
 
     dataset: str = DEFAULT_DATASET
@@ -138,6 +141,7 @@ class ModelSpec:
     seed: int | None = None
     architecture: str | None = None
     kl_warmup: int | None = None
+    beta: float | None = None
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -153,6 +157,8 @@ class ModelSpec:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.kl_warmup is not None and (self.kind != "vae" or self.kl_warmup < 0):
             raise ProbeError("kl_warmup applies to VAEs and must be >= 0")
+        if self.beta is not None and (self.kind != "vae" or not self.beta > 0):
+            raise ProbeError(f"beta applies to VAEs and must be > 0, got {self.beta}")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -166,19 +172,22 @@ class ModelSpec:
         """This spec with epochs, latent size and architecture filled in from the data set and its entry."""
         entry = dataset_entry(self.dataset)
         classifier = self.kind == "classifier"
-        epochs = self.epochs or (classifier and entry.classifier_epochs) or default_epochs(self.kind,
-                                                                                           dataset.image_shape)
+        entry_epochs = {"classifier": entry.classifier_epochs, "vae": entry.vae_epochs}.get(self.kind)
+        epochs = self.epochs or entry_epochs or default_epochs(self.kind, dataset.image_shape)
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
         kl_warmup = self.kl_warmup if self.kl_warmup is not None else (epochs // 2 if self.kind == "vae" else None)
+        beta = self.beta if self.beta is not None else (entry.vae_beta if self.kind == "vae" else None)
         return replace(self, epochs=epochs, latent_dim=latent, kl_warmup=kl_warmup,
+                       beta=None if beta == 1.0 else beta,
                        architecture=self.architecture or (classifier and entry.classifier_architecture)
                        or default_architecture(self.kind, dataset.image_shape))
 
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
         fields = asdict(self)
-        if fields["kl_warmup"] is None:  # keeps the ids of models from before the field existed
-            del fields["kl_warmup"]
+        for newer in ("kl_warmup", "beta"):  # unset, they keep the ids of models from before the field existed
+            if fields[newer] is None:
+                del fields[newer]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:6]
         variant = "-ambiguous" if self.ambiguous else ""
         if self.classes is not None:
@@ -333,7 +342,7 @@ class ModelRegistry:
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "vae":
             module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
-                                        kl_warmup_epochs=spec.kl_warmup, **common)
+                                        kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0, **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
         else:
             module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)

@@ -191,12 +191,14 @@ def train_vae(
     progress: ProgressCallback | None = None,
     architecture: str | None = None,
     kl_warmup_epochs: int = 0,
+    beta: float = 1.0,
 ) -> tuple[VAE, dict]:
     """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split.
 
     ``architecture`` is ``"MLPVAE"`` or ``"VAE"`` (convolutional); default by image size.
-    ``kl_warmup_epochs``: the KL term's weight rises linearly from 1/W to 1 over the first W
-    epochs (0: the plain ELBO throughout).
+    ``beta`` weighs the KL term (a β-VAE for β > 1; 1: the ELBO). ``kl_warmup_epochs``: that
+    weight rises linearly from β/W to β over the first W epochs (0: β throughout). The metrics
+    are the plain ELBO's whatever β, so that VAEs of different β compare.
     """
     latent_dim = int(latent_dim or dataset.default_latent_dim)
     with torch.random.fork_rng(devices=[]):
@@ -209,7 +211,7 @@ def train_vae(
         for epoch in range(1, epochs + 1):
             model.train()
             total, count = 0.0, 0
-            kl_weight = min(1.0, epoch / kl_warmup_epochs) if kl_warmup_epochs > 0 else 1.0
+            kl_weight = beta * (min(1.0, epoch / kl_warmup_epochs) if kl_warmup_epochs > 0 else 1.0)
             for index in _batches(len(images), batch_size, shuffler):
                 neg_elbo, _ = vae_loss(model, images[index].to(device), beta=kl_weight)
                 loss = neg_elbo.mean()

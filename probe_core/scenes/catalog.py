@@ -1,15 +1,22 @@
 """What the scene world adds to the catalogue: its data sets and the ``scene:`` generator source.
 
-The three data sets share the ``scenes`` classifier (the variants have no squares, so a
+The three counting data sets share the ``scenes`` classifier (the variants have no squares, so a
 classifier of their own would learn one class); their default generator is the renderer whose
-prior made them, and no VAE or GAN is trained for them.
+prior made them, and no VAE or GAN is trained for them. ``colours`` (one object per image; which
+colour?) is the embedded colour data set with the zoo's classifier and VAE (a GAN on request).
 """
 
 from __future__ import annotations
 
 from probe_core.data.datasets import DatasetEntry
 from probe_core.protocols import GeneratorSource
-from probe_core.scenes.generator import CLASSIFIER_EPOCHS, SceneGenerator, load_scenes_dataset
+from probe_core.scenes.generator import (
+    CLASSIFIER_EPOCHS,
+    COLOURS_VAE_BETA,
+    SceneGenerator,
+    load_scenes_dataset,
+    load_colours_dataset,
+)
 from probe_core.scenes.world import ScenePrior
 
 VARIANTS = {"scenes": "standard", "scenes-no-squares": "no-squares", "scenes-novel": "novel"}
@@ -36,4 +43,7 @@ SCENE_DATASETS = (
     _entry("scenes", "procedural 32x32 scenes of shapes (embedded); question: how many squares are there?"),
     _entry("scenes-no-squares", "the scene world with squares removed from the prior (every label is 0)"),
     _entry("scenes-novel", "the scene world with a novel shape (stars) and no squares (every label is 0)"),
+    DatasetEntry("colours", "one rendered object per 32x32 RGB image (embedded colour data); question: which "
+                 "colour is it? (red, green, blue)", lambda _dir: load_colours_dataset(), zoo_generators=("vae",),
+                 vae_beta=COLOURS_VAE_BETA),
 )
