@@ -88,8 +88,7 @@ def main() -> None:
           f"{summary['failures']} failures, "
           f"{len(summary['clusters'])} clusters, {len(regions)} failure regions")
     for region in regions:
-        print(f"  cluster {region['cluster_index']}: the classifier says {region['majority_prediction']}, "
-              f"the oracle {region['label']} ({region['size']} failures)")
+        print(f"  cluster {region['cluster_index']}: {region['size']} failures, labelled {region['label']} by the oracle")
     results = summary["results"]
     print("test accuracy: " + ", ".join(f"{name} {results[name]['test_accuracy']:.1%}"
                                          for name in ("before", "defuse", "baseline") if name in results))
