@@ -410,7 +410,7 @@ class DatasetEntry:
     vae_epochs : int, optional
         Training epochs of its zoo VAE (None: by image size).
     vae_beta : float
-        The KL weight of its zoo VAE (1: the ELBO; > 1: a β-VAE).
+        The KL weight of its zoo VAE (1: the ELBO; another value: a β-VAE, chosen by measurement).
     """
 
     name: str

@@ -14,8 +14,8 @@ from probe_core.scenes.generator import (
     CLASSIFIER_EPOCHS,
     COLOURS_VAE_BETA,
     SceneGenerator,
-    load_scenes_dataset,
     load_colours_dataset,
+    load_scenes_dataset,
 )
 from probe_core.scenes.world import ScenePrior
 

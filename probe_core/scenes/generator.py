@@ -10,7 +10,18 @@ from torch import nn
 
 from probe_core.data.datasets import ImageDataset
 from probe_core.scenes.render import count_shape, render_scenes
-from probe_core.scenes.world import COLOUR, COLOURS, MARGIN, PRESENT, SIZE, X, Y, ScenePrior, SceneProposal, describe_text
+from probe_core.scenes.world import (
+    COLOUR,
+    COLOURS,
+    MARGIN,
+    PRESENT,
+    SIZE,
+    X,
+    Y,
+    ScenePrior,
+    SceneProposal,
+    describe_text,
+)
 
 IMAGE_SIZE = 32
 QUESTION = "how many squares are there?"
