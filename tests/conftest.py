@@ -33,20 +33,35 @@ def trained_workspace(tmp_path_factory):
     """A workspace holding the default digits classifier, VAE and GAN.
 
     With seed 0 the copies shipped in ``tests/data/digits-defaults`` are installed when they still
-    match the code (``tests/data/make_digits_defaults.py``; ``test_shipped_weights.py`` fails when they
+    match the code (``tests/data/make_default_models.py``; ``test_shipped_weights.py`` fails when they
     do not); anything missing is trained here (about 85 s on 2 cores). ``PROBE_DEV_WORKSPACE=DIR``
     keeps the workspace in DIR between runs while developing (runs pile up); CI uses a fresh one.
     """
-    from make_digits_defaults import SEED, install
+    from make_default_models import SEED, install
 
     from probe_core.workspace import Workspace
 
     kept = os.environ.get("PROBE_DEV_WORKSPACE")
     workspace = Workspace(kept or tmp_path_factory.mktemp("trained-workspace"))
     if TEST_SEED == SEED:
-        install(workspace)
+        install(workspace, "digits")
     for spec in workspace.registry.default_specs("digits"):
         workspace.registry.get_or_train(spec)
+    return workspace
+
+
+@pytest.fixture
+def colours_workspace(tmp_path):
+    """A fresh workspace holding, with seed 0, the shipped ``colours`` classifier, β-VAE and the colour test's
+    flawed classifier when they match the code (``tests/data/colours-defaults``); otherwise empty, and the
+    test trains what it needs (about 55 s)."""
+    from make_default_models import SEED, install
+
+    from probe_core.workspace import Workspace
+
+    workspace = Workspace(tmp_path / "ws")
+    if TEST_SEED == SEED:
+        install(workspace, "colours")
     return workspace
 
 

@@ -4,12 +4,13 @@ import json
 
 import numpy as np
 
+from make_default_models import COLOURS_FLAWED_DATASET
+
 from probe_core.cli import main
-from probe_core.workspace import Workspace
 
 
-def test_bayestrex_and_defuse_run_end_to_end_on_rgb_32x32(tmp_path, capsys):
-    base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
+def test_bayestrex_and_defuse_run_end_to_end_on_rgb_32x32(colours_workspace, tmp_path, capsys):
+    base = ["--workspace", str(colours_workspace.root), "--device", "cpu"]
     assert main(base + ["data", "info", "colours"]) == 0
     assert "image shape (C, H, W): (3, 32, 32)" in capsys.readouterr().out
     assert main(base + ["models", "defaults", "--dataset", "colours"]) == 0
@@ -24,14 +25,14 @@ def test_bayestrex_and_defuse_run_end_to_end_on_rgb_32x32(tmp_path, capsys):
     result = json.loads(out.read_text())
     [target] = result["targets"]
     assert target["hit_rate"] > 0.2
-    samples = Workspace(tmp_path / "ws").store.get_samples(result["run_id"])
+    samples = colours_workspace.store.get_samples(result["run_id"])
     images = np.stack([s["image"] for s in samples if s["hit"]])
     assert images.shape[1:] == (3, 32, 32)
     red, green, blue = images.reshape(len(images), 3, -1).max(2).T  # the brightest value of each channel
     assert np.mean(red > np.maximum(green, blue) + 0.1) > 0.8  # in colour, and red
     # Defuse on a classifier with a planted flaw (40 % of the reds nearest green labelled green), the clean
     # default classifier as the oracle: failure regions found, labelled and corrected.
-    flawed_data = "colours[mislabel=red->green:0.4]"
+    flawed_data = COLOURS_FLAWED_DATASET
     assert main(base + ["models", "train", "--dataset", flawed_data, "--kind", "classifier"]) == 0
     flawed = capsys.readouterr().out.split(":")[0]
     summary_path = tmp_path / "defuse.json"

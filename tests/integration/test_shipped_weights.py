@@ -1,14 +1,16 @@
-"""The shipped weights (the scene classifier, the default digits models) still match the code that made them,
-and the files are the ones recorded."""
+"""The shipped weights (the scene classifier, the default digits and colours models) still match the code that
+made them, and the files are the ones recorded."""
 
 import json
 import sys
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
 
-import make_digits_defaults  # noqa: E402
+import make_default_models  # noqa: E402
 import make_scene_classifier  # noqa: E402
 
 
@@ -22,8 +24,9 @@ def test_shipped_weights_match_their_recipe_and_their_recorded_sha256():
                        f"python tests/data/make_scene_classifier.py (about 4 minutes)")
 
 
-def test_shipped_digits_defaults_match_their_recipe():
-    stale = make_digits_defaults.stale_parts()
-    assert not stale, (f"the default digits models in tests/data/digits-defaults were made with another "
-                       f"{', '.join(stale)}: retrain them with python tests/data/make_digits_defaults.py (about "
-                       f"90 s); until then every test session trains them")
+@pytest.mark.parametrize("name", make_default_models.SHIPPED_SETS)
+def test_shipped_default_models_match_their_recipe(name):
+    stale = make_default_models.stale_parts(name)
+    assert not stale, (f"the models in tests/data/{name}-defaults were made with another {', '.join(stale)}: "
+                       f"retrain them with python tests/data/make_default_models.py {name} (about a minute); "
+                       f"until then the tests train them")

@@ -1,0 +1,143 @@
+"""Train the models the tests use (seed 0) with the zoo's own recipe and ship them.
+
+Training them is the largest single cost of a test session (the default digits classifier, VAE and GAN
+about 80 s on 2 cores; the ``colours`` classifier and β-VAE plus the colour test's flawed classifier
+about 55 s), so the tests install these copies when they still match the code, and train otherwise,
+which is slower but never wrong. Run this after changing how any of them is built (architectures,
+training, a data set, the default specs)::
+
+    .venv/bin/python tests/data/make_default_models.py            # every shipped set
+    .venv/bin/python tests/data/make_default_models.py colours    # one
+
+``<set>-defaults/models.json`` records each model's registry record and sha256 and a fingerprint of the
+recipe (model ids, the data sets' arrays, the code of the architectures and the training loop).
+``tests/integration/test_shipped_weights.py`` fails when a fingerprint is out of date, so stale copies
+never pass unnoticed. The default models are still trained from scratch in CI by the benchmarks' quick
+modes (``make bench-quick``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_scene_classifier import _code_digest  # noqa: E402
+
+from probe_core.models.registry import ModelSpec  # noqa: E402
+from probe_core.workspace import Workspace  # noqa: E402
+
+SEED = 0
+#: The flawed classifier of ``tests/integration/test_colour.py``: 40 % of the reds nearest green labelled green.
+COLOURS_FLAWED_DATASET = "colours[mislabel=red->green:0.4]"
+
+
+def shipped_specs(name: str) -> list[ModelSpec]:
+    """The models a shipped set holds: the data set's defaults, plus the colour test's flawed classifier."""
+    from probe_core.models.registry import ModelRegistry
+
+    specs = ModelRegistry.default_specs(name, seed=SEED)
+    if name == "colours":
+        specs.append(ModelSpec(dataset=COLOURS_FLAWED_DATASET, kind="classifier", seed=SEED))
+    return specs
+
+
+SHIPPED_SETS = ("digits", "colours")
+
+
+def folder(name: str) -> Path:
+    return Path(__file__).with_name(f"{name}-defaults")
+
+
+def recipe_fingerprint(name: str) -> dict:
+    """What a shipped set depends on: its model ids (the zoo specs), the data sets' arrays, the architectures
+    and the training code (syntax-tree digests: comments and layout do not count)."""
+    from probe_core.catalog import load_dataset
+    from probe_core.models import architectures, training
+
+    specs = shipped_specs(name)
+    data = hashlib.sha256()
+    for view in sorted({spec.dataset_view() for spec in specs}):
+        dataset = load_dataset(view)
+        for tensor in (dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels):
+            data.update(tensor.contiguous().numpy().tobytes())
+    ids = [spec.resolved(load_dataset(spec.dataset_view())).model_id() for spec in specs]
+    return {"model_ids": ids, f"{name} data sets (their images and labels)": data.hexdigest(),
+            "architectures (probe_core/models/architectures.py)": _code_digest(inspect.getsource(architectures)),
+            "training (probe_core/models/training.py)": _code_digest(inspect.getsource(training))}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stale_parts(name: str) -> list[str]:
+    """The parts of a set's recipe that changed since its models were shipped (all of them if none are)."""
+    record_path = folder(name) / "models.json"
+    if not record_path.is_file():
+        return ["(no shipped models)"]
+    recorded = json.loads(record_path.read_text())
+    current = recipe_fingerprint(name)
+    changed = [part for part in current if current[part] != recorded["recipe"].get(part)]
+    changed += [f"{model_id}.pt (its sha256)" for model_id, entry in recorded["models"].items()
+                if not (folder(name) / f"{model_id}.pt").is_file()
+                or sha256(folder(name) / f"{model_id}.pt") != entry["sha256"]]
+    return changed
+
+
+def install(workspace, name: str) -> bool:
+    """Register a shipped set's models in a workspace when they match the code; returns whether it did."""
+    if stale_parts(name):
+        return False
+    recorded = json.loads((folder(name) / "models.json").read_text())
+    for model_id, entry in recorded["models"].items():
+        if workspace.registry.exists(model_id):
+            continue
+        path = workspace.registry.models_dir / f"{model_id}.pt"
+        shutil.copy(folder(name) / f"{model_id}.pt", path)
+        workspace.store.put_model(model_id, entry["kind"], entry["dataset"], str(path), entry["spec"], entry["metrics"])
+    return True
+
+
+def make(name: str) -> None:
+    target_folder = folder(name)
+    target_folder.mkdir(exist_ok=True)
+    models = {}
+    with tempfile.TemporaryDirectory() as workspace_folder:
+        workspace = Workspace(workspace_folder)
+        for spec in shipped_specs(name):
+            model = workspace.registry.get_or_train(spec, progress=lambda p: None)
+            target = target_folder / f"{model.id}.pt"
+            shutil.copy(model.record["path"], target)
+            record = workspace.store.get_model(model.id)
+            models[model.id] = {"kind": record["kind"], "dataset": record["dataset"], "spec": record["spec"],
+                                "metrics": record["metrics"], "sha256": sha256(target)}
+            print(f"{model.id}: {record['metrics']}", flush=True)
+    for old in target_folder.glob("*.pt"):
+        if old.stem not in models:
+            old.unlink()
+    (target_folder / "models.json").write_text(
+        json.dumps({"models": models, "recipe": recipe_fingerprint(name)}, indent=1) + "\n")
+
+
+def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(SHIPPED_SETS))
+    if unknown:
+        sys.exit(f"no shipped set {', '.join(unknown)}; the sets are {', '.join(SHIPPED_SETS)}")
+    torch.set_num_threads(2)
+    for name in names or SHIPPED_SETS:
+        make(name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
