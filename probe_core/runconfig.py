@@ -30,7 +30,7 @@ from probe_core.defuse.steps import (
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec
 from probe_core.lifecycle import run_inline
-from probe_core.targets import DEFAULT_SIGMA
+from probe_core.targets import DEFAULT_SIGMA, is_matrix_spec
 
 
 class RunConfig(Protocol):
@@ -77,7 +77,7 @@ class SampleConfig:
     @property
     def is_matrix(self) -> bool:
         """Whether the target is the K×K ambiguity matrix."""
-        return self.target.strip() == "ambiguous-matrix"
+        return is_matrix_spec(self.target)
 
     @property
     def path(self) -> tuple[str, str, int] | None:

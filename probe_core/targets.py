@@ -143,6 +143,14 @@ def _vector_target(probs: list[float], num_classes: int) -> Target:
     return Target("vector", classes, num_classes, tuple(float(p) for p in probs), spec)
 
 
+MATRIX_SPEC = "ambiguous-matrix"
+
+
+def is_matrix_spec(spec: str | None) -> bool:
+    """Whether a target spec is the K×K ambiguity matrix."""
+    return spec is not None and spec.strip() == MATRIX_SPEC
+
+
 def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
     """Parse a target spec (see the module docstring) into targets.
 

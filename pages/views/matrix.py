@@ -6,8 +6,9 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, best_hit_per_target, best_samples
+from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
 from probe_core.runconfig import config_of
+from probe_core.targets import MATRIX_SPEC
 
 ws = _ui.workspace()
 st.title("Ambiguity matrix")
@@ -17,16 +18,19 @@ st.markdown("For every pair of classes, Bayes-TrEx looks for in-distribution ima
 dataset, classifier, generator, names = _ui.page_models()
 K = len(names)
 
+# The same defaults as `probe sample --target ambiguous-matrix` (they depend on the image size); the
+# widgets are keyed by data set, so each data set keeps its own settings in this session.
+defaults = matrix_sampler_defaults(dataset.image_shape)
 with st.form("matrix-form"):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per pair", 2, 256, MATRIX_SAMPLER_DEFAULTS["chains"], key="matrix_chains")
-    warmup = c2.number_input("Warm-up", 10, 2000, MATRIX_SAMPLER_DEFAULTS["warmup"], key="matrix_warmup")
-    samples = c3.number_input("Samples per chain", 10, 2000, MATRIX_SAMPLER_DEFAULTS["samples"], key="matrix_samples")
-    keep_every = c4.number_input("Store every n-th", 1, 100, MATRIX_SAMPLER_DEFAULTS["keep_every"], key="matrix_keep")
+    chains = c1.number_input("Chains per pair", 2, 256, defaults["chains"], key=f"matrix_chains:{dataset.name}")
+    warmup = c2.number_input("Warm-up", 10, 2000, defaults["warmup"], key=f"matrix_warmup:{dataset.name}")
+    samples = c3.number_input("Samples per chain", 10, 2000, defaults["samples"], key=f"matrix_samples:{dataset.name}")
+    keep_every = c4.number_input("Store every n-th", 1, 100, defaults["keep_every"], key=f"matrix_keep:{dataset.name}")
     start = st.form_submit_button(f"Build the {K}×{K} matrix", type="primary")
 if start:
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "keep_every": int(keep_every)}
-    _ui.start_sampling(dataset.name, "ambiguous-matrix", **kwargs)
+    _ui.start_sampling(dataset.name, MATRIX_SPEC, **kwargs)
 
 def is_matrix(run) -> bool:
     """An ambiguity-matrix run on this data set (typed fields of the stored configuration)."""
@@ -42,7 +46,8 @@ if not finished:
     if any(r.active for r in runs):
         st.info("The matrix is being built (progress above); it appears here when the run ends.")
     else:
-        st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about 2 minutes).")
+        st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about "
+                "2 minutes, MNIST about 8 on 2 cores).")
     st.stop()
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",

@@ -23,12 +23,14 @@ from probe_core.bayestrex.recipes import (
     samples_to_label,
 )
 from probe_core.bayestrex.run import (
+    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
     MAX_CHAINS,
     MAX_ITERATIONS,
     SAMPLER_DEFAULTS,
     SAMPLERS,
     check_sampler_settings,
+    matrix_sampler_defaults,
     sample,
     sampler_defaults,
 )
@@ -47,7 +49,8 @@ from probe_core.bayestrex.summary import (
 )
 
 __all__ = [
-    "MATRIX_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS", "sampler_defaults",
+    "LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS", "MATRIX_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS", "matrix_sampler_defaults",
+    "sampler_defaults",
     "MISTAKE_CONFIDENCE",
     "TEST_IMAGE_VERDICTS",
     "label_test_image",

@@ -24,7 +24,7 @@ from probe_core.sampling import (
     run_pyro_nuts,
     run_rwm,
 )
-from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, parse_targets
+from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, is_matrix_spec, parse_targets
 
 SAMPLERS = ("hmc", "nuts", "rwm")
 
@@ -38,12 +38,31 @@ SAMPLER_DEFAULTS = {"chains": 64, "warmup": 300, "samples": 300, "keep_every": 1
 # reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
 # where the general defaults take about 9), and every 10th sample is stored.
 MATRIX_SAMPLER_DEFAULTS = {"chains": 24, "warmup": 50, "samples": 50, "keep_every": 10}
+# From 28×28 on, one decoder + classifier forward+backward costs about ten times the digits one, and the
+# SMC start alone already places chains on the reachable pairs (MNIST: 42 of 45 with 8 chains per pair):
+# fewer chains and a short HMC run after it (benchmarks/matrix_defaults.py --dataset mnist: 42 of 45 pairs
+# in about 8 minutes on 2 cores; 50 + 50 iterations took 15 minutes even with 8 chains per pair).
+LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS = {"chains": 8, "warmup": 20, "samples": 20, "keep_every": 5}
+SMALL_IMAGE_VALUES = 16 * 16  # values per image (C·H·W) up to which the digits matrix defaults apply
 
 
-def sampler_defaults(spec: str | None) -> dict:
-    """Chains per target, warm-up, samples and storage stride for a target spec, where none are given."""
-    matrix = spec is not None and spec.strip() == "ambiguous-matrix"
-    return dict(MATRIX_SAMPLER_DEFAULTS if matrix else SAMPLER_DEFAULTS)
+def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
+    """The ambiguity matrix's chains per pair, warm-up, samples and storage stride for images of (C, H, W)."""
+    channels, height, width = image_shape
+    small = channels * height * width <= SMALL_IMAGE_VALUES
+    return dict(MATRIX_SAMPLER_DEFAULTS if small else LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS)
+
+
+def sampler_defaults(spec: str | None, image_shape: tuple[int, int, int] | None = None) -> dict:
+    """Chains per target, warm-up, samples and storage stride for a target spec, where none are given.
+
+    ``image_shape`` is the data set's (C, H, W); the ambiguity matrix's defaults depend on it.
+    """
+    if not is_matrix_spec(spec):
+        return dict(SAMPLER_DEFAULTS)
+    if image_shape is None:
+        raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's image_shape")
+    return matrix_sampler_defaults(image_shape)
 
 
 def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,

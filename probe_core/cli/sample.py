@@ -63,11 +63,16 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
 
 
 def _sampler_kwargs(args: argparse.Namespace) -> dict:
-    from probe_core.bayestrex import sampler_defaults
+    from probe_core.bayestrex import SAMPLER_DEFAULTS, sampler_defaults
+    from probe_core.catalog import load_dataset
+    from probe_core.targets import is_matrix_spec
 
-    for key, value in sampler_defaults(getattr(args, "target", None)).items():  # options not given on the line
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    spec = getattr(args, "target", None)
+    if any(getattr(args, key) is None for key in SAMPLER_DEFAULTS):  # options not given on the line
+        image_shape = load_dataset(args.dataset, args.data_dir).image_shape if is_matrix_spec(spec) else None
+        for key, value in sampler_defaults(spec, image_shape).items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
             "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
             "executor": args.executor, "shards": shard_count(args.executor, args.shards)}
@@ -95,14 +100,17 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET)
-    parser.add_argument("--chains", type=int, help="chains per target (default 64; ambiguous-matrix: 24)")
-    parser.add_argument("--warmup", type=int, help="warm-up iterations (default 300; ambiguous-matrix: 50)")
-    parser.add_argument("--samples", type=int, help="samples per chain (default 300; ambiguous-matrix: 50)")
+    parser.add_argument("--chains", type=int, help="chains per target (default 64; ambiguous-matrix: 24, "
+                        "from 28x28 on 8)")
+    parser.add_argument("--warmup", type=int, help="warm-up iterations (default 300; ambiguous-matrix: 50, "
+                        "from 28x28 on 20)")
+    parser.add_argument("--samples", type=int, help="samples per chain (default 300; ambiguous-matrix: 50, "
+                        "from 28x28 on 20)")
     parser.add_argument("--sigma", type=float, default=0.05)
     parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep-every", type=int, help="store every n-th sample in the workspace (default 1; "
-                        "ambiguous-matrix: 10)")
+                        "ambiguous-matrix: 10, from 28x28 on 5)")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")

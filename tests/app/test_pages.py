@@ -247,12 +247,15 @@ def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
     at = open_page("pages/views/matrix.py")
     from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS  # the page starts from the CLI's matrix defaults
 
-    assert [at.number_input(key=f"matrix_{k}").value for k in ("chains", "warmup", "samples", "keep")] == \
+    def field(name):
+        return at.number_input(key=f"matrix_{name}:digits")
+
+    assert [field(k).value for k in ("chains", "warmup", "samples", "keep")] == \
         [MATRIX_SAMPLER_DEFAULTS[k] for k in ("chains", "warmup", "samples", "keep_every")]
-    at.number_input(key="matrix_chains").set_value(2)
-    at.number_input(key="matrix_warmup").set_value(10)
-    at.number_input(key="matrix_samples").set_value(10)
-    at.number_input(key="matrix_keep").set_value(1)
+    field("chains").set_value(2)
+    field("warmup").set_value(10)
+    field("samples").set_value(10)
+    field("keep").set_value(1)
     next(b for b in at.button if b.label.startswith("Build the")).click().run()
     assert not at.exception
     started = next(r for r in app_env.store.list_runs(kind="sample") if r.config.get("target") == "ambiguous-matrix")

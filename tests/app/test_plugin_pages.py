@@ -84,7 +84,7 @@ def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_pat
 
     at = _page("pages/views/matrix.py", **session)
     for key, value in (("matrix_chains", 2), ("matrix_warmup", 10), ("matrix_samples", 10), ("matrix_keep", 1)):
-        at.number_input(key=key).set_value(value)
+        at.number_input(key=f"{key}:digits").set_value(value)
     next(b for b in at.button if b.label.startswith("Build the")).click().run()
     rerun_until(at, lambda a: any("pairs reached" in c.value for c in a.caption), timeout=240)
 

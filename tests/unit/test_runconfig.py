@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from probe_core.defuse.pipeline import CorrectSettings, IdentifySettings
 from probe_core.runconfig import (
     CompareConfig,
@@ -60,3 +62,27 @@ def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line():
     assert settings("--target", "ambiguous-matrix", "--chains", "8")["chains"] == 8  # what is given wins
     assert MATRIX_SAMPLER_DEFAULTS["chains"] * MATRIX_SAMPLER_DEFAULTS["warmup"] < \
         SAMPLER_DEFAULTS["chains"] * SAMPLER_DEFAULTS["warmup"]
+
+
+def test_the_matrix_defaults_follow_the_image_size(tmp_path):
+    """From 28×28 on, a gradient costs about ten times the digits one: fewer chains and iterations per pair."""
+    import numpy as np
+
+    from probe_core.bayestrex import LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS, MATRIX_SAMPLER_DEFAULTS, sampler_defaults
+    from probe_core.cli import build_parser
+    from probe_core.cli.sample import _sampler_kwargs
+    from probe_core.errors import ProbeError
+
+    assert sampler_defaults("ambiguous-matrix", (1, 8, 8)) == MATRIX_SAMPLER_DEFAULTS
+    assert sampler_defaults("ambiguous-matrix", (1, 28, 28)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    assert sampler_defaults("ambiguous-matrix", (3, 32, 32)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    large = LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    assert large["chains"] * large["warmup"] < MATRIX_SAMPLER_DEFAULTS["chains"] * MATRIX_SAMPLER_DEFAULTS["warmup"]
+    with pytest.raises(ProbeError, match="image size"):
+        sampler_defaults("ambiguous-matrix")
+    rng = np.random.default_rng(0)
+    path = tmp_path / "large.npz"
+    np.savez(path, x=rng.integers(0, 255, (40, 28, 28), dtype=np.uint8), y=np.arange(40) % 4)
+    args = build_parser().parse_args(["sample", "--target", "ambiguous-matrix", "--dataset", f"arrays:{path}"])
+    kwargs = _sampler_kwargs(args)
+    assert {key: kwargs[key] for key in large} == large
