@@ -41,6 +41,9 @@ bench: $(STAMP)
 	  $(BIN)/python benchmarks/$$name.py $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)) || exit 1; done
 	for name in $(MNIST_BENCHMARKS); do echo "== benchmarks/$$name.py --dataset mnist"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --workspace $(BENCH_WORKSPACE)-mnist || exit 1; done
+	echo "== benchmarks/defuse_protocols.py --dataset mnist --max-images 2000"; \
+	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/defuse_protocols.py --dataset mnist --max-images 2000 \
+	  --workspace $(BENCH_WORKSPACE)-mnist
 
 # The same scripts in their quick modes (smoke runs; CI runs these), in a throw-away workspace.
 bench-quick: $(STAMP)
