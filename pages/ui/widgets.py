@@ -30,7 +30,7 @@ from probe_core.models import FD_HELP, FD_METRIC
 from probe_core.render import image_grid, upscale_for_display
 
 # Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
-# redraws its charts in every watching tab; every 2 s keeps that cost small next to the run itself
+# redraws its charts in every watching tab; every 3 s keeps that cost small next to the run itself
 # (benchmarks/watch.py) while progress still moves visibly.
 LIVE_REFRESH_S = 3.0
 
