@@ -195,9 +195,9 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
             raise ProbeError("the two classes of an ambiguous target must differ")
         a, b = sorted((a, b))
         return [Target("ambiguous", (a, b), num_classes, (), f"ambiguous:{a},{b}")]
-    if kind == "ambiguous-matrix":
+    if kind == MATRIX_SPEC:
         if argument:
-            raise ProbeError("ambiguous-matrix takes no argument")
+            raise ProbeError(f"{MATRIX_SPEC} takes no argument")
         return [Target("ambiguous", (a, b), num_classes, (), f"ambiguous:{a},{b}")
                 for a, b in itertools.combinations(range(num_classes), 2)]
     if kind == "uniform":
