@@ -11,4 +11,8 @@ Where things are: data sets and what they use in :mod:`probe_core.catalog`; mode
 :mod:`probe_core.executors`; the workspace database in :mod:`probe_core.store`.
 """
 
+from probe_core.pyfixes import serialize_ast_parse
+
 __version__ = "0.1.0"
+
+serialize_ast_parse()
