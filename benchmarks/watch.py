@@ -57,10 +57,22 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the dashboard server did not come up")
 
 
-def timed_run(workspace: Workspace, config: SampleConfig) -> float:
-    """Submit one sampling run as the Probe page does; its own run time in seconds."""
+def timed_run(workspace: Workspace, config: SampleConfig, browser, url: str, tabs: int) -> float:
+    """Submit one sampling run as the Probe page does, with ``tabs`` Probe pages showing it; its run time in seconds.
+
+    The tabs open after the run is submitted: a new session's run picker then selects the newest
+    run, this one, and its live view polls it until it ends (a tab opened before would keep
+    showing the run it found).
+    """
     manager = JobManager(workspace.store, ProcessExecutor())
-    run = manager.wait(submit(manager, config))
+    run_id = submit(manager, config)
+    pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
+    for page in pages:
+        page.goto(f"{url}/probe")
+        page.get_by_text(f"Run {run_id}: {config.target}").first.wait_for(timeout=120_000)
+    run = manager.wait(run_id)
+    for page in pages:
+        page.close()
     if run.status != "done":
         raise SystemExit(f"run {run.id} ended {run.status}: {run.error}")
     return run.finished_at - run.started_at
@@ -119,13 +131,7 @@ def main() -> None:
             # more over minutes, which one run of each would read as the tabs' doing.
             for _ in range(rounds):
                 for tabs in times:
-                    pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
-                    for page in pages:
-                        page.goto(f"{url}/probe")
-                        page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
-                    times[tabs].append(timed_run(workspace, config))
-                    for page in pages:
-                        page.close()
+                    times[tabs].append(timed_run(workspace, config, browser, url, tabs))
             browser.close()
     finally:
         server.terminate()

@@ -30,9 +30,9 @@ from probe_core.models import FD_HELP, FD_METRIC
 from probe_core.render import image_grid, upscale_for_display
 
 # Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
-# redraws its charts in every watching tab; every 3 s keeps that cost small next to the run itself
-# (benchmarks/watch.py) while progress still moves visibly.
-LIVE_REFRESH_S = 3.0
+# redraws its charts in every watching tab; every 5 s keeps that cost small next to the run itself
+# (benchmarks/watch.py: one tab on the same 2 cores, 1.09x) while progress still moves visibly.
+LIVE_REFRESH_S = 5.0
 
 
 def show_picture(images: torch.Tensor, caption: str | None = None, columns: int = 8) -> None:
