@@ -12,7 +12,7 @@ BENCHMARKS := default_models sampler table2 matrix_defaults defuse_noise defuse_
 # The same scripts on real MNIST (the README's "Real MNIST"): the 10,000 test images, split 80/20.
 MNIST_DIR ?= ../shared/data/mnist-t10k
 MNIST_BENCHMARKS := zoo_budgets table2 matrix_defaults sampler
-MNIST_QUICK := zoo_budgets table2  # sampler.py's quick mode runs on digits; at 28x28 it takes 6 minutes
+MNIST_QUICK := zoo_budgets table2 sampler
 
 .PHONY: install run test test-fast bench bench-quick clean-venv
 
