@@ -27,6 +27,15 @@ def ast_parse_needs_lock(version: tuple[int, ...] = tuple(sys.version_info[:3]))
 
     Every 3.11 and 3.12 release counts: the fix went into their later patch releases, and
     the lock is harmless where the bug is fixed.
+
+    Parameters
+    ----------
+    version : tuple of int
+        ``(major, minor[, micro])``; this interpreter's by default.
+
+    Returns
+    -------
+    bool
     """
     return (3, 11) <= version[:2] < (3, 13)
 
