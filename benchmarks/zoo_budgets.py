@@ -11,8 +11,9 @@ own cores where the machine has enough), then prints:
 - FD-clf: Fréchet distance between generated and real test images on the default classifier's
   penultimate features (lower is better; see the README);
 - the ambiguity matrix: how many of the K(K-1)/2 pairs Bayes-TrEx reaches (at least one hit) and by at
-  least two chains, with the matrix's own defaults (``MATRIX_SAMPLER_DEFAULTS``) unless ``--matrix-chains``
-  and friends say otherwise, and the matrix's wall seconds (on ``--matrix-device``).
+  least two chains, with the matrix's own defaults for the data set's image size (``matrix_sampler_defaults``,
+  as ``probe sample --target ambiguous-matrix`` uses them) unless ``--matrix-chains`` and friends say
+  otherwise, and the matrix's wall seconds (on ``--matrix-device``).
 
 The default classifier of the data set is trained first (it scores every generator). ``--quick`` trains
 1-epoch models and runs a 2-chain, 5 + 5 matrix (a smoke run, not the figures).
@@ -28,7 +29,8 @@ import time
 
 import torch
 
-from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, sample
+from probe_core.bayestrex import matrix_sampler_defaults, sample
+from probe_core.catalog import load_dataset
 from probe_core.models import ModelSpec
 from probe_core.models.registry import FD_METRIC
 from probe_core.workspace import Workspace
@@ -50,7 +52,7 @@ def measure(args: argparse.Namespace, spec: ModelSpec, slot: int) -> dict:
     if args.matrix_device != "cpu":  # trained on the CPU (timed), sampled where asked
         classifier = registry.load(classifier.id, args.matrix_device)
         generator = registry.load(generator.id, args.matrix_device)
-    settings = dict(MATRIX_SAMPLER_DEFAULTS)
+    settings = matrix_sampler_defaults(load_dataset(args.dataset, args.data_dir).image_shape)
     settings.update({key: value for key, value in (("chains", args.matrix_chains), ("warmup", args.matrix_warmup),
                                                    ("samples", args.matrix_samples)) if value is not None})
     started = time.perf_counter()
