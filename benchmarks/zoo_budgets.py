@@ -36,6 +36,11 @@ from probe_core.models.registry import FD_METRIC
 from probe_core.workspace import Workspace
 
 
+def _take_slot(slots, threads: int) -> None:
+    """Pin this worker process, once when it starts, to the next free share of the cores."""
+    _pin(slots.get(), threads)
+
+
 def _pin(slot: int, threads: int) -> None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= (slot + 1) * threads:
@@ -43,9 +48,8 @@ def _pin(slot: int, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def measure(args: argparse.Namespace, spec: ModelSpec, slot: int) -> dict:
+def measure(args: argparse.Namespace, spec: ModelSpec) -> dict:
     """Train one generator (timed), then score it: FD-clf and the ambiguity matrix."""
-    _pin(slot, args.threads)
     registry = Workspace(args.workspace, data_dir=args.data_dir).registry
     classifier = registry.get_or_train(ModelSpec(dataset=args.dataset, kind="classifier"))
     generator = registry.get_or_train(spec)
@@ -101,8 +105,12 @@ def main() -> None:
         ModelSpec(dataset=args.dataset, kind="classifier", seed=args.seed))  # once, before the processes share it
     started = time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # a forked child of a process that ran torch can hang
-    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=spawn) as pool:
-        futures = [pool.submit(measure, args, spec, index % args.jobs) for index, spec in enumerate(specs)]
+    slots = spawn.Queue()
+    for slot in range(args.jobs):  # one per worker process: tasks of unequal length never share cores
+        slots.put(slot)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=spawn, initializer=_take_slot,
+                                                initargs=(slots, args.threads)) as pool:
+        futures = [pool.submit(measure, args, spec) for spec in specs]
         rows = [future.result() for future in futures]
     matrix = rows[0]["matrix"]
     print(f"{args.dataset}: zoo generators by training budget ({args.threads} torch threads per model, {args.jobs} "
