@@ -7,6 +7,12 @@ import json
 import sys
 from typing import Callable
 
+from probe_core.bayestrex import (
+    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
+    MATRIX_SAMPLER_DEFAULTS,
+    SAMPLER_DEFAULTS,
+    SMALL_IMAGE_VALUES,
+)
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
@@ -63,7 +69,7 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
 
 
 def _sampler_kwargs(args: argparse.Namespace) -> dict:
-    from probe_core.bayestrex import SAMPLER_DEFAULTS, sampler_defaults
+    from probe_core.bayestrex import sampler_defaults
     from probe_core.catalog import load_dataset
     from probe_core.targets import is_matrix_spec
 
@@ -98,19 +104,22 @@ def _sample(args: argparse.Namespace) -> int:
         registry, args.dataset, args.target, classifier.id, generator.id, **_sampler_kwargs(args), **kw))
 
 
+def _default_help(what: str, key: str) -> str:
+    """An option's help with its defaults, read from the tables the runs use (never repeated by hand)."""
+    return (f"{what} (default {SAMPLER_DEFAULTS[key]}; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
+            f"{LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS[key]} for images of more than {SMALL_IMAGE_VALUES} values C·H·W)")
+
+
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET)
-    parser.add_argument("--chains", type=int, help="chains per target (default 64; ambiguous-matrix: 24, "
-                        "from 28x28 on 8)")
-    parser.add_argument("--warmup", type=int, help="warm-up iterations (default 300; ambiguous-matrix: 50, "
-                        "from 28x28 on 20)")
-    parser.add_argument("--samples", type=int, help="samples per chain (default 300; ambiguous-matrix: 50, "
-                        "from 28x28 on 20)")
+    parser.add_argument("--chains", type=int, help=_default_help("chains per target", "chains"))
+    parser.add_argument("--warmup", type=int, help=_default_help("warm-up iterations", "warmup"))
+    parser.add_argument("--samples", type=int, help=_default_help("samples per chain", "samples"))
     parser.add_argument("--sigma", type=float, default=0.05)
     parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep-every", type=int, help="store every n-th sample in the workspace (default 1; "
-                        "ambiguous-matrix: 10, from 28x28 on 5)")
+    parser.add_argument("--keep-every", type=int,
+                        help=_default_help("store every n-th sample in the workspace", "keep_every"))
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")
