@@ -36,13 +36,9 @@ from probe_core.models.registry import FD_METRIC
 from probe_core.workspace import Workspace
 
 
-def _take_slot(slots, threads: int) -> None:
-    """Pin this worker process, once when it starts, to the next free share of the cores."""
-    _pin(slots.get(), threads)
-
-
-def _pin(slot: int, threads: int) -> None:
-    cores = sorted(os.sched_getaffinity(0))
+def _take_slot(slots, cores: list[int], threads: int) -> None:
+    """Pin this worker process, once when it starts, to the next free share of ``cores``."""
+    slot = slots.get()
     if len(cores) >= (slot + 1) * threads:
         os.sched_setaffinity(0, cores[slot * threads:(slot + 1) * threads])
     torch.set_num_threads(threads)
@@ -100,7 +96,8 @@ def main() -> None:
              for epochs in _numbers(args.epochs) for beta in _numbers(args.betas, float)]
     specs += [ModelSpec(dataset=args.dataset, kind="gan", epochs=epochs, seed=args.seed)
               for epochs in _numbers(args.gan_epochs)]
-    _pin(0, args.threads)
+    cores = sorted(os.sched_getaffinity(0))  # the workers split these among them
+    torch.set_num_threads(args.threads)
     Workspace(args.workspace, data_dir=args.data_dir).registry.get_or_train(
         ModelSpec(dataset=args.dataset, kind="classifier", seed=args.seed))  # once, before the processes share it
     started = time.perf_counter()
@@ -109,7 +106,7 @@ def main() -> None:
     for slot in range(args.jobs):  # one per worker process: tasks of unequal length never share cores
         slots.put(slot)
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=spawn, initializer=_take_slot,
-                                                initargs=(slots, args.threads)) as pool:
+                                                initargs=(slots, cores, args.threads)) as pool:
         futures = [pool.submit(measure, args, spec) for spec in specs]
         rows = [future.result() for future in futures]
     matrix = rows[0]["matrix"]
