@@ -721,6 +721,22 @@ class Store:
             for r in self._query(sql + " ORDER BY id", params)
         ]
 
+    def sample_labels(self, run_id: int, source: str | None = None) -> dict[int, list[str]]:
+        """Every label given to a run's samples, in one query: sample id -> labels, oldest first.
+
+        Samples without a label are absent; ``source`` keeps only that source's labels.
+        """
+        sql = ("SELECT labels.sample_id, labels.label FROM labels JOIN samples ON samples.id = labels.sample_id "
+               "WHERE samples.run_id=?")
+        params: list = [run_id]
+        if source is not None:
+            sql += " AND labels.source=?"
+            params.append(source)
+        by_sample: dict[int, list[str]] = {}
+        for row in self._query(sql + " ORDER BY labels.id", params):
+            by_sample.setdefault(row["sample_id"], []).append(row["label"])
+        return by_sample
+
     def set_test_image_label(self, annotator: str, dataset: str, test_index: int, label: str,
                              source: str = "human") -> int:
         """Write one verdict on a test image now, replacing this annotator's earlier one; returns the row id."""

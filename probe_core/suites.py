@@ -235,24 +235,42 @@ def region_evidence(registry, store, distill_run: int, cluster_id: int, *, sourc
         If the cluster is not in the run, or its labels (of ``source``) do not make it a failure
         region with a label.
     """
-    require_run(store, distill_run, DISTILL)
-    dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
-    names = tuple(classifier.class_names or dataset.class_names)
-    rows = {row["id"]: row for row in cluster_label_table(store, distill_run, names, source, rho)}
-    if cluster_id not in rows:
-        raise ProbeError(f"cluster {cluster_id} is not in Defuse run {distill_run}")
-    row = rows[cluster_id]
-    if not (row["is_failure"] and row["label"] is not None):
-        raise ProbeError(f"cluster {cluster_id} is not a labelled failure region ({row['images_labelled']} images "
-                         f"labelled by {source}): label its images first (Label page or `probe defuse label`)")
-    cluster = store.get_cluster(cluster_id)
-    rng = np.random.default_rng([REGION_SEED, cluster_id])
-    latents = sample_cluster_latents(cluster["mean"], cluster["covariance"], samples, distill_tau(store, distill_run),
-                                     rng)
-    with torch.no_grad():
-        images = vae.module.decode(torch.from_numpy(latents).float().to(device)).cpu().numpy()
-    return {"latents": latents, "images": images, "labels": np.full(samples, names.index(row["label"])),
-            "classifier": classifier, "vae": vae, "dataset": dataset.name, "class_names": names, "row": row}
+    context = _RegionContext(registry, store, distill_run, source, rho, device)
+    return context.evidence(context.row(cluster_id), samples)
+
+
+class _RegionContext:
+    """What every region of one distillation run shares: its models and its label table, loaded once."""
+
+    def __init__(self, registry, store, distill_run: int, source: str, rho: float, device: str) -> None:
+        require_run(store, distill_run, DISTILL)
+        self.store, self.distill_run, self.source, self.device = store, distill_run, source, device
+        self.dataset, self.classifier, self.vae = load_run_models(registry, store, distill_run, device)
+        self.names = tuple(self.classifier.class_names or self.dataset.class_names)
+        self.rows = {row["id"]: row for row in cluster_label_table(store, distill_run, self.names, source, rho)}
+
+    def row(self, cluster_id: int) -> dict:
+        """The cluster's label-table row; a :class:`ProbeError` if it is not a labelled failure region of the run."""
+        if cluster_id not in self.rows:
+            raise ProbeError(f"cluster {cluster_id} is not in Defuse run {self.distill_run}")
+        row = self.rows[cluster_id]
+        if not (row["is_failure"] and row["label"] is not None):
+            raise ProbeError(f"cluster {cluster_id} is not a labelled failure region ({row['images_labelled']} "
+                             f"images labelled by {self.source}): label its images first (Label page or "
+                             f"`probe defuse label`)")
+        return row
+
+    def evidence(self, row: dict, samples: int) -> dict:
+        """The region's held-out samples (seeded by the cluster, so the same on every call)."""
+        cluster = self.store.get_cluster(row["id"])
+        rng = np.random.default_rng([REGION_SEED, row["id"]])
+        latents = sample_cluster_latents(cluster["mean"], cluster["covariance"], samples,
+                                         distill_tau(self.store, self.distill_run), rng)
+        with torch.no_grad():
+            images = self.vae.module.decode(torch.from_numpy(latents).float().to(self.device)).cpu().numpy()
+        return {"latents": latents, "images": images, "labels": np.full(samples, self.names.index(row["label"])),
+                "classifier": self.classifier, "vae": self.vae, "dataset": self.dataset.name,
+                "class_names": self.names, "row": row}
 
 
 def add_region_check(registry, store, suite: str, distill_run: int, cluster_id: int, *, source: str = HUMAN,
@@ -262,16 +280,32 @@ def add_region_check(registry, store, suite: str, distill_run: int, cluster_id: 
 
     The check holds :func:`region_evidence`'s held-out samples; errors are that function's.
     """
-    region = region_evidence(registry, store, distill_run, cluster_id, source=source, rho=rho, samples=samples,
-                             device=device)
-    row = region["row"]
-    return _add(registry, store, suite, region["dataset"], kind=REGION, classifier=region["classifier"],
-                class_names=region["class_names"],
-                name=name or f"Defuse run {distill_run}, region {row['cluster_index'] + 1}: {row['label']}",
-                evidence={"distill_run": distill_run, "cluster_id": cluster_id, "label": row["label"],
-                          "label_source": source, "annotators": row["annotators"], "agreement": row["agreement"],
-                          "generator": region["vae"].id},
-                latents=region["latents"], images=region["images"], labels=region["labels"])
+    return add_region_checks(registry, store, suite, distill_run, [cluster_id], source=source, rho=rho,
+                             samples=samples, name=name, device=device)[0]
+
+
+def add_region_checks(registry, store, suite: str, distill_run: int, cluster_ids: list[int], *,
+                      source: str = HUMAN, rho: float = DEFAULT_RHO, samples: int = REGION_SAMPLES,
+                      name: str | None = None, device: str = "cpu") -> list[int]:
+    """Add several labelled failure regions of one run to a suite, one check each; returns the check ids.
+
+    The run's models and label table are loaded once, and every cluster is checked before
+    anything is stored, so a bad cluster id leaves the suite as it was.
+    """
+    context = _RegionContext(registry, store, distill_run, source, rho, device)
+    rows = [context.row(cluster_id) for cluster_id in cluster_ids]
+    added = []
+    for row in rows:
+        region = context.evidence(row, samples)
+        added.append(_add(
+            registry, store, suite, region["dataset"], kind=REGION, classifier=region["classifier"],
+            class_names=region["class_names"],
+            name=name or f"Defuse run {distill_run}, region {row['cluster_index'] + 1}: {row['label']}",
+            evidence={"distill_run": distill_run, "cluster_id": row["id"], "label": row["label"],
+                      "label_source": source, "annotators": row["annotators"], "agreement": row["agreement"],
+                      "generator": region["vae"].id},
+            latents=region["latents"], images=region["images"], labels=region["labels"]))
+    return added
 
 
 def usable_regions(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
@@ -288,12 +322,12 @@ def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, so
     ``samples``: the run's samples when the caller has them already (a page), else they are read.
     """
     wanted = None if sample_ids is None else set(sample_ids)
+    labels = store.sample_labels(run_id, source)
     chosen = []
     for sample in store.get_samples(run_id) if samples is None else samples:
         if wanted is not None and sample["id"] not in wanted:
             continue
-        votes = [entry["label"] for entry in store.get_labels(sample_id=sample["id"], source=source) if entry["label"]]
-        label, _ = strict_majority(votes)
+        label, _ = strict_majority([label for label in labels.get(sample["id"], []) if label])
         if label is not None:
             chosen.append({**sample, "label": label})
     if wanted is not None and require_all:

@@ -230,12 +230,14 @@ def comparison_table(store, run_id: int, source: str = "human") -> dict:
         raise ProbeError(f"run {run_id} has not finished")
     k = len(names)
     table = {}
+    samples = store.get_samples(run_id)
+    labels_by_sample = store.sample_labels(run_id, source)
     for side, classifier in enumerate(run.result["classifiers"]):
         per_class = defaultdict(lambda: [0, 0])
-        for s in store.get_samples(run_id):
+        for s in samples:
             if s["target_index"] // k != side:
                 continue
-            labels = [l["label"] for l in store.get_labels(sample_id=s["id"], source=source)]
+            labels = labels_by_sample.get(s["id"], [])
             if not labels:
                 continue
             majority = max(set(labels), key=labels.count)

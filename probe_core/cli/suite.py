@@ -37,8 +37,8 @@ def _add(args: argparse.Namespace) -> int:
             raise ProbeError(f"cluster {', '.join(not_regions)} of run {args.defuse_run} is not a labelled failure "
                              f"region ({source} labels); its labelled failure regions: "
                              f"{', '.join(map(str, usable)) or 'none yet'}")
-        added = [suites.add_region_check(registry, store, args.suite, args.defuse_run, cluster_id, source=source,
-                                         name=args.name, device=args.device) for cluster_id in clusters]
+        added = suites.add_region_checks(registry, store, args.suite, args.defuse_run, clusters, source=source,
+                                         name=args.name, device=args.device)
     else:
         if args.cluster or args.all_regions:
             raise ProbeError("--cluster and --all-regions go with --defuse-run")

@@ -102,6 +102,10 @@ def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regr
         assert main([*cli, *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err
+    region = store.get_suite_check(regression_suite["region"], False)["evidence"]
+    with pytest.raises(ProbeError, match="cluster 123456789 is not in"):  # every cluster checked before storing
+        suites.add_region_checks(trained_workspace.registry, store, suite, region["distill_run"],
+                                 [region["cluster_id"], 123456789], source=regression_suite["label_source"])
     assert store.get_suite(suite) == before
     assert main([*cli, "show", "--suite", suite]) == 0
     assert "two fours" in capsys.readouterr().out

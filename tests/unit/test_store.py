@@ -136,6 +136,16 @@ def test_samples_round_trip(store):
     np.testing.assert_array_equal(samples[2]["z"], np.arange(4) + 2)
     assert samples[0]["image"].shape == (1, 8, 8) and samples[0]["hit"] is True and samples[1]["hit"] is False
     assert store.get_samples(run_id, newest_first=True, limit=1)[0]["chain"] == 2
+    first, _, third = (sample["id"] for sample in samples)
+    store.set_label("ana", sample_id=first, label="3")
+    store.set_label("bo", sample_id=first, label="5")
+    store.set_label("ana", sample_id=third, label="8", source="oracle:clf")
+    other_run = store.create_run("sample", {})
+    store.add_samples(other_run, [{"chain": 0, "step": 0, "z": np.zeros(4), "confidences": np.full(10, 0.1),
+                                   "image": np.ones((1, 8, 8)), "target_distance": 0.5, "hit": False}])
+    store.set_label("ana", sample_id=store.get_samples(other_run)[0]["id"], label="1")
+    assert store.sample_labels(run_id) == {first: ["3", "5"], third: ["8"]}
+    assert store.sample_labels(run_id, source="human") == {first: ["3", "5"]}
 
 
 def test_run_lifecycle_and_cancel_flag(store):
