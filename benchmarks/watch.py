@@ -8,6 +8,8 @@ starts it): the same sampling job (high confidence in 3, the default digits mode
 submitted as the Probe page submits it, to the server's kind of executor (a worker process),
 while 0, 1 or 2 tabs show the Probe page with its live view of that run. The run's own time
 (started to finished, from the workspace database) is printed for each, and watched ÷ unwatched.
+The dashboard's workers leave a core to the server and the browser (``worker_threads``); a worker
+with a thread on every core is timed beside them, unwatched and with two tabs, to show the trade.
 Needs Debian's ``chromium`` and the ``playwright`` package.
 """
 
@@ -29,7 +31,7 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probe_core.executors import ProcessExecutor  # noqa: E402
+from probe_core.executors import ProcessExecutor, worker_threads  # noqa: E402
 from probe_core.jobs import JobManager  # noqa: E402
 from probe_core.runconfig import SampleConfig, submit  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
@@ -57,14 +59,16 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the dashboard server did not come up")
 
 
-def timed_run(workspace: Workspace, config: SampleConfig, browser, url: str, tabs: int) -> float:
+def timed_run(workspace: Workspace, config: SampleConfig, browser, url: str, tabs: int, threads: int) -> float:
     """Submit one sampling run as the Probe page does, with ``tabs`` Probe pages showing it; its run time in seconds.
+
+    ``threads``: the worker's torch threads (the dashboard's default is :func:`worker_threads`).
 
     The tabs open after the run is submitted: a new session's run picker then selects the newest
     run, this one, and its live view polls it until it ends (a tab opened before would keep
     showing the run it found).
     """
-    manager = JobManager(workspace.store, ProcessExecutor())
+    manager = JobManager(workspace.store, ProcessExecutor(threads=threads))
     run_id = submit(manager, config)
     pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
     for page in pages:
@@ -122,27 +126,39 @@ def main() -> None:
                           generator=registry.default_id("digits", "vae"), chains=32,
                           warmup=60 if args.quick else 300, samples=60 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds
+    default_threads, all_cores = worker_threads(), len(os.sched_getaffinity(0))
+    # (worker threads, tabs): the dashboard's default worker, watched by 0, 1 and 2 tabs, beside a worker
+    # with a thread on every core (unwatched and with two tabs), to show what the core left over buys.
+    conditions = [(default_threads, 0), (default_threads, 1), (default_threads, 2)]
+    if all_cores != default_threads:
+        conditions += [(all_cores, 0), (all_cores, 2)]
     server, url = start_server(root)
-    times: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    times: dict[tuple[int, int], list[float]] = {condition: [] for condition in conditions}
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-            # Rounds of 0, 1, 2 tabs interleaved, medians compared: this machine's speed drifts by 20 % or
+            # Rounds of every condition interleaved, medians compared: this machine's speed drifts by 20 % or
             # more over minutes, which one run of each would read as the tabs' doing.
             for _ in range(rounds):
-                for tabs in times:
-                    times[tabs].append(timed_run(workspace, config, browser, url, tabs))
+                for threads, tabs in conditions:
+                    times[threads, tabs].append(timed_run(workspace, config, browser, url, tabs, threads))
             browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-    medians = {tabs: statistics.median(seconds) for tabs, seconds in times.items()}
+    medians = {condition: statistics.median(seconds) for condition, seconds in times.items()}
     print(f"Probe run (high:3, 32 chains, {config.warmup} + {config.samples}), run time by tabs watching "
-          f"(median of {rounds} interleaved round{'s' if rounds != 1 else ''}):")
-    for tabs, seconds in medians.items():
-        ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / medians[0]:.2f}"
-        each = ", ".join(f"{t:.1f}" for t in times[tabs])
-        print(f"  {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}   (runs: {each})", flush=True)
+          f"(median of {rounds} interleaved round{'s' if rounds != 1 else ''}; the dashboard's workers use "
+          f"{default_threads} torch thread(s) of {all_cores} cores):")
+    for (threads, tabs), seconds in medians.items():
+        unwatched = medians[threads, 0]
+        ratio = "" if tabs == 0 else f"  watched / unwatched = {seconds / unwatched:.2f}"
+        each = ", ".join(f"{t:.1f}" for t in times[threads, tabs])
+        print(f"  worker with {threads} thread(s), {tabs} tab{'s' if tabs != 1 else ''}: {seconds:6.1f} s{ratio}   "
+              f"(runs: {each})", flush=True)
+    if (all_cores, 0) in medians:
+        print(f"  the default worker unwatched against one with every core: "
+              f"{medians[default_threads, 0] / medians[all_cores, 0]:.2f}x the time")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
         trained = {tabs: training_seconds(tabs, browser, args.quick) for tabs in (0, 1)}

@@ -43,6 +43,31 @@ log = logging.getLogger(__name__)
 
 EXECUTOR_ENV = "PROBE_EXECUTOR"
 EXECUTORS = ("process", "thread")
+WORKER_THREADS_ENV = "PROBE_WORKER_THREADS"
+
+
+def worker_threads() -> int:
+    """Torch threads per worker process: ``$PROBE_WORKER_THREADS``, else every usable core but one.
+
+    The core left over serves the dashboard and the browser watching the run. A worker with a
+    thread on every core runs about 12 % faster alone on 2 cores, but whenever another process
+    takes a core its threads wait for one another at every operation, so a watching browser on
+    the same machine slowed it by a third (``benchmarks/watch.py``). ``$OMP_NUM_THREADS``, where
+    set, caps the default.
+
+    Raises
+    ------
+    ProbeError
+        If ``$PROBE_WORKER_THREADS`` is set to something other than a whole number >= 1.
+    """
+    text = os.environ.get(WORKER_THREADS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ProbeError(f"{WORKER_THREADS_ENV} must be a whole number of threads >= 1, got {text!r}")
+        return int(text)
+    threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    capped = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(threads, int(capped)) if capped.isdigit() and int(capped) >= 1 else threads
 
 
 @dataclass(frozen=True)
@@ -156,10 +181,15 @@ class ProcessExecutor:
     ----------
     python : str, optional
         Interpreter for the workers (default: this one).
+    threads : int, optional
+        Torch threads per worker (default :func:`worker_threads`).
     """
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, threads: int | None = None) -> None:
+        if threads is not None and threads < 1:
+            raise ProbeError(f"a worker needs at least one thread, got {threads}")
         self.python = python or sys.executable
+        self.threads = threads or worker_threads()
         self._processes: dict[int, subprocess.Popen] = {}
         self._requests: queue.Queue = queue.Queue()
         self._launcher: threading.Thread | None = None
@@ -194,7 +224,7 @@ class ProcessExecutor:
         root = Path(store.path).parent
         log_path = root / "logs" / f"run-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, PARENT_ENV: str(os.getpid()),
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), WORKER_THREADS_ENV: str(self.threads),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                            os.environ.get("PYTHONPATH")]))}
         with open(log_path, "ab") as log_file:

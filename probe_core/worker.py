@@ -8,13 +8,16 @@ cancelled) and exits 0; the run's outcome is in the database, not in the exit st
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probe_core.executors import JobSpec, die_with_parent
+    from probe_core.executors import JobSpec, die_with_parent, worker_threads
 
     die_with_parent()
+    import torch
+
     from probe_core.lifecycle import execute_run
     from probe_core.store import Store
 
@@ -24,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root, run_id = args[0], int(args[1])
+    torch.set_num_threads(worker_threads())  # the starter's choice, passed in the environment
+    logging.getLogger("probe_core.worker").info("run %d: worker %d with %d torch thread(s)", run_id, os.getpid(),
+                                                torch.get_num_threads())
     store = Store(f"{root}/probe.sqlite")
     run = store.get_run(run_id)
     if run is None or run.job is None:

@@ -31,14 +31,14 @@ def _wait(condition, timeout: float = 120.0):
 
 
 def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_path):
-    manager = JobManager(workspace.store, ProcessExecutor())
+    manager = JobManager(workspace.store, ProcessExecutor(threads=1))
     run_id = manager.submit("sample", {"target": "high:3"}, _sampling_spec(str(write_tiny_plugin(tmp_path)), 20))
     run = manager.wait(run_id, timeout=180)
     assert run.status == "done", (run.status, run.error)
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
     assert workspace.store.count_samples(run_id) == 4 * 20
     assert run.job["builder"] == "probe_core.bayestrex.jobs:sampling_job"
-    assert (workspace.root / "logs" / f"run-{run_id}.log").is_file()
+    assert "with 1 torch thread(s)" in (workspace.root / "logs" / f"run-{run_id}.log").read_text()
 
 
 def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(workspace, tmp_path):

@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from probe_core.errors import ProbeError
+from probe_core.executors import WORKER_THREADS_ENV, worker_threads
 from probe_core.scaleout import (
     LocalShards,
     RayShards,
@@ -62,3 +63,21 @@ def test_local_shards_run_in_order_report_progress_and_stop_between_shards():
 def test_an_unimportable_shard_function_is_one_clear_error():
     with pytest.raises(ProbeError, match="cannot be imported"):
         LocalShards().map([ShardTask("helpers:no_such_shard")], lambda i, v: None)
+
+
+def test_worker_threads_leave_a_core_unless_told(monkeypatch):
+    monkeypatch.delenv(WORKER_THREADS_ENV, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert worker_threads() == 3
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert worker_threads() == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert worker_threads() == 2
+    monkeypatch.setenv(WORKER_THREADS_ENV, "4")
+    assert worker_threads() == 4
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(WORKER_THREADS_ENV, bad)
+        with pytest.raises(ProbeError, match=WORKER_THREADS_ENV):
+            worker_threads()
