@@ -65,7 +65,8 @@ def worker_threads() -> int:
         if not text.isdigit() or int(text) < 1:
             raise ProbeError(f"{WORKER_THREADS_ENV} must be a whole number of threads >= 1, got {text!r}")
         return int(text)
-    threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, usable - 1)
     capped = os.environ.get("OMP_NUM_THREADS", "").strip()
     return min(threads, int(capped)) if capped.isdigit() and int(capped) >= 1 else threads
 
