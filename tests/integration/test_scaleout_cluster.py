@@ -29,23 +29,55 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def head_node(tmp_path):
-    """A head node in its own process group (``--block``), stopped with its group: never ``ray stop``, which
-    would stop every Ray instance on the machine."""
+def _start_head(log_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
-    head = subprocess.Popen([RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                             "--num-cpus", "2", "--object-store-memory", str(200 * 1024**2),
-                             "--include-dashboard", "false", "--disable-usage-stats"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **TOKEN_AUTH})
-    yield f"127.0.0.1:{port}"
-    os.killpg(head.pid, signal.SIGTERM)
+    with open(log_path, "ab") as log:
+        head = subprocess.Popen([RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
+                                 str(port), "--num-cpus", "2", "--object-store-memory", str(200 * 1024**2),
+                                 "--include-dashboard", "false", "--disable-usage-stats"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **TOKEN_AUTH})
+    return head, port
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stop(head: subprocess.Popen) -> None:
+    """Stop a head with its process group: never ``ray stop``, which would stop every Ray instance here."""
+    try:
+        os.killpg(head.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
     try:
         head.wait(timeout=5)
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
         head.wait()
+
+
+@pytest.fixture
+def head_node(tmp_path):
+    """A head node in its own process group (``--block``), listening before the test starts.
+
+    A head that exits while starting (another process took one of the ports Ray picks) is
+    started again on another port; its output is in the failure message if it never listens.
+    """
+    log_path = tmp_path / "ray-head.log"
+    for _attempt in range(3):
+        head, port = _start_head(log_path)
+        deadline = time.time() + 120
+        while time.time() < deadline and head.poll() is None and not _listening(port):
+            time.sleep(0.5)
+        if head.poll() is None and _listening(port):
+            break
+        _stop(head)
+    else:
+        raise AssertionError("the Ray head never listened:\n" + log_path.read_text(errors="replace")[-3000:])
+    yield f"127.0.0.1:{port}"
+    _stop(head)
 
 
 def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_node, tmp_path):
@@ -54,11 +86,7 @@ def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_
     command = [sys.executable, "-m", "probe_core.cli", "--executor", f"ray:{head_node}", "sample",
                "--target", "ambiguous:3,5;high:2", "--chains", "2", "--warmup", "10", "--samples", "5",
                "--shards", "2", "--out", str(out)]
-    for _ in range(30):  # the head takes a few seconds to listen
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-        if "nothing answers there" not in done.stderr:
-            break
-        time.sleep(1)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["executor"] == "ray" and result["shards"] == 2 and len(result["targets"]) == 2
