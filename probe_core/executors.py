@@ -50,9 +50,9 @@ def worker_threads() -> int:
     """Torch threads per worker process: ``$PROBE_WORKER_THREADS``, else every usable core but one.
 
     The core left over serves the dashboard and the browser watching the run. A worker with a
-    thread on every core runs about 12 % faster alone on 2 cores, but whenever another process
+    thread on every core runs about 14 % faster alone on 2 cores, but whenever another process
     takes a core its threads wait for one another at every operation, so a watching browser on
-    the same machine slowed it by a third (``benchmarks/watch.py``). ``$OMP_NUM_THREADS``, where
+    the same machine slowed it by about 30 % (``benchmarks/watch.py``). ``$OMP_NUM_THREADS``, where
     set, caps the default.
 
     Raises
