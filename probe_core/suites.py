@@ -327,7 +327,7 @@ def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, so
     for sample in store.get_samples(run_id) if samples is None else samples:
         if wanted is not None and sample["id"] not in wanted:
             continue
-        label, _ = strict_majority([label for label in labels.get(sample["id"], []) if label])
+        label, _ = strict_majority([vote for vote in labels.get(sample["id"], []) if vote])
         if label is not None:
             chosen.append({**sample, "label": label})
     if wanted is not None and require_all:
