@@ -249,15 +249,20 @@ class _RegionContext:
         self.names = tuple(self.classifier.class_names or self.dataset.class_names)
         self.rows = {row["id"]: row for row in cluster_label_table(store, distill_run, self.names, source, rho)}
 
+    def usable_ids(self) -> list[int]:
+        """Cluster ids of the run's labelled failure regions."""
+        return [cluster_id for cluster_id, row in self.rows.items() if row["usable"]]
+
     def row(self, cluster_id: int) -> dict:
         """The cluster's label-table row; a :class:`ProbeError` if it is not a labelled failure region of the run."""
+        regions = f"the run's labelled failure regions: {', '.join(map(str, self.usable_ids())) or 'none yet'}"
         if cluster_id not in self.rows:
-            raise ProbeError(f"cluster {cluster_id} is not in Defuse run {self.distill_run}")
+            raise ProbeError(f"cluster {cluster_id} is not in Defuse run {self.distill_run}; {regions}")
         row = self.rows[cluster_id]
-        if not (row["is_failure"] and row["label"] is not None):
+        if not row["usable"]:
             raise ProbeError(f"cluster {cluster_id} is not a labelled failure region ({row['images_labelled']} "
                              f"images labelled by {self.source}): label its images first (Label page or "
-                             f"`probe defuse label`)")
+                             f"`probe defuse label`); {regions}")
         return row
 
     def evidence(self, row: dict, samples: int) -> dict:
@@ -285,14 +290,25 @@ def add_region_check(registry, store, suite: str, distill_run: int, cluster_id: 
 
 
 def add_region_checks(registry, store, suite: str, distill_run: int, cluster_ids: list[int], *,
-                      source: str = HUMAN, rho: float = DEFAULT_RHO, samples: int = REGION_SAMPLES,
-                      name: str | None = None, device: str = "cpu") -> list[int]:
+                      all_regions: bool = False, source: str = HUMAN, rho: float = DEFAULT_RHO,
+                      samples: int = REGION_SAMPLES, name: str | None = None, device: str = "cpu") -> list[int]:
     """Add several labelled failure regions of one run to a suite, one check each; returns the check ids.
 
-    The run's models and label table are loaded once, and every cluster is checked before
-    anything is stored, so a bad cluster id leaves the suite as it was.
+    ``all_regions`` adds every labelled failure region of the run besides ``cluster_ids``. The
+    run's models and label table are loaded once, and every cluster is checked before anything is
+    stored, so a bad cluster id leaves the suite as it was.
+
+    Raises
+    ------
+    ProbeError
+        If a cluster is not a labelled failure region of the run (the message lists those that
+        are), or there is nothing to add.
     """
     context = _RegionContext(registry, store, distill_run, source, rho, device)
+    cluster_ids = list(dict.fromkeys([*cluster_ids, *(context.usable_ids() if all_regions else [])]))
+    if not cluster_ids:
+        raise ProbeError(f"Defuse run {distill_run} has no labelled failure regions ({source} labels) yet: "
+                         f"label its clusters' images first (Label page or `probe defuse label`)")
     rows = [context.row(cluster_id) for cluster_id in cluster_ids]
     added = []
     for row in rows:
@@ -306,12 +322,6 @@ def add_region_checks(registry, store, suite: str, distill_run: int, cluster_ids
                       "generator": region["vae"].id},
             latents=region["latents"], images=region["images"], labels=region["labels"]))
     return added
-
-
-def usable_regions(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
-                   rho: float = DEFAULT_RHO) -> list[int]:
-    """Cluster ids of a run's labelled failure regions."""
-    return [row["id"] for row in cluster_label_table(store, distill_run, class_names, source, rho) if row["usable"]]
 
 
 def labelled_samples(store, run_id: int, sample_ids: list[int] | None = None, source: str = HUMAN,

@@ -17,7 +17,6 @@ def _percent(value: float | None) -> str:
 
 def _add(args: argparse.Namespace) -> int:
     from probe_core import suites
-    from probe_core.defuse.queries import run_class_names
 
     workspace = workspace_from_args(args)
     registry, store = workspace.registry, workspace.store
@@ -27,18 +26,11 @@ def _add(args: argparse.Namespace) -> int:
     if args.defuse_run is not None:
         if args.sample:
             raise ProbeError("--sample goes with --run; a Defuse region is chosen with --cluster")
-        usable = suites.usable_regions(store, args.defuse_run, run_class_names(store, args.defuse_run,
-                                                                                registry.data_dir), source)
-        clusters = list(dict.fromkeys([*(args.cluster or []), *(usable if args.all_regions else [])]))
-        if not clusters:
+        if not (args.cluster or args.all_regions):
             raise ProbeError("name the failure regions to add: --cluster ID (repeatable) or --all-regions")
-        not_regions = [str(c) for c in clusters if c not in usable]
-        if not_regions:  # checked before anything is stored
-            raise ProbeError(f"cluster {', '.join(not_regions)} of run {args.defuse_run} is not a labelled failure "
-                             f"region ({source} labels); its labelled failure regions: "
-                             f"{', '.join(map(str, usable)) or 'none yet'}")
-        added = suites.add_region_checks(registry, store, args.suite, args.defuse_run, clusters, source=source,
-                                         name=args.name, device=args.device)
+        added = suites.add_region_checks(registry, store, args.suite, args.defuse_run, args.cluster or [],
+                                         all_regions=args.all_regions, source=source, name=args.name,
+                                         device=args.device)
     else:
         if args.cluster or args.all_regions:
             raise ProbeError("--cluster and --all-regions go with --defuse-run")

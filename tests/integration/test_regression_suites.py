@@ -10,6 +10,7 @@ from helpers import write_tiny_plugin
 
 from probe_core import suites
 from probe_core.cli import main
+from probe_core.defuse.labels import cluster_label_table
 from probe_core.errors import ProbeError
 
 
@@ -97,6 +98,9 @@ def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regr
                 ["add", "--suite", suite, "--run", str(regression_suite["sample_run"]), "--sample", "123456789"],
                 ["add", "--suite", suite, "--defuse-run", str(store.get_suite_check(regression_suite["region"], False)
                                                               ["evidence"]["distill_run"]), "--cluster", "123456789"],
+                ["add", "--suite", suite, "--defuse-run", str(store.get_suite_check(regression_suite["region"], False)
+                                                              ["evidence"]["distill_run"]), "--all-regions",
+                 "--label-source", "nobody"],  # no region has this source's labels
                 ["score", "--suite", "nope", "--classifier", "default"],
                 ["retire", "--suite", suite, "--check", "123456789"]):
         assert main([*cli, *bad]) == 2, bad
@@ -107,6 +111,14 @@ def test_the_cli_adds_findings_shows_reports_and_retires(trained_workspace, regr
         suites.add_region_checks(trained_workspace.registry, store, suite, region["distill_run"],
                                  [region["cluster_id"], 123456789], source=regression_suite["label_source"])
     assert store.get_suite(suite) == before
+    distill_run = region["distill_run"]  # --all-regions: one check per labelled failure region, named by none
+    usable = [row["id"] for row in cluster_label_table(store, distill_run, tuple(map(str, range(10))),
+                                                       regression_suite["label_source"]) if row["usable"]]
+    assert main([*cli, "add", "--suite", f"all-{suite}", "--defuse-run", str(distill_run), "--all-regions",
+                 "--label-source", regression_suite["label_source"]]) == 0
+    assert capsys.readouterr().out.count(f"added to all-{suite}") == len(usable) >= 1
+    assert sorted(c["evidence"]["cluster_id"] for c in store.get_suite_checks(f"all-{suite}", with_data=False)) \
+        == sorted(usable)
     assert main([*cli, "show", "--suite", suite]) == 0
     assert "two fours" in capsys.readouterr().out
     assert main([*cli, "report", "--suite", regression_suite["suite"], "--out", str(tmp_path / "suite.html")]) == 0
