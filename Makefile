@@ -30,8 +30,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python app.py
 
+# One pytest-xdist worker per core (tests/conftest.py gives each one thread); the tests that share the
+# session's regression suite stay on one worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=25
 
 # The unit tests alone: tiny fake models, no training, well under a minute.
 test-fast: $(STAMP)

@@ -13,12 +13,18 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import MISLABELLED
+
+# `make test` runs the suite in one pytest-xdist worker per core. There each worker, and every process it
+# starts, gets one thread for torch and for numba (UMAP), set before either loads its OpenMP pool: a
+# second OpenMP thread left waiting in a worker spins on the core the other worker needs (a 3-8x slowdown).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+import torch  # noqa: E402
+from helpers import MISLABELLED  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped models' scripts
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
-torch.set_num_threads(2)
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
 # In-process page tests run background jobs in threads (fast to start); worker processes, the
 # dashboard's default, are tested in tests/integration/test_executors.py and by every browser test's server.
@@ -28,6 +34,13 @@ os.environ.setdefault("PROBE_EXECUTOR", "thread")
 TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
 os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
+def pytest_collection_modifyitems(items):
+    """Keep the tests of the (costly) session-wide regression suite on one xdist worker (``--dist loadgroup``)."""
+    for item in items:
+        if "regression_suite" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("regression-suite"))
+
+
 @pytest.fixture(scope="session")
 def trained_workspace(tmp_path_factory):
     """A workspace holding the default digits classifier, VAE and GAN.
@@ -35,13 +48,15 @@ def trained_workspace(tmp_path_factory):
     With seed 0 the copies shipped in ``tests/data/digits-defaults`` are installed when they still
     match the code (``tests/data/make_default_models.py``; ``test_shipped_weights.py`` fails when they
     do not); anything missing is trained here (about 85 s on 2 cores). ``PROBE_DEV_WORKSPACE=DIR``
-    keeps the workspace in DIR between runs while developing (runs pile up); CI uses a fresh one.
+    keeps the workspace in DIR/<xdist worker> between runs while developing (runs pile up); CI uses a fresh one.
     """
     from make_default_models import SEED, install
 
     from probe_core.workspace import Workspace
 
     kept = os.environ.get("PROBE_DEV_WORKSPACE")
+    if kept:  # one per xdist worker: tests count the runs they add
+        kept = Path(kept) / os.environ.get("PYTEST_XDIST_WORKER", "main")
     workspace = Workspace(kept or tmp_path_factory.mktemp("trained-workspace"))
     if TEST_SEED == SEED:
         install(workspace, "digits")
@@ -134,3 +149,4 @@ def regression_suite(trained_workspace, flawed_run):
     suites.score_suite(registry, store, "digits-regressions", corrected["corrected_model"])
     return {"suite": "digits-regressions", "original": original, "corrected": corrected["corrected_model"],
             "region": region, "finding": finding, "sample_run": run_id, "label_source": source}
+

@@ -131,6 +131,8 @@ def _open(page, server, path: str, title: str, settle: bool = False) -> None:
 
 def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run,
                                                                regression_suite, tmp_path):
+    from playwright.sync_api import expect
+
     store = trained_workspace.store
     before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
     _open(page, server, "probe", "Probe")
@@ -163,7 +165,10 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     page.get_by_role("heading", name="Label").click()  # keys reach the page, not the name box
     page.keyboard.press("9")  # the fast path's shortcut: all ten review images are a 9
     page.get_by_text("Saved: all 10 images").wait_for()
-    page.locator('[data-testid="stSelectbox"]').filter(has_text="Image 3 shows").locator("input").click()
+    image_3 = page.locator('[data-testid="stSelectbox"]').filter(has_text="Image 3 shows").locator("input")
+    expect(image_3).to_have_count(1, timeout=30_000)  # the rerun that saved the labels has replaced its old copy
+    expect(image_3).to_have_value("9")
+    image_3.click()
     page.keyboard.type("none of")
     page.keyboard.press("Enter")
     page.wait_for_timeout(1500)
