@@ -225,7 +225,10 @@ class ProcessExecutor:
         root = Path(store.path).parent
         log_path = root / "logs" / f"run-{run_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # OMP_NUM_THREADS and NUMBA_NUM_THREADS bind the threads a job starts itself, and UMAP's numba pool,
+        # which torch.set_num_threads in the worker does not: a spare OpenMP thread spins on the core left free.
         env = {**os.environ, PARENT_ENV: str(os.getpid()), WORKER_THREADS_ENV: str(self.threads),
+               "OMP_NUM_THREADS": str(self.threads), "NUMBA_NUM_THREADS": str(self.threads),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                            os.environ.get("PYTHONPATH")]))}
         with open(log_path, "ab") as log_file:

@@ -28,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root, run_id = args[0], int(args[1])
     torch.set_num_threads(worker_threads())  # the starter's choice, passed in the environment
-    logging.getLogger("probe_core.worker").info("run %d: worker %d with %d torch thread(s)", run_id, os.getpid(),
-                                                torch.get_num_threads())
+    logging.getLogger("probe_core.worker").info(
+        "run %d: worker %d with %d torch thread(s) (OpenMP %s, numba %s)", run_id, os.getpid(),
+        torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS", "default"),
+        os.environ.get("NUMBA_NUM_THREADS", "default"))
     store = Store(f"{root}/probe.sqlite")
     run = store.get_run(run_id)
     if run is None or run.job is None:

@@ -38,7 +38,7 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
     assert workspace.store.count_samples(run_id) == 4 * 20
     assert run.job["builder"] == "probe_core.bayestrex.jobs:sampling_job"
-    assert "with 1 torch thread(s)" in (workspace.root / "logs" / f"run-{run_id}.log").read_text()
+    assert "with 1 torch thread(s) (OpenMP 1, numba 1)" in (workspace.root / "logs" / f"run-{run_id}.log").read_text()
 
 
 def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(workspace, tmp_path):
