@@ -34,6 +34,7 @@ os.environ.setdefault("PROBE_EXECUTOR", "thread")
 TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
 os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
+
 def pytest_collection_modifyitems(items):
     """Keep the tests of the (costly) session-wide regression suite on one xdist worker (``--dist loadgroup``)."""
     for item in items:
@@ -149,4 +150,3 @@ def regression_suite(trained_workspace, flawed_run):
     suites.score_suite(registry, store, "digits-regressions", corrected["corrected_model"])
     return {"suite": "digits-regressions", "original": original, "corrected": corrected["corrected_model"],
             "region": region, "finding": finding, "sample_run": run_id, "label_source": source}
-
