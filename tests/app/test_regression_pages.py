@@ -55,7 +55,8 @@ def test_a_labelled_failure_region_is_added_from_the_label_page(app_env, flawed_
     at = open_page("pages/views/label.py", label_position=position)
     at.selectbox(key="label_run_pick").set_value(run_id).run()
     images = store.get_review_images(cluster["id"])  # made by the page on first view
-    wrong = str((max(set(p := [i["prediction"] for i in images]), key=p.count) + 1) % 10)
+    # a class the classifier gives none of the images (the flawed classifier splits some clusters between 8 and 9)
+    wrong = str(next(c for c in range(10) if c not in {int(i["prediction"]) for i in images}))
     for person in ("p1", "p2", "p3"):  # three people say every image shows another class than predicted
         label_tools.label_images(store, [i["id"] for i in images], person, wrong, tuple(str(c) for c in range(10)))
     at.run()
