@@ -162,6 +162,11 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     page.get_by_label("Your name (annotator)").fill("browser-user")
     page.get_by_label("Your name (annotator)").press("Enter")
     page.get_by_text("All ten images show").wait_for()
+    # the key works once the rerun that took the name has drawn the buttons enabled (slow under a loaded machine)
+    page.get_by_text("fully labelled by browser-user").wait_for(timeout=60_000)
+    all_nine = page.locator(".st-key-label_all_9 button")
+    expect(all_nine).to_have_count(1, timeout=30_000)
+    expect(all_nine).to_be_enabled(timeout=30_000)
     page.get_by_role("heading", name="Label").click()  # keys reach the page, not the name box
     page.keyboard.press("9")  # the fast path's shortcut: all ten review images are a 9
     page.get_by_text("Saved: all 10 images").wait_for()
