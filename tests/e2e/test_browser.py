@@ -176,13 +176,19 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     image_3.click()
     page.keyboard.type("none of")
     page.keyboard.press("Enter")
-    page.wait_for_timeout(1500)
+
+    def browser_user_labels() -> list[dict]:
+        return [label for cluster in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)
+                for label in store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "browser-user"]
+
+    deadline = time.time() + 60  # the change is stored by the server's rerun, before the page is reloaded
+    while time.time() < deadline and "none" not in [label["label"] for label in browser_user_labels()]:
+        time.sleep(0.5)
     page.reload()  # the name is remembered in the URL
     page.get_by_label("Your name (annotator)").wait_for()
     page.wait_for_timeout(1500)
     assert page.get_by_label("Your name (annotator)").input_value() == "browser-user"
-    labels = [label for cluster in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)
-              for label in store.get_labels(cluster_id=cluster["id"]) if label["annotator"] == "browser-user"]
+    labels = browser_user_labels()
     assert len(labels) == 10 and {label["source"] for label in labels} == {"human"}
     assert sorted(label["label"] for label in labels) == ["9"] * 9 + ["none"]
 
