@@ -5,7 +5,8 @@ Run: ``.venv/bin/python benchmarks/sampler.py [--workspace DIR] [--dataset digit
 Everything is measured in this one process on the data set's default models, so the
 ratios are meaningful on a noisy machine even when the absolute numbers are not.
 Prints, for a high-confidence and an ambiguous target: ESS/s (minimum over latent
-dimensions) and hits/s of both samplers and their ratio; the fast sampler's
+dimensions) and hits/s of both samplers and their ratio, split into gradient evaluations/s
+(what batching buys) and ESS per evaluation (what the kernel and its tuning buy); the fast sampler's
 gradient evaluations/s against the decoder+classifier forward+backward ceiling at the
 same batch size; and (digits; ``--matrix`` elsewhere) the 45-pair ambiguity matrix's coverage,
 hit tightness and time. ``--dataset mnist --data-dir ../shared/data/mnist-t10k`` measures at 28×28
@@ -81,7 +82,8 @@ def main() -> None:
           f"{nuts_steps['ambiguous']} + {nuts_steps['ambiguous']} (ambiguous); fast sampler {fast_chains} chains, "
           f"{fast_steps} + {fast_steps}")
 
-    print(f"{'target':<15} {'sampler':<10} {'wall s':>7} {'ESS':>7} {'ESS/s':>8} {'hits':>7} {'hits/s':>9}")
+    print(f"{'target':<15} {'sampler':<10} {'wall s':>7} {'ESS':>7} {'ESS/s':>8} {'hits':>7} {'hits/s':>9} "
+          f"{'evals/s':>9} {'ESS/1k evals':>13}")
     for spec in ("high:3", "ambiguous:4,9"):
         [target] = parse_targets(spec, names)
         nuts_posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], 1))
@@ -97,15 +99,24 @@ def main() -> None:
                                                      anneal_sigma_from=anneal))
         fast_ess = effective_sample_size(fast.positions)
         fast_hits = int(target.is_hit(fast.probs.reshape(-1, len(names))).sum())
-        rows = [("Pyro NUTS", nuts.wall_seconds, nuts_ess, nuts_hits), ("fast HMC", fast.wall_seconds, fast_ess, fast_hits)]
-        for name, wall, ess, hits in rows:
-            print(f"{spec:<15} {name:<10} {wall:7.1f} {ess:7.0f} {ess / wall:8.2f} {hits:7d} {hits / wall:9.1f}")
+        # one gradient evaluation = the density and its gradient at one chain's position
+        nuts_evals, fast_evals = nuts.gradient_evaluations, fast.gradient_evaluations * fast_chains
+        rows = [("Pyro NUTS", nuts.wall_seconds, nuts_ess, nuts_hits, nuts_evals),
+                ("fast HMC", fast.wall_seconds, fast_ess, fast_hits, fast_evals)]
+        for name, wall, ess, hits, evals in rows:
+            print(f"{spec:<15} {name:<10} {wall:7.1f} {ess:7.0f} {ess / wall:8.2f} {hits:7d} {hits / wall:9.1f} "
+                  f"{evals / wall:9,.0f} {1000 * ess / evals:13.3f}")
         # ESS estimates from a few samples can be zero or negative (quick mode): no ratio then
         ess_ratio = (f"x{(fast_ess / fast.wall_seconds) / (nuts_ess / nuts.wall_seconds):.0f}"
                      if min(nuts_ess, fast_ess) > 0 else "n/a (an ESS estimate is not positive: too few samples)")
         hit_ratio = (fast_hits / fast.wall_seconds) / (nuts_hits / nuts.wall_seconds) if nuts_hits else float("inf")
         print(f"{spec:<15} ratio fast/NUTS: ESS/s {ess_ratio}, hits/s x{hit_ratio:.0f}"
               + ("  (NUTS found no hit)" if nuts_hits == 0 else ""))
+        # ESS/s = evaluations/s × ESS per evaluation: batching buys the first factor, the kernel the second
+        if min(nuts_ess, fast_ess) > 0:
+            print(f"{spec:<15} ESS/s ratio = evaluations/s x"
+                  f"{(fast_evals / fast.wall_seconds) / (nuts_evals / nuts.wall_seconds):.1f} (batching) "
+                  f"× ESS per evaluation x{(fast_ess / fast_evals) / (nuts_ess / nuts_evals):.1f} (the kernel)")
         evals_per_s = fast.gradient_evaluations * fast_chains / fast.wall_seconds
         # The ceiling is measured just before and just after the run: the machine's speed drifts.
         roof_after = ceiling(classifier, generator, fast_chains)

@@ -95,7 +95,11 @@ class Progress:
 
 @dataclass
 class ChainResult:
-    """Kept samples of all chains: positions (B, S, D), probs (B, S, K), per-step diagnostics (B, S)."""
+    """Kept samples of all chains: positions (B, S, D), probs (B, S, K), per-step diagnostics (B, S).
+
+    ``gradient_evaluations`` counts batched evaluations of the log density and its gradient, warm-up and
+    initialisation included: each covers all B chains (random-walk Metropolis: density evaluations alone).
+    """
 
     positions: torch.Tensor
     probs: torch.Tensor
@@ -425,7 +429,9 @@ def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_sam
                   hook: Callable[[int], None] | None = None) -> ChainResult:
     """The paper's reference sampler: Pyro NUTS with default settings, one chain, z0 ~ Uniform(-2, 2).
 
-    ``posterior`` must hold exactly one chain (see :meth:`BayesTrExPosterior.for_target`).
+    ``posterior`` must hold exactly one chain (see :meth:`BayesTrExPosterior.for_target`). The result's
+    ``gradient_evaluations`` counts the model's evaluations during the run: Pyro evaluates the model once
+    per potential-energy gradient (each leapfrog step), plus a few times to set up.
     """
     import pyro
     from pyro.infer import MCMC, NUTS
@@ -436,7 +442,14 @@ def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_sam
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     initial = (torch.rand(1, posterior.latent_dim, generator=generator) * 4 - 2).to(posterior.device)
-    kernel = NUTS(posterior.model, target_accept_prob=0.8, adapt_step_size=True, adapt_mass_matrix=True,
+    evaluations = 0
+
+    def counted_model(*args, **kwargs):
+        nonlocal evaluations
+        evaluations += 1
+        return posterior.model(*args, **kwargs)
+
+    kernel = NUTS(counted_model, target_accept_prob=0.8, adapt_step_size=True, adapt_mass_matrix=True,
                   max_tree_depth=10)
     hook_fn = None if hook is None else (lambda kernel, params, stage, i: hook(i))
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_warmup, initial_params={"z": initial},
@@ -449,5 +462,5 @@ def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_sam
         positions=z.cpu(), probs=probs.unsqueeze(0).cpu(), logdensity=logp.unsqueeze(0).cpu(),
         acceptance=torch.full((1, num_samples), float("nan")), divergent=torch.zeros(1, num_samples, dtype=torch.bool),
         step_size=torch.tensor([float(kernel.step_size)]), wall_seconds=time.perf_counter() - started,
-        gradient_evaluations=-1,
+        gradient_evaluations=evaluations,
     )

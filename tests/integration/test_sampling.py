@@ -96,6 +96,8 @@ def test_pyro_nuts_reference_runs_one_chain(models):
     result = run_pyro_nuts(posterior, num_warmup=30, num_samples=20, seed=0)
     assert result.positions.shape == (1, 20, generator.latent_dim)
     assert result.probs.shape == (1, 20, 10) and math.isfinite(float(result.logdensity.mean()))
+    # at least one leapfrog step, so one gradient, per iteration; at most a full tree of depth 10
+    assert 50 <= result.gradient_evaluations <= 50 * 1100
 
 
 def test_progress_hook_reports_confidences_and_images(models):
