@@ -117,7 +117,7 @@ def main() -> None:
             print(f"{spec:<15} ESS/s ratio = evaluations/s x"
                   f"{(fast_evals / fast.wall_seconds) / (nuts_evals / nuts.wall_seconds):.1f} (batching) "
                   f"× ESS per evaluation x{(fast_ess / fast_evals) / (nuts_ess / nuts_evals):.1f} (the kernel)")
-        evals_per_s = fast.gradient_evaluations * fast_chains / fast.wall_seconds
+        evals_per_s = fast_evals / fast.wall_seconds
         # The ceiling is measured just before and just after the run: the machine's speed drifts.
         roof_after = ceiling(classifier, generator, fast_chains)
         roof = (roof_before + roof_after) / 2
