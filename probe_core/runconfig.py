@@ -64,11 +64,13 @@ class SampleConfig:
     anneal_sigma_from: float | str | None = "auto"
     executor: str = "local"  # where the target shards run: local, ray or ray:ADDRESS (probe_core.scaleout)
     shards: int | None = 1  # None: one per worker of the executor (decided where the run runs)
+    independence_moves: int = 0  # HMC's independence jumps per iteration after warm-up (SamplerConfig)
 
     def sampler_settings(self) -> dict:
         return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
                 "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
-                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards}
+                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
+                "independence_moves": self.independence_moves}
 
     def job_arguments(self) -> dict:
         return {"dataset": self.dataset, "spec": self.target, "classifier": self.classifier,

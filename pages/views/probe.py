@@ -136,13 +136,19 @@ with st.expander("Sampler settings", expanded=False):
                           help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
     keep_every = c7.number_input("Store every n-th sample", 1, 100, 5, key="probe_keep")
     seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
+    jumps = st.number_input("Independence jumps per iteration (hmc)", 0, 64, 0, key="probe_jumps",
+                            disabled=sampler != "hmc",
+                            help="after warm-up, each HMC step is followed by this many independence "
+                                 "Metropolis-Hastings proposals from a mixture fitted to each target's warm-up "
+                                 "draws: chains move between modes instead of staying near their start")
 
 anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
 
 
 def sampler_kwargs() -> dict:
     return {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
-            "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every), "anneal_sigma_from": anneal_value}
+            "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every), "anneal_sigma_from": anneal_value,
+            "independence_moves": int(jumps) if sampler == "hmc" else 0}
 
 
 if st.button("Start sampling", type="primary", disabled=spec is None, key="probe_start"):

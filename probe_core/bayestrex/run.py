@@ -33,6 +33,7 @@ MAX_CHAINS = 1024  # per target, as the pages allow
 
 
 MAX_ITERATIONS = 100_000
+MAX_INDEPENDENCE_MOVES = 64
 SAMPLER_DEFAULTS = {"chains": 64, "warmup": 300, "samples": 300, "keep_every": 1}
 # The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
 # reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
@@ -66,7 +67,8 @@ def sampler_defaults(spec: str | None, image_shape: tuple[int, int, int] | None 
 
 
 def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,
-                           sampler: str = "hmc", keep_every: int = 1, **_ignored) -> None:
+                           sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
+                           **_ignored) -> None:
     """Raise :class:`ProbeError` with a clear message for settings :func:`sample` cannot run with.
 
     Called before a run is stored, so bad input leaves the workspace as it was.
@@ -83,6 +85,9 @@ def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 3
         raise ProbeError(f"keep-every must be a whole number >= 1, got {keep_every!r}")
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
         raise ProbeError(f"sigma must be a positive number (the paper uses 0.05), got {sigma!r}")
+    if not isinstance(independence_moves, int) or not 0 <= independence_moves <= MAX_INDEPENDENCE_MOVES:
+        raise ProbeError(f"independence moves per iteration must be a whole number from 0 to "
+                         f"{MAX_INDEPENDENCE_MOVES}, got {independence_moves!r}")
 
 
 def sample(classifier, generator, spec: str | list[Target], *, class_names: tuple[str, ...],
@@ -91,7 +96,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
            keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
-           shard_progress: Callable | None = None) -> dict:
+           shard_progress: Callable | None = None, independence_moves: int = 0) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
     Parameters
@@ -130,9 +135,14 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Anneal σ from this value during warm-up. "auto" anneals from 0.5 unless the batch has an
         ambiguous target: annealing lifts high-confidence hit rates but sends ambiguous chains into
         the trap where other classes share the mass.
+    independence_moves : int
+        HMC only: independence Metropolis-Hastings jumps after each transition once warm-up is over,
+        from a Gaussian mixture fitted to each target's warm-up draws (see :class:`SamplerConfig`).
+        0 (the default): none. They let chains move between the posterior's modes; README, "Real
+        MNIST: the sampler at 28×28", for what they buy.
     """
     check_sampler_settings(chains=chains, warmup=warmup, samples=samples, sigma=sigma, sampler=sampler,
-                           keep_every=keep_every)
+                           keep_every=keep_every, independence_moves=independence_moves)
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     targets = parse_targets(spec, class_names) if isinstance(spec, str) else list(spec)
@@ -155,7 +165,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
                                  warmup=warmup, samples=samples, sigma=sigma, sampler=sampler, seed=seed, init=init,
                                  anneal_sigma_from=anneal_sigma_from, dataset=dataset, store=store, run_id=run_id,
                                  shard_progress=shard_progress, should_stop=should_stop, keep_every=keep_every,
-                                 target_index_offset=target_index_offset, executor=executor, shards=shards)
+                                 target_index_offset=target_index_offset, executor=executor, shards=shards,
+                                 independence_moves=independence_moves)
     started = time.perf_counter()
     if sampler == "nuts":
         per_target = []
@@ -172,7 +183,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         batch = TargetBatch(targets, chains)
         posterior = BayesTrExPosterior(classifier, generator, batch, sigma)
         config = SamplerConfig(num_warmup=warmup, num_samples=samples, seed=seed, init=init,
-                               anneal_sigma_from=anneal_sigma_from)
+                               anneal_sigma_from=anneal_sigma_from,
+                               independence_moves=independence_moves if sampler == "hmc" else 0)
         sink = None
         if store is not None and run_id is not None:
             def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:

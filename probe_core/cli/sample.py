@@ -81,7 +81,8 @@ def _sampler_kwargs(args: argparse.Namespace) -> dict:
                 setattr(args, key, value)
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
             "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
-            "executor": args.executor, "shards": shard_count(args.executor, args.shards)}
+            "executor": args.executor, "shards": shard_count(args.executor, args.shards),
+            "independence_moves": args.independence_moves}
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -120,6 +121,9 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep-every", type=int,
                         help=_default_help("store every n-th sample in the workspace", "keep_every"))
+    parser.add_argument("--independence-moves", type=int, default=0, metavar="N",
+                        help="hmc: N independence Metropolis-Hastings jumps per iteration after warm-up, from a "
+                        "mixture fitted to each target's warm-up draws, so chains move between modes (default 0)")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")

@@ -1,4 +1,5 @@
-"""Warm-up adaptation kept apart from the kernels: per-chain dual averaging and diagonal mass matrices.
+"""Warm-up adaptation kept apart from the kernels: per-chain dual averaging, diagonal mass matrices and
+the independence proposal fitted to warm-up draws.
 
 All state is batched over chains, so every chain gets its own step size and
 mass matrix (as in Pyro's ``WarmupAdapter``, but without mutating a kernel).
@@ -10,6 +11,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from probe_core.sampling import imh
 
 
 @dataclass
@@ -91,3 +94,62 @@ def mass_matrix_windows(num_warmup: int, initial_buffer: int = 75, final_buffer:
         ends.append(start + size)
         start, size = start + size, next_size
     return ends
+
+
+def fit_mixture_proposal(draws: torch.Tensor, groups: torch.Tensor, prior_weight: float = 0.1,
+                         max_components: int = 6, max_points: int = 2000, seed: int = 0
+                         ) -> "imh.MixtureProposal | None":
+    """An independence proposal per chain: a Gaussian mixture fitted to its group's pooled warm-up draws.
+
+    Each group's (target's) chains are pooled, so the mixture covers the modes that any of them
+    found; its number of components is chosen by BIC, at most one per ``10 × parameters`` draws.
+    A defensive component, the prior N(0, I) with weight ``prior_weight``, keeps π/q bounded
+    (π ≤ prior × max likelihood), so the independence sampler stays uniformly ergodic even
+    where the mixture misses part of the posterior.
+
+    Parameters
+    ----------
+    draws : torch.Tensor
+        Warm-up positions, shape (B, N, D): N draws of each of B chains.
+    groups : torch.Tensor
+        Shape (B,), the group (target) of each chain.
+    prior_weight : float
+        Weight of the N(0, I) component, in (0, 1).
+    max_components, max_points : int
+        Bounds on the mixture and on the draws it is fitted to (a fixed-seed subsample).
+    seed : int
+
+    Returns
+    -------
+    imh.MixtureProposal or None
+        Per-chain mixtures, (B, K, ...) with K the largest count over groups plus the prior; None
+        when the draws are too few for even one full-covariance component.
+    """
+    import numpy as np
+    from sklearn.mixture import GaussianMixture
+
+    chains, _, dim = draws.shape
+    parameters = dim + dim * (dim + 1) // 2 + 1
+    fitted = {}
+    for group in groups.unique().tolist():
+        points = draws[groups == group].reshape(-1, dim).double().numpy()
+        points = points[np.isfinite(points).all(1)]
+        if len(points) > max_points:
+            points = points[np.random.default_rng(seed).choice(len(points), max_points, replace=False)]
+        most = min(max_components, len(points) // (10 * parameters))
+        if most < 1:
+            return None
+        candidates = [GaussianMixture(count, covariance_type="full", reg_covar=1e-4, random_state=seed).fit(points)
+                      for count in range(1, most + 1)]
+        best = min(candidates, key=lambda mixture: mixture.bic(points))
+        fitted[group] = (torch.tensor(best.means_), torch.linalg.cholesky(torch.tensor(best.covariances_)),
+                         torch.tensor(best.weights_) * (1 - prior_weight))
+    width = 1 + max(len(weights) for _, _, weights in fitted.values())
+    loc = torch.zeros(chains, width, dim, dtype=torch.float64)
+    scale_tril = torch.eye(dim, dtype=torch.float64).repeat(chains, width, 1, 1)
+    weights = torch.zeros(chains, width, dtype=torch.float64)
+    for group, (means, trils, group_weights) in fitted.items():
+        rows, count = (groups == group).nonzero().squeeze(1), len(group_weights)
+        loc[rows, :count], scale_tril[rows, :count], weights[rows, :count] = means, trils, group_weights
+        weights[rows, -1] = prior_weight  # the prior N(0, I): zero mean, identity already in place
+    return imh.MixtureProposal(loc.float(), scale_tril.float(), weights.log().float())

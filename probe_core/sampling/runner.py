@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Protocol
 import torch
 
 from probe_core.protocols import StructuredPrior
-from probe_core.sampling import adaptation, hmc, rwm
+from probe_core.sampling import adaptation, hmc, imh, rwm
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 
 INIT_MODES = ("smc", "optimize", "prior", "uniform")
@@ -49,6 +49,12 @@ class SamplerConfig:
     anneal_sigma_from : float or None
         Anneal σ geometrically from this value to the target σ over the first half
         of warm-up (None: no annealing).
+    independence_moves : int
+        HMC only: independence Metropolis-Hastings proposals after each HMC transition once warm-up
+        is over (0: none). Their proposal is a Gaussian mixture fitted to each target's pooled
+        second-half warm-up draws (:func:`~probe_core.sampling.adaptation.fit_mixture_proposal`), so
+        chains jump between the posterior's modes instead of each staying near its own start.
+        Each costs one batched forward evaluation; a gradient is recomputed once after them.
     report_every : int
         Iterations between hook calls and sink flushes.
     """
@@ -63,6 +69,7 @@ class SamplerConfig:
     anneal_sigma_from: float | None = 0.5
     rwm_initial_scale: float = 0.3
     seed: int = 0
+    independence_moves: int = 0
     report_every: int = 10
 
     def __post_init__(self) -> None:
@@ -74,6 +81,8 @@ class SamplerConfig:
             raise ValueError("target_accept must be in (0, 1)")
         if self.max_integration_steps < 1:
             raise ValueError("max_integration_steps must be >= 1")
+        if self.independence_moves < 0:
+            raise ValueError("independence_moves must be >= 0")
 
 
 @dataclass
@@ -99,6 +108,9 @@ class ChainResult:
 
     ``gradient_evaluations`` counts batched evaluations of the log density and its gradient, warm-up and
     initialisation included: each covers all B chains (random-walk Metropolis: density evaluations alone).
+    ``density_evaluations`` counts batched evaluations of the density alone (forward passes: HMC's
+    independence proposals). ``independence_acceptance`` (B,) is the fraction of each chain's independence
+    proposals accepted after warm-up (None without them).
     """
 
     positions: torch.Tensor
@@ -110,6 +122,8 @@ class ChainResult:
     wall_seconds: float
     gradient_evaluations: int
     cancelled: bool = False
+    density_evaluations: int = 0
+    independence_acceptance: torch.Tensor | None = None
 
 
 Hook = Callable[[Progress], None]
@@ -211,7 +225,8 @@ class _Recorder:
         self.cancelled = self.should_stop is not None and not last and bool(self.should_stop())
         return self.cancelled
 
-    def result(self, step_size: torch.Tensor, evaluations: int) -> ChainResult:
+    def result(self, step_size: torch.Tensor, evaluations: int, density_evaluations: int = 0,
+               independence_acceptance: torch.Tensor | None = None) -> ChainResult:
         def stack(key: str, shape: tuple) -> torch.Tensor:
             return torch.stack(self.kept[key], 1) if self.kept[key] else torch.zeros(shape)
 
@@ -226,6 +241,8 @@ class _Recorder:
             wall_seconds=time.perf_counter() - self.started,
             gradient_evaluations=evaluations,
             cancelled=self.cancelled,
+            density_evaluations=density_evaluations,
+            independence_acceptance=independence_acceptance,
         )
 
 
@@ -244,6 +261,7 @@ class WarmupAdapter(Protocol):
     """
 
     gradient_evaluations: int
+    density_evaluations: int
 
     def init(self, position: torch.Tensor, sigma: float):
         """The kernel state at positions (B, D) under the likelihood's σ."""
@@ -258,16 +276,25 @@ class WarmupAdapter(Protocol):
     def scale(self) -> torch.Tensor:
         """The per-chain step scale now (B,), for progress and the result."""
 
+    @property
+    def independence_acceptance(self) -> torch.Tensor | None:
+        """Per chain (B,), the accepted fraction of independence proposals after warm-up; None without them."""
+
 
 class HMCWindowAdapter:
-    """HMC with per-chain dual averaging of the step size and diagonal mass matrices from Stan's windows.
+    """HMC with per-chain dual averaging of the step size and diagonal mass matrices from Stan's windows,
+    then independence jumps between modes.
+
+    At the end of warm-up it fits each target's independence proposal to the second half of
+    warm-up (σ has reached its target by then); after warm-up every HMC transition is followed by
+    ``config.independence_moves`` independence Metropolis-Hastings proposals (:mod:`~probe_core.sampling.imh`).
 
     Parameters
     ----------
     posterior : BayesTrExPosterior
     config : SamplerConfig
         ``num_warmup``, ``target_accept``, ``max_integration_steps`` (each step draws L uniformly
-        from [L/2, L]: jittered trajectories).
+        from [L/2, L]: jittered trajectories), ``independence_moves``, ``seed``.
     step_size : torch.Tensor, shape (B,)
     inverse_mass : torch.Tensor, shape (B, D)
     """
@@ -277,15 +304,28 @@ class HMCWindowAdapter:
         self.posterior, self.config = posterior, config
         self.step_size, self.inverse_mass = step_size, inverse_mass
         self.gradient_evaluations = gradient_evaluations
+        self.density_evaluations = 0
         self.averaging = adaptation.dual_averaging_init(step_size)
         self.welford = adaptation.welford_init(tuple(inverse_mass.shape), inverse_mass.device)
         self.windows = set(adaptation.mass_matrix_windows(config.num_warmup))
         self.low_steps = max(1, config.max_integration_steps // 2)
+        jumps = config.independence_moves > 0 and not isinstance(posterior.generator, StructuredPrior)
+        self.warmup_draws: list[torch.Tensor] | None = [] if jumps else None
+        self.proposal: imh.MixtureProposal | None = None
+        self.jumps_accepted = torch.zeros(len(step_size))
+        self.jumps_proposed = 0
 
     def _logdensity_fn(self, sigma: float):
         def fn(z):
             self.gradient_evaluations += 1
             return self.posterior.logdensity_and_grad(z, sigma=sigma)
+        return fn
+
+    def _density_fn(self, sigma: float):
+        def fn(z):
+            self.density_evaluations += 1
+            with torch.no_grad():
+                return self.posterior.logdensity(z, sigma=sigma)
         return fn
 
     def init(self, position: torch.Tensor, sigma: float) -> hmc.HMCState:
@@ -294,6 +334,15 @@ class HMCWindowAdapter:
     def step(self, rng: torch.Generator, state: hmc.HMCState, sigma: float) -> tuple[hmc.HMCState, TransitionInfo]:
         steps = int(torch.randint(self.low_steps, self.config.max_integration_steps + 1, (1,), generator=rng))
         state, info = hmc.step(rng, state, self._logdensity_fn(sigma), self.step_size, self.inverse_mass, steps)
+        if self.proposal is not None:
+            moved = torch.zeros_like(self.jumps_accepted, dtype=torch.bool)
+            for _ in range(self.config.independence_moves):
+                state, jump = imh.step(rng, state, self._density_fn(sigma), self.proposal)
+                moved |= jump.is_accepted.cpu()
+                self.jumps_accepted += jump.is_accepted.float().cpu()
+                self.jumps_proposed += 1
+            if moved.any():  # the gradient of a chain that jumped is stale
+                state = hmc.init(state.position, self._logdensity_fn(sigma))
         return state, TransitionInfo(info.acceptance_rate, info.is_divergent)
 
     def adapt(self, iteration: int, state: hmc.HMCState, info: TransitionInfo) -> None:
@@ -305,12 +354,24 @@ class HMCWindowAdapter:
             self.inverse_mass = adaptation.welford_variance(self.welford)
             self.welford = adaptation.welford_init(tuple(self.inverse_mass.shape), self.inverse_mass.device)
             self.averaging = adaptation.restart_dual_averaging(self.averaging)
+        if self.warmup_draws is not None and iteration >= self.config.num_warmup // 2:
+            self.warmup_draws.append(state.position.cpu())
         if iteration + 1 == self.config.num_warmup:
             self.step_size = self.averaging.log_step_average.exp()
+            if self.warmup_draws:
+                proposal = adaptation.fit_mixture_proposal(torch.stack(self.warmup_draws, 1),
+                                                           self.posterior.targets.target_index, seed=self.config.seed)
+                self.proposal = None if proposal is None else imh.MixtureProposal(
+                    *(tensor.to(state.position.device) for tensor in proposal))
+            self.warmup_draws = None
 
     @property
     def scale(self) -> torch.Tensor:
         return self.step_size
+
+    @property
+    def independence_acceptance(self) -> torch.Tensor | None:
+        return self.jumps_accepted / self.jumps_proposed if self.jumps_proposed else None
 
 
 class RWMScaleAdapter:
@@ -325,6 +386,8 @@ class RWMScaleAdapter:
         self.posterior, self.target_accept = posterior, target_accept
         self.log_scale = torch.full((chains, 1), math.log(initial_scale))
         self.gradient_evaluations = 0  # counts density evaluations: no gradients are used
+        self.density_evaluations = 0
+        self.independence_acceptance = None
         structured = isinstance(posterior.generator, StructuredPrior)
         self.make_proposal = posterior.generator.proposal if structured else rwm.GaussianProposal
         self.no_divergence = torch.zeros(chains, dtype=torch.bool)
@@ -375,7 +438,8 @@ def run_chains(posterior: BayesTrExPosterior, config: SamplerConfig, adapter: Wa
             adapter.adapt(iteration, state, info)
         if recorder.report(iteration, state, adapter.scale, sigma):
             break
-    return recorder.result(adapter.scale, adapter.gradient_evaluations)
+    return recorder.result(adapter.scale, adapter.gradient_evaluations, adapter.density_evaluations,
+                           adapter.independence_acceptance)
 
 
 def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,

@@ -105,6 +105,7 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
         ("bad target", sample[:-6] + ["--target", "probs:8=0.5", "--warmup", "2", "--samples", "2"],
          "must sum to 1"),
         ("zero samples", sample[:-1] + ["0"], "samples per chain"),
+        ("negative independence moves", sample + ["--independence-moves", "-1"], "independence moves"),
     ]
     for name, folder in folders.items():
         cases.append((f"{name} IDX folder", ["--data-dir", str(folder), "data", "info", "mnist"], str(folder)))

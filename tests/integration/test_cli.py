@@ -43,6 +43,16 @@ def test_models_train_and_list(capsys, tmp_path):
     assert model["metrics"]["test_accuracy"] > 0.5
 
 
+def test_independence_jumps_are_a_sampler_option_the_run_records(trained_workspace, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert main(["--workspace", str(trained_workspace.root), "sample", "--target", "high:2", "--chains", "32",
+                 "--warmup", "40", "--samples", "10", "--independence-moves", "2", "--out", str(out)]) == 0
+    [target] = json.loads(out.read_text())["targets"]
+    assert target["summary"]["kept"] == 32 * 10 and target["summary"]["hits"] > 0
+    run = trained_workspace.store.list_runs(kind="sample", limit=1)[0]
+    assert run.config["independence_moves"] == 2 and run.config["target"] == "high:2"
+
+
 def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     out = tmp_path / "result.json"
     code = main(["--workspace", str(trained_workspace.root), "sample", "--target", "high:7", "--chains", "4",

@@ -73,3 +73,19 @@ def test_adapters_tune_only_what_they_own():
     state = rwm_adapter.init(torch.zeros(4, 2), 0.1)
     state, info = rwm_adapter.step(rng, state, 0.1)
     assert not info.is_divergent.any() and rwm_adapter.gradient_evaluations == 2
+
+
+def test_independence_jumps_follow_warm_up_and_are_counted():
+    config = SamplerConfig(num_warmup=40, num_samples=15, init="prior", seed=4, max_integration_steps=3,
+                           independence_moves=3)
+    first, second = run_hmc(_posterior(), config), run_hmc(_posterior(), config)
+    assert torch.equal(first.positions, second.positions)
+    assert first.density_evaluations == 3 * 15  # only after warm-up, one batched forward pass per move
+    assert first.independence_acceptance.shape == (6,)
+    assert 0 < float(first.independence_acceptance.mean()) <= 1
+    plain = run_hmc(_posterior(), SamplerConfig(num_warmup=40, num_samples=15, init="prior", seed=4,
+                                                max_integration_steps=3, independence_moves=0))
+    assert plain.independence_acceptance is None and plain.density_evaluations == 0
+    # too few warm-up draws for a mixture: no proposal, plain HMC
+    short = run_hmc(_posterior(), SamplerConfig(num_warmup=4, num_samples=5, init="prior", independence_moves=3))
+    assert short.independence_acceptance is None and short.density_evaluations == 0

@@ -74,3 +74,52 @@ def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
     text = table2({"targets": [stuck, fine]})
     assert "ok · poor mixing" in text and POOR_MIXING_NOTE in text
     assert POOR_MIXING_NOTE not in table2({"targets": [fine]})
+
+
+def test_independence_kernel_reproduces_a_gaussian_posterior_from_a_poor_proposal():
+    from probe_core.sampling import imh
+
+    generator = torch.Generator().manual_seed(2)
+    chains = 512
+    logdensity = lambda z: (gaussian_logdensity_and_grad(z)[0], z[:, :1])  # noqa: E731
+    # A proposal that is off-centre and too wide: the accept step, not the proposal, must give π.
+    loc = torch.zeros(chains, 1, 3)
+    scale_tril = torch.diag_embed((2.0 * SD).expand(chains, 1, 3)).clone()
+    proposal = imh.MixtureProposal(loc, scale_tril, torch.zeros(chains, 1))
+    position = torch.randn(chains, 3, generator=generator)
+    state = hmc.init(position, gaussian_logdensity_and_grad)
+    draws, accepted = [], []
+    for iteration in range(400):
+        state, info = imh.step(generator, state, logdensity, proposal)
+        if iteration >= 100:
+            draws.append(state.position)
+            accepted.append(info.is_accepted.float().mean())
+    samples = torch.stack(draws).reshape(-1, 3)
+    assert torch.allclose(samples.mean(0), MEAN, atol=0.08 * float(SD.max()))
+    assert torch.allclose(samples.std(0), SD, rtol=0.08)
+    assert 0.05 < float(torch.stack(accepted).mean()) < 0.9
+
+
+def test_mixture_proposal_is_fitted_per_group_and_keeps_the_prior():
+    from probe_core.sampling import adaptation
+
+    generator = torch.Generator().manual_seed(3)
+    # group 0: two separated clusters; group 1: one cluster far away
+    first = torch.cat([torch.randn(4, 300, 2, generator=generator) * 0.1 + torch.tensor([2.0, 0.0]),
+                       torch.randn(4, 300, 2, generator=generator) * 0.1 - torch.tensor([2.0, 0.0])])
+    second = torch.randn(8, 300, 2, generator=generator) * 0.2 + torch.tensor([0.0, 3.0])
+    groups = torch.tensor([0] * 8 + [1] * 8)
+    proposal = adaptation.fit_mixture_proposal(torch.cat([first, second]), groups, prior_weight=0.1)
+    assert proposal.loc.shape[0] == 16 and proposal.log_weights.shape == proposal.loc.shape[:2]
+    assert torch.allclose(proposal.log_weights.exp().sum(1), torch.ones(16), atol=1e-5)
+    near = lambda chain, point: (proposal.loc[chain] - torch.tensor(point)).norm(dim=1).min() < 0.1  # noqa: E731
+    assert near(0, [2.0, 0.0]) and near(0, [-2.0, 0.0]) and not near(0, [0.0, 3.0])
+    assert near(15, [0.0, 3.0]) and not near(15, [2.0, 0.0])
+    # the defensive prior component: mass 0.1, so q is never far below 0.1 · N(0, I)
+    z = torch.randn(16, 2, generator=generator) * 3
+    prior = torch.distributions.Normal(0.0, 1.0).log_prob(z).sum(1)
+    assert (proposal.log_prob(z) >= prior + torch.log(torch.tensor(0.1)) - 1e-4).all()
+    draws = torch.stack([proposal.sample(generator) for _ in range(200)], 1)  # (16, 200, 2)
+    assert (draws[:8, :, 0].abs() > 1.5).float().mean() > 0.75 and (draws[8:, :, 1] > 2.0).float().mean() > 0.75
+    too_few = adaptation.fit_mixture_proposal(torch.randn(2, 5, 2), torch.tensor([0, 1]))
+    assert too_few is None
