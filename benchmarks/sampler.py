@@ -1,6 +1,7 @@
 """Side-by-side sampler benchmark: Pyro NUTS (the paper's sampler) vs Model Probe's batched sampler.
 
-Run: ``.venv/bin/python benchmarks/sampler.py [--workspace DIR] [--dataset digits] [--data-dir DIR] [--quick]``
+Run: ``.venv/bin/python benchmarks/sampler.py [--workspace DIR] [--dataset digits] [--data-dir DIR] [--quick]
+[--independence-moves N]``
 
 Everything is measured in this one process on the data set's default models, so the
 ratios are meaningful on a noisy machine even when the absolute numbers are not.
@@ -39,11 +40,14 @@ RUN_LENGTHS = {
 }
 
 
-def ceiling(classifier, generator, batch: int, repeats: int = 30) -> float:
-    """Decoder + classifier forward+backward evaluations per second at this batch size."""
+def ceiling(classifier, generator, batch: int, repeats: int = 30, backward: bool = True) -> float:
+    """Decoder + classifier forward+backward (or forward-only) evaluations per second at this batch size."""
     z = torch.randn(batch, generator.latent_dim)
 
     def once():
+        if not backward:
+            with torch.no_grad():
+                return classifier(generator.decode(z))
         x = z.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(classifier(generator.decode(x))[:, 0].sum(), x)
         return grad
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--matrix", action=argparse.BooleanOptionalAction,
                         help="also run the 45-pair matrix (default: on digits only)")
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test, not the figures)")
+    parser.add_argument("--independence-moves", type=int, default=0, metavar="N",
+                        help="the fast sampler's independence jumps per iteration after warm-up (SamplerConfig)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     workspace = Workspace(args.workspace, data_dir=args.data_dir)
@@ -80,7 +86,7 @@ def main() -> None:
     print(f"{args.dataset}: image shape {tuple(image_shape)}, latent {generator.latent_dim}, torch threads "
           f"{torch.get_num_threads()}; NUTS {nuts_steps['high']} + {nuts_steps['high']} (high), "
           f"{nuts_steps['ambiguous']} + {nuts_steps['ambiguous']} (ambiguous); fast sampler {fast_chains} chains, "
-          f"{fast_steps} + {fast_steps}")
+          f"{fast_steps} + {fast_steps}, {args.independence_moves} independence jumps per iteration")
 
     print(f"{'target':<15} {'sampler':<10} {'wall s':>7} {'ESS':>7} {'ESS/s':>8} {'hits':>7} {'hits/s':>9} "
           f"{'evals/s':>9} {'ESS/1k evals':>13}")
@@ -96,11 +102,14 @@ def main() -> None:
         fast_posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], fast_chains))
         roof_before = ceiling(classifier, generator, fast_chains)
         fast = run_hmc(fast_posterior, SamplerConfig(num_warmup=fast_steps, num_samples=fast_steps, init=init,
-                                                     anneal_sigma_from=anneal))
+                                                     anneal_sigma_from=anneal,
+                                                     independence_moves=args.independence_moves))
         fast_ess = effective_sample_size(fast.positions)
         fast_hits = int(target.is_hit(fast.probs.reshape(-1, len(names))).sum())
-        # one gradient evaluation = the density and its gradient at one chain's position
-        nuts_evals, fast_evals = nuts.gradient_evaluations, fast.gradient_evaluations * fast_chains
+        # one evaluation = the density (and its gradient) at one chain's position; the independence jumps'
+        # forward-only evaluations count as whole ones here (the ceiling below weighs them by their cost)
+        nuts_evals = nuts.gradient_evaluations
+        fast_evals = (fast.gradient_evaluations + fast.density_evaluations) * fast_chains
         rows = [("Pyro NUTS", nuts.wall_seconds, nuts_ess, nuts_hits, nuts_evals),
                 ("fast HMC", fast.wall_seconds, fast_ess, fast_hits, fast_evals)]
         for name, wall, ess, hits, evals in rows:
@@ -117,13 +126,23 @@ def main() -> None:
             print(f"{spec:<15} ESS/s ratio = evaluations/s x"
                   f"{(fast_evals / fast.wall_seconds) / (nuts_evals / nuts.wall_seconds):.1f} (batching) "
                   f"× ESS per evaluation x{(fast_ess / fast_evals) / (nuts_ess / nuts_evals):.1f} (the kernel)")
-        evals_per_s = fast_evals / fast.wall_seconds
         # The ceiling is measured just before and just after the run: the machine's speed drifts.
         roof_after = ceiling(classifier, generator, fast_chains)
         roof = (roof_before + roof_after) / 2
-        print(f"{spec:<15} fast sampler: {evals_per_s:,.0f} gradient evals/s = {evals_per_s / roof:.0%} of the "
-              f"{roof:,.0f}/s forward+backward ceiling at batch {fast_chains} "
-              f"(measured {roof_before:,.0f} before, {roof_after:,.0f} after)")
+        gradient_per_s = fast.gradient_evaluations * fast_chains / fast.wall_seconds
+        if fast.density_evaluations == 0:
+            print(f"{spec:<15} fast sampler: {gradient_per_s:,.0f} gradient evals/s = {gradient_per_s / roof:.0%} of "
+                  f"the {roof:,.0f}/s forward+backward ceiling at batch {fast_chains} "
+                  f"(measured {roof_before:,.0f} before, {roof_after:,.0f} after)")
+        else:
+            forward_roof = ceiling(classifier, generator, fast_chains, backward=False)
+            busy = fast_chains * (fast.gradient_evaluations / roof + fast.density_evaluations / forward_roof)
+            acceptance = float(fast.independence_acceptance.mean()) if fast.independence_acceptance is not None else 0
+            print(f"{spec:<15} fast sampler: {gradient_per_s:,.0f} gradient evals/s and "
+                  f"{fast.density_evaluations * fast_chains / fast.wall_seconds:,.0f} forward-only evals/s (jumps, "
+                  f"{acceptance:.0%} accepted) = {busy / fast.wall_seconds:.0%} of the ceilings at batch "
+                  f"{fast_chains} ({roof:,.0f}/s forward+backward, measured {roof_before:,.0f} before and "
+                  f"{roof_after:,.0f} after; {forward_roof:,.0f}/s forward)")
 
     if not (args.matrix if args.matrix is not None else args.dataset == "digits"):
         return

@@ -197,7 +197,9 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
             per_target.append((target, ChainResult(
                 result.positions[chain_ids], result.probs[chain_ids], result.logdensity[chain_ids],
                 result.acceptance[chain_ids], result.divergent[chain_ids], result.step_size[chain_ids],
-                result.wall_seconds, result.gradient_evaluations, result.cancelled)))
+                result.wall_seconds, result.gradient_evaluations, result.cancelled,
+                independence_acceptance=None if result.independence_acceptance is None
+                else result.independence_acceptance[chain_ids])))
     wall = time.perf_counter() - started
     report_targets = []
     for target, result in per_target:
@@ -211,6 +213,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
             "summary": summary,
             "samples": _sample_records(target, result, describe=generator.describe if isinstance(generator, StructuredPrior) else None),
         }
+        if result.independence_acceptance is not None:
+            entry["independence_acceptance"] = round(float(result.independence_acceptance.mean()), 4)
         if dataset is not None:
             entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
         report_targets.append(entry)

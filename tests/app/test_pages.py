@@ -29,10 +29,11 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     at.number_input(key="probe_warmup").set_value(40)
     at.number_input(key="probe_samples").set_value(30)
     at.number_input(key="probe_keep").set_value(1)
+    at.number_input(key="probe_jumps").set_value(2)
     at.button(key="probe_start").click().run()
     assert not at.exception
     run = app_env.store.list_runs(kind="sample")[0]
-    assert run.config["target"] == "high:3"
+    assert run.config["target"] == "high:3" and run.config["independence_moves"] == 2
     rerun_until(at, lambda a: any(s.value == f"Run {run.id}: high:3" for s in a.subheader)
                 and app_env.store.get_run(run.id).status == "done" and any("Summary" in s.value for s in a.subheader))
     assert app_env.store.count_samples(run.id) == 8 * 30

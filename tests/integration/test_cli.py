@@ -49,6 +49,7 @@ def test_independence_jumps_are_a_sampler_option_the_run_records(trained_workspa
                  "--warmup", "40", "--samples", "10", "--independence-moves", "2", "--out", str(out)]) == 0
     [target] = json.loads(out.read_text())["targets"]
     assert target["summary"]["kept"] == 32 * 10 and target["summary"]["hits"] > 0
+    assert 0 < target["independence_acceptance"] <= 1  # digits, high: the fitted mixture is accepted often
     run = trained_workspace.store.list_runs(kind="sample", limit=1)[0]
     assert run.config["independence_moves"] == 2 and run.config["target"] == "high:2"
 
