@@ -11,24 +11,33 @@ def gaussian_logdensity_and_grad(z):
     return logp, -(z - MEAN) / SD ** 2, z[:, :1]
 
 
+def _run(transition, state, iterations: int, burn_in: int) -> tuple[torch.Tensor, float]:
+    """Kept draws (n, 3) after ``burn_in`` and the mean acceptance of ``transition(state) -> (state, info)``."""
+    draws, accepted = [], []
+    for iteration in range(iterations):
+        state, info = transition(state)
+        if iteration >= burn_in:
+            draws.append(state.position)
+            accepted.append(info.is_accepted.float().mean())
+    return torch.stack(draws).reshape(-1, 3), float(torch.stack(accepted).mean())
+
+
 def test_hmc_kernel_reproduces_a_gaussian_posterior():
     generator = torch.Generator().manual_seed(0)
     chains = 512
     state = hmc.init(torch.randn(chains, 3, generator=generator), gaussian_logdensity_and_grad)
     step_size = torch.full((chains,), 0.3)
     inverse_mass = (SD ** 2).expand(chains, 3).clone()
-    draws, accepted = [], []
-    for iteration in range(300):
+
+    def transition(state):
         steps = int(torch.randint(3, 8, (1,), generator=generator))
-        state, info = hmc.step(generator, state, gaussian_logdensity_and_grad, step_size, inverse_mass, steps)
-        if iteration >= 100:
-            draws.append(state.position)
-            accepted.append(info.is_accepted.float().mean())
-    samples = torch.stack(draws).reshape(-1, 3)
+        return hmc.step(generator, state, gaussian_logdensity_and_grad, step_size, inverse_mass, steps)
+
+    samples, acceptance = _run(transition, state, 300, 100)
     # Monte-Carlo error with ~512*200 correlated draws: a few per cent of the sd is generous.
     assert torch.allclose(samples.mean(0), MEAN, atol=0.05 * float(SD.max()))
     assert torch.allclose(samples.std(0), SD, rtol=0.05)
-    assert 0.6 < float(torch.stack(accepted).mean()) <= 1.0
+    assert 0.6 < acceptance <= 1.0
 
 
 def test_rwm_kernel_reproduces_a_gaussian_posterior():
@@ -88,16 +97,10 @@ def test_independence_kernel_reproduces_a_gaussian_posterior_from_a_poor_proposa
     proposal = imh.MixtureProposal(loc, scale_tril, torch.zeros(chains, 1))
     position = torch.randn(chains, 3, generator=generator)
     state = hmc.init(position, gaussian_logdensity_and_grad)
-    draws, accepted = [], []
-    for iteration in range(400):
-        state, info = imh.step(generator, state, logdensity, proposal)
-        if iteration >= 100:
-            draws.append(state.position)
-            accepted.append(info.is_accepted.float().mean())
-    samples = torch.stack(draws).reshape(-1, 3)
+    samples, acceptance = _run(lambda state: imh.step(generator, state, logdensity, proposal), state, 400, 100)
     assert torch.allclose(samples.mean(0), MEAN, atol=0.08 * float(SD.max()))
     assert torch.allclose(samples.std(0), SD, rtol=0.08)
-    assert 0.05 < float(torch.stack(accepted).mean()) < 0.9
+    assert 0.05 < acceptance < 0.9
 
 
 def test_mixture_proposal_is_fitted_per_group_and_keeps_the_prior():
