@@ -130,19 +130,20 @@ def main() -> None:
         roof_after = ceiling(classifier, generator, fast_chains)
         roof = (roof_before + roof_after) / 2
         gradient_per_s = fast.gradient_evaluations * fast_chains / fast.wall_seconds
-        if fast.density_evaluations == 0:
-            print(f"{spec:<15} fast sampler: {gradient_per_s:,.0f} gradient evals/s = {gradient_per_s / roof:.0%} of "
-                  f"the {roof:,.0f}/s forward+backward ceiling at batch {fast_chains} "
-                  f"(measured {roof_before:,.0f} before, {roof_after:,.0f} after)")
-        else:
+        busy = fast_chains * fast.gradient_evaluations / roof  # seconds of work at the ceilings' speed
+        jumps = forward = ""
+        ceilings = "ceiling"
+        if fast.density_evaluations:
             forward_roof = ceiling(classifier, generator, fast_chains, backward=False)
-            busy = fast_chains * (fast.gradient_evaluations / roof + fast.density_evaluations / forward_roof)
+            busy += fast_chains * fast.density_evaluations / forward_roof
             acceptance = float(fast.independence_acceptance.mean()) if fast.independence_acceptance is not None else 0
-            print(f"{spec:<15} fast sampler: {gradient_per_s:,.0f} gradient evals/s and "
-                  f"{fast.density_evaluations * fast_chains / fast.wall_seconds:,.0f} forward-only evals/s (jumps, "
-                  f"{acceptance:.0%} accepted) = {busy / fast.wall_seconds:.0%} of the ceilings at batch "
-                  f"{fast_chains} ({roof:,.0f}/s forward+backward, measured {roof_before:,.0f} before and "
-                  f"{roof_after:,.0f} after; {forward_roof:,.0f}/s forward)")
+            jumps = (f" and {fast.density_evaluations * fast_chains / fast.wall_seconds:,.0f} forward-only evals/s "
+                     f"(jumps, {acceptance:.0%} accepted)")
+            forward = f"; {forward_roof:,.0f}/s forward-only ceiling"
+            ceilings = "ceiling and the forward-only one, each evaluation weighed by its own"
+        print(f"{spec:<15} fast sampler: {gradient_per_s:,.0f} gradient evals/s{jumps} = {busy / fast.wall_seconds:.0%} "
+              f"of the {roof:,.0f}/s forward+backward {ceilings} at batch {fast_chains} "
+              f"(measured {roof_before:,.0f} before, {roof_after:,.0f} after{forward})")
 
     if not (args.matrix if args.matrix is not None else args.dataset == "digits"):
         return

@@ -183,8 +183,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         batch = TargetBatch(targets, chains)
         posterior = BayesTrExPosterior(classifier, generator, batch, sigma)
         config = SamplerConfig(num_warmup=warmup, num_samples=samples, seed=seed, init=init,
-                               anneal_sigma_from=anneal_sigma_from,
-                               independence_moves=independence_moves if sampler == "hmc" else 0)
+                               anneal_sigma_from=anneal_sigma_from, independence_moves=independence_moves)
         sink = None
         if store is not None and run_id is not None:
             def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
