@@ -46,9 +46,9 @@ bench: $(STAMP)
 	for name in $(MNIST_BENCHMARKS); do echo "== benchmarks/$$name.py --dataset mnist"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --workspace $(BENCH_WORKSPACE)-mnist \
 	  $$( [ $$name = zoo_budgets ] && echo $(ZOO_MNIST_ARGS) ) || exit 1; done
-	echo "== benchmarks/sampler.py --dataset mnist --independence-moves 8"; \
-	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/sampler.py --dataset mnist --independence-moves 8 \
-	  --workspace $(BENCH_WORKSPACE)-mnist || exit 1
+	for lengths in "" --equal-lengths; do echo "== benchmarks/sampler.py --dataset mnist --independence-moves 8 $$lengths"; \
+	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/sampler.py --dataset mnist --independence-moves 8 $$lengths \
+	  --workspace $(BENCH_WORKSPACE)-mnist || exit 1; done
 	echo "== benchmarks/defuse_protocols.py --dataset mnist --max-images 2000"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/defuse_protocols.py --dataset mnist --max-images 2000 \
 	  --workspace $(BENCH_WORKSPACE)-mnist
@@ -60,8 +60,9 @@ bench-quick: $(STAMP)
 	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; done
 	for name in $(MNIST_QUICK); do echo "== benchmarks/$$name.py --dataset mnist --quick"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --quick --workspace $(BENCH_WORKSPACE)-quick || exit 1; done
-	echo "== benchmarks/sampler.py --dataset mnist --quick --independence-moves 8"; \
+	echo "== benchmarks/sampler.py --dataset mnist --quick --independence-moves 8 --equal-lengths"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/sampler.py --dataset mnist --quick --independence-moves 8 \
+	  --equal-lengths \
 	  --workspace $(BENCH_WORKSPACE)-quick || exit 1
 	rm -rf $(BENCH_WORKSPACE)-quick
 
