@@ -13,10 +13,11 @@ same batch size; and (digits; ``--matrix`` elsewhere) the 45-pair ambiguity matr
 hit tightness and time. ``--dataset mnist --data-dir ../shared/data/mnist-t10k`` measures at 28×28
 (issue 14's goals there: at least 70 % of the ceiling, at least 100× NUTS's ESS/s). Beyond
 ``SMALL_IMAGE_VALUES`` values per image both samplers run shorter (see ``RUN_LENGTHS``): at 28×28 one
-NUTS tree of 1,023 leapfrog steps takes seconds. Evaluations/s compare across lengths, ESS/s not always:
+NUTS tree of 1,023 leapfrog steps takes seconds. Evaluations/s compare across lengths, ESS/s does not:
 a chain that barely moves (NUTS on an ambiguous target) has about the same ESS after 40 iterations as
-after 300, so a short run overstates its ESS/s. ``--equal-lengths`` gives NUTS as many warm-up and kept
-iterations as each fast chain, the side-by-side comparison for the ESS/s goal.
+after 300, so a short run overstates its ESS/s, while NUTS on a high target settles its step size over a
+longer warm-up and gains ESS/s. ``--equal-lengths`` gives NUTS as many warm-up and kept iterations as
+each fast chain.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def main() -> None:
     image_shape = generator.decode(torch.zeros(1, generator.latent_dim)).shape[1:]
     size = "small" if image_shape.numel() <= SMALL_IMAGE_VALUES else "large"
     # NUTS saturates its tree depth (1,023 leapfrog steps per iteration) on ambiguous targets,
-    # so by default it gets fewer iterations there, which flatters its ESS/s (see the docstring).
+    # so by default it gets fewer iterations there; that changes its ESS/s (see the docstring).
     nuts_steps, (fast_chains, fast_steps) = RUN_LENGTHS[("quick" if args.quick else "full", size)]
     if args.equal_lengths:
         nuts_steps = {kind: fast_steps for kind in nuts_steps}
