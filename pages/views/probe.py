@@ -140,7 +140,8 @@ with st.expander("Sampler settings", expanded=False):
                             disabled=sampler != "hmc",
                             help="after warm-up, each HMC step is followed by this many independence "
                                  "Metropolis-Hastings proposals from a mixture fitted to each target's warm-up "
-                                 "draws: chains move between modes instead of staying near their start")
+                                 "draws: chains move between modes instead of staying near their start, "
+                                 "and HMC's trajectories are capped at 5 leapfrog steps instead of 25")
 
 anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
 

@@ -89,3 +89,18 @@ def test_independence_jumps_follow_warm_up_and_are_counted():
     # too few warm-up draws for a mixture: no proposal, plain HMC
     short = run_hmc(_posterior(), SamplerConfig(num_warmup=4, num_samples=5, init="prior", independence_moves=3))
     assert short.independence_acceptance is None and short.density_evaluations == 0
+
+
+def test_jumps_shorten_the_default_trajectory_and_an_explicit_cap_wins():
+    def adapter(**settings) -> HMCWindowAdapter:
+        config = SamplerConfig(init="prior", **settings)
+        return HMCWindowAdapter(_posterior(), config, torch.full((6,), 0.1), torch.ones(6, 2))
+
+    assert adapter().high_steps == 25
+    assert adapter(independence_moves=2).high_steps == 5  # the jumps move between modes, HMC only locally
+    assert adapter(independence_moves=2, max_integration_steps=12).high_steps == 12
+    # each iteration's trajectory is drawn from [L/2, L]: the count of gradient evaluations shows L in use
+    plain = run_hmc(_posterior(), SamplerConfig(num_warmup=0, num_samples=20, init="prior", seed=5))
+    jumping = run_hmc(_posterior(), SamplerConfig(num_warmup=0, num_samples=20, init="prior", seed=5,
+                                                  independence_moves=2))
+    assert 20 * 12 <= plain.gradient_evaluations and jumping.gradient_evaluations <= 20 * 5 + 25
