@@ -123,8 +123,8 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
                         help=_default_help("store every n-th sample in the workspace", "keep_every"))
     parser.add_argument("--independence-moves", type=int, default=0, metavar="N",
                         help="hmc: N independence Metropolis-Hastings jumps per iteration after warm-up, from a "
-                        "mixture fitted to each target's warm-up draws, so chains move between modes; HMC's trajectories are "
-                        "then capped at 5 leapfrog steps instead of 25 (default 0)")
+                        "mixture fitted to each target's warm-up draws, so chains move between modes; HMC's "
+                        "trajectories are then capped at 5 leapfrog steps instead of 25 (default 0)")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")
