@@ -15,6 +15,7 @@ from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
 from probe_core.runconfig import submit_training
+from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import parse_targets
 
 ws = _ui.workspace()
@@ -141,7 +142,8 @@ with st.expander("Sampler settings", expanded=False):
                             help="after warm-up, each HMC step is followed by this many independence "
                                  "Metropolis-Hastings proposals from a mixture fitted to each target's warm-up "
                                  "draws: chains move between modes instead of staying near their start, "
-                                 "and HMC's trajectories are capped at 5 leapfrog steps instead of 25")
+                                 f"and HMC's trajectories are capped at {JUMPING_INTEGRATION_STEPS} leapfrog steps "
+                                 f"instead of {DEFAULT_INTEGRATION_STEPS}")
 
 anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
 

@@ -17,6 +17,7 @@ from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
+from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.scaleout import shard_count
 
 
@@ -124,7 +125,8 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--independence-moves", type=int, default=0, metavar="N",
                         help="hmc: N independence Metropolis-Hastings jumps per iteration after warm-up, from a "
                         "mixture fitted to each target's warm-up draws, so chains move between modes; HMC's "
-                        "trajectories are then capped at 5 leapfrog steps instead of 25 (default 0)")
+                        f"trajectories are then capped at {JUMPING_INTEGRATION_STEPS} leapfrog steps instead of "
+                        f"{DEFAULT_INTEGRATION_STEPS} (default 0)")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")
