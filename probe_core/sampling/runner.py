@@ -43,8 +43,9 @@ class SamplerConfig:
         Iterations per chain.
     max_integration_steps : int or None
         HMC leapfrog steps; each iteration draws L uniformly from [L/2, L] (jittered trajectories).
-        None: 25, or 5 when independence moves are asked for: they make the global moves and HMC
-        only the local ones (warm-up included, so the proposal is fitted to draws of the same kernel).
+        None: 25, or 5 when independence moves are asked for and the generator allows them (not a
+        :class:`~probe_core.protocols.StructuredPrior`): they make the global moves and HMC only the
+        local ones (warm-up included, so the proposal is fitted to draws of the same kernel).
     target_accept : float
         Dual-averaging target.
     init : {"smc", "optimize", "prior", "uniform"}
