@@ -24,7 +24,7 @@ PREVIEW_CHAINS = 8
 # HMC's trajectory cap by default; with independence jumps HMC only has to move locally between them,
 # and shorter trajectories buy more ESS per second (README, "Real MNIST: the sampler at 28×28")
 DEFAULT_INTEGRATION_STEPS = 25
-JUMPING_INTEGRATION_STEPS = 5
+JUMPING_INTEGRATION_STEPS = 3
 
 
 def _preview(posterior: BayesTrExPosterior, position: torch.Tensor) -> torch.Tensor:
@@ -43,7 +43,8 @@ class SamplerConfig:
         Iterations per chain.
     max_integration_steps : int or None
         HMC leapfrog steps; each iteration draws L uniformly from [L/2, L] (jittered trajectories).
-        None: 25, or 5 when independence moves are asked for and the generator allows them (not a
+        None: ``DEFAULT_INTEGRATION_STEPS`` (25), or ``JUMPING_INTEGRATION_STEPS`` (3) when independence
+        moves are asked for and the generator allows them (not a
         :class:`~probe_core.protocols.StructuredPrior`): they make the global moves and HMC only the
         local ones (warm-up included, so the proposal is fitted to draws of the same kernel).
     target_accept : float
