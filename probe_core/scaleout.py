@@ -31,8 +31,10 @@ import importlib
 import logging
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from probe_core.errors import ProbeError
@@ -237,6 +239,35 @@ def _check_listening(address: str, timeout_s: float = 5.0) -> None:
                          f"start one with `ray start --head --port {port}`") from exc
 
 
+def ray_address_file() -> Path:
+    """Where ``ray start`` records the address of this machine's instance (Ray's temporary folder)."""
+    return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+
+
+def running_local_instance(timeout_s: float = 2.0) -> str | None:
+    """The address of the Ray instance ``ray start`` left on this machine, if something still answers there.
+
+    A stopped instance leaves its address file behind; that address is reported as stale (logged,
+    naming the file) and None is returned, so a new local instance is started instead of waiting on it.
+    """
+    import socket
+
+    path = ray_address_file()
+    try:
+        address = path.read_text().strip().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        log.warning("stale Ray address %s in %s (nothing answers there): starting a local Ray instance", address, path)
+        return None
+    return address
+
+
 class RayShards:
     """Shards as Ray tasks on a local Ray instance or a cluster.
 
@@ -278,10 +309,15 @@ class RayShards:
                     "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN)")
                 raise ProbeError(f"cannot join the Ray cluster at {self.address}: {exc}{hint}") from exc
             return ray
-        try:
-            ray.init(address="auto", **options)
-        except (ConnectionError, RuntimeError, ValueError):  # none runs (or a stopped one left its address)
-            ray.init(address="local", num_cpus=self.num_cpus, **options)
+        running = running_local_instance()
+        if running is not None:
+            try:
+                ray.init(address=running, **options)
+                return ray
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                log.warning("the Ray instance at %s did not take this client (%s): starting a new one", running, exc)
+        # never address="auto": with a stopped instance's address left behind it retries that address for minutes
+        ray.init(address="local", num_cpus=self.num_cpus, **options)
         return ray
 
     def parallelism(self) -> int:

@@ -246,8 +246,7 @@ def start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None 
 
 
 def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None, **sample_kwargs) -> int:
-    from probe_core.bayestrex import check_sampler_settings
-    from probe_core.targets import parse_targets
+    from probe_core.validation import checked_models, validate_sample
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -260,7 +259,11 @@ def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     config = SampleConfig(dataset=dataset_name, target=spec, classifier=classifier.id, generator=generator.id,
                           **{**scaleout(), **sample_kwargs})
-    check_sampler_settings(**config.sampler_settings())
-    parse_targets(spec, classifier.class_names or load_dataset(dataset_name, st.session_state.get("data_dir") or None)
-                  .class_names)
-    return runconfig.submit(job_manager(), config, st.session_state.get("data_dir") or None)
+    registry = workspace().registry
+    validate_sample(registry, config)
+    checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
+    in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
+    run_id = runconfig.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True)
+    if run_id in in_flight:
+        st.info(f"An identical run is already in flight: run {run_id} (shown below); no second one was started.")
+    return run_id

@@ -239,7 +239,41 @@ def page_models(need_generator: bool = True):
         # a training run that ends (started here, on the Models page or at first start) reruns the page
         active_runs("page-models", ("train",))
         st.stop()
-    return dataset, classifier, generator, tuple(classifier.class_names or dataset.class_names)
+    if not model_check_card(dataset, classifier, generator):
+        st.stop()
+    return dataset, classifier, generator, tuple(classifier.class_names)
+
+
+def model_check_card(dataset, classifier, generator=None) -> bool:
+    """The model check (:mod:`probe_core.checks`) as a card; returns False, after an error, for a refused classifier.
+
+    A weak generator is shown as a warning beside its sample grid; runs may still start, and carry the flag.
+    """
+    from probe_core.checks import ModelCheckError, check_classifier, check_generator
+
+    try:
+        classifier_check = check_classifier(classifier, dataset)
+        generator_check = check_generator(generator, classifier, dataset) if generator is not None else None
+    except ModelCheckError as exc:
+        st.error(f"Model check failed: {exc}")
+        return False
+    if not classifier_check.usable:
+        st.error(f"Model check failed, so no run can start: {classifier_check.message}")
+        return False
+    verdict = "" if generator_check is None else f" · generator {generator_check.verdict}"
+    with st.expander(f"Model check: classifier {classifier_check.accuracy:.1%} on {classifier_check.images} test "
+                     f"images{verdict}", expanded=bool(generator_check and generator_check.weak)):
+        st.caption("Classes matched by name (classifier's = data set's): " + ", ".join(
+            f"{k}={v}" for k, v in classifier_check.class_map.items()) + f". {classifier_check.message}.")
+        st.dataframe({"class": list(classifier_check.per_class),
+                      "accuracy": [round(v, 3) for v in classifier_check.per_class.values()]},
+                     hide_index=True, key="model_check_per_class")
+        if generator_check is not None:
+            if generator_check.weak:
+                st.warning(generator_check.warning)
+            st.caption("Generator figures: " + ", ".join(f"{k} {v}" for k, v in generator_check.figures.items()))
+            show_picture(torch.from_numpy(generator_check.samples), "samples of the generator", columns=16)
+    return True
 
 
 @st.fragment(run_every=LIVE_REFRESH_S)

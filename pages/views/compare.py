@@ -29,7 +29,7 @@ if len(classifiers) < 2:
     st.info("Train a second classifier on the Models page (another seed, or the always-ambiguous variant) to compare.")
     st.stop()
 
-with st.form("compare-form"):
+with st.form("compare-form", enter_to_submit=False):
     c1, c2 = st.columns(2)
     first = c1.selectbox("Classifier A", classifiers, index=0, key="compare_a")
     second = c2.selectbox("Classifier B", classifiers, index=1, key="compare_b")

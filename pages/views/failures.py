@@ -23,7 +23,7 @@ if not generator.capabilities.encoder:
     st.stop()
 st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
 
-with st.form("defuse-find"):
+with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
     c1, c2, c3, c4 = st.columns(4)
     per_image = c1.number_input("Perturbations per image (Q)", 10, 5000, 500, key="defuse_q")

@@ -33,7 +33,7 @@ table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, s
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
-with st.form("finetune-form"):
+with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
     lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in pipeline.PAPER_LAMBDAS), key="finetune_lambdas")
     epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")

@@ -106,7 +106,7 @@ with pick_generator:
 
 st.header("Train a model")
 subset_mode = st.radio("Classes", ["all", "only these", "all except"], horizontal=True, key="train_subset_mode")
-with st.form("train-model"):
+with st.form("train-model", enter_to_submit=False):
     kind = st.selectbox("Kind", ["classifier", "vae", "gan"], key="train_kind")
     chosen = [] if subset_mode == "all" else st.multiselect(
         "Classes to train on" if subset_mode == "only these" else "Classes to leave out",

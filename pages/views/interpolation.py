@@ -16,7 +16,7 @@ st.markdown("Targets p(A) = 1 − t, p(B) = t for t from 0 to 1: how does the cl
 
 dataset, classifier, generator, names = _ui.page_models()
 
-with st.form("path-form"):
+with st.form("path-form", enter_to_submit=False):
     c1, c2, c3, c4, c5 = st.columns(5)
     source = c1.selectbox("From class", names, index=min(8, len(names) - 2), key="path_from")
     destination = c2.selectbox("To class", names, index=len(names) - 1, key="path_to")

@@ -21,7 +21,7 @@ K = len(names)
 # The same defaults as `probe sample --target ambiguous-matrix` (they depend on the image size); the
 # widgets are keyed by data set, so each data set keeps its own settings in this session.
 defaults = matrix_sampler_defaults(dataset.image_shape)
-with st.form("matrix-form"):
+with st.form("matrix-form", enter_to_submit=False):
     c1, c2, c3, c4 = st.columns(4)
     chains = c1.number_input("Chains per pair", 2, 256, defaults["chains"], key=f"matrix_chains:{dataset.name}")
     warmup = c2.number_input("Warm-up", 10, 2000, defaults["warmup"], key=f"matrix_warmup:{dataset.name}")

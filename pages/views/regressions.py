@@ -34,7 +34,7 @@ st.session_state["suite_name"] = suite_name
 if st.query_params.get("suite") != suite_name:
     st.query_params["suite"] = suite_name
 
-with st.form("regressions_score"):
+with st.form("regressions_score", enter_to_submit=False):
     classifiers = [m["id"] for m in ws.registry.list(kind="classifier")
                    if generator_dataset(m["dataset"]) == generator_dataset(dataset.name)]
     session_classifier = _ui.model_ref("classifier", dataset.name)

@@ -116,7 +116,7 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
         clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
-        targets = parse_targets(spec, clf.class_names or load_dataset(dataset, models.data_dir).class_names)
+        targets = parse_targets(spec, clf.class_names)
         chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", 64)
         trace = LiveTrace(targets, chains)
         stop = {"requested": False}

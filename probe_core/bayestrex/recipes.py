@@ -25,13 +25,17 @@ def _models(registry, dataset: str, classifier: str | None, generator: str | Non
 def probe_target(registry, dataset: str, spec: str, classifier: str | None = None, generator: str | None = None,
                  **sample_kwargs) -> dict:
     """Any target spec (high confidence, ambiguous pair, ambiguity matrix, uniform, path) on chosen models."""
+    from probe_core.validation import check_record, checked_models
+
     clf, gen = _models(registry, dataset, classifier, generator)
     data = load_dataset(dataset, registry.data_dir)
-    names = tuple(clf.class_names or data.class_names)
+    checks = check_record(*checked_models(clf, data, gen))  # a wrongly matched classifier stops here
+    names = tuple(clf.class_names)
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
-    baseline_data = data if clf.kind == "classifier" and names == tuple(data.class_names) else None
+    baseline_data = data if names == tuple(data.class_names) else None
     result = sample(clf.module, gen.module, spec, class_names=names, dataset=baseline_data, **sample_kwargs)
-    result.update(dataset=dataset, classifier=clf.id, generator=gen.id)
+    result.update(dataset=dataset, classifier=clf.id, generator=gen.id, model_checks=checks,
+                  generator_weak=checks.get("generator_weak", False))
     return result
 
 

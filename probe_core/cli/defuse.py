@@ -256,6 +256,8 @@ def _run_all(args) -> int:
     workspace = workspace_from_args(args)
     if args.auto_label:
         _oracle(args.auto_label)
+    _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
+    _distill_settings(args, 0)
     settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     identify_run, result = _run_step(args, workspace, settings, "identify")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from probe_core.cli.common import (
     format_metrics,
@@ -66,6 +67,32 @@ def _models_defaults(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models_check(args: argparse.Namespace) -> int:
+    from probe_core.checks import check_references
+    from probe_core.classes import with_class_map
+
+    workspace = workspace_from_args(args)
+    classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
+    report = check_references(workspace.registry, classifier, args.dataset, args.generator, device=args.device)
+    clf = report["classifier"]
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"classifier {clf['classifier']} on {report['dataset']}: accuracy {clf['accuracy']:.1%} on "
+              f"{clf['images']} test images (chance {clf['chance']:.0%})")
+        print("  class map (model = data set): " + ", ".join(f"{k}={v}" for k, v in clf["class_map"].items()))
+        print("  per class: " + ", ".join(f"{k} {v:.0%}" for k, v in clf["per_class"].items()))
+        if report["generator"] is not None:
+            gen = report["generator"]
+            figures = ", ".join(f"{k} {v}" for k, v in gen["figures"].items())
+            print(f"generator {gen['generator']}: {gen['verdict']} ({figures})")
+    if report.get("generator_warning"):
+        print(f"warning: {report['generator_warning']}", file=sys.stderr)
+    if not report["usable"]:
+        raise ProbeError(clf["message"])
+    return 0
+
+
 def add_model_commands(commands: argparse._SubParsersAction) -> None:
     models = commands.add_parser("models", help="train and list models")
     sub = models.add_subparsers(dest="action", required=True)
@@ -89,4 +116,14 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     defaults = sub.add_parser("defaults", help="train the default classifier, VAE and GAN of a data set")
     defaults.add_argument("--dataset", default=DEFAULT_DATASET)
     defaults.set_defaults(handler=_models_defaults)
+    check = sub.add_parser("check", help="check a classifier (and a generator) on a data set's test images, "
+                           "training nothing: classes matched by name, accuracy, a generator's verdict")
+    check.add_argument("--classifier", default="default", help="model id, 'default', a plugin .py or a model file "
+                       "(.pt/.ts TorchScript, .pt2 torch.export) with its sidecar .json")
+    check.add_argument("--dataset", default=DEFAULT_DATASET)
+    check.add_argument("--generator", help="also check this generator (id, 'default', plugin or model file)")
+    check.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
+                       "from the data set's")
+    check.add_argument("--json", action="store_true", help="print the check as JSON")
+    check.set_defaults(handler=_models_check)
 

@@ -87,19 +87,23 @@ def _sampler_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex import check_sampler_settings
     from probe_core.bayestrex.recipes import probe_target
     from probe_core.catalog import load_dataset
+    from probe_core.classes import with_class_map
     from probe_core.runconfig import SampleConfig, record
-    from probe_core.targets import parse_targets
+    from probe_core.validation import checked_models, validate_sample
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
-    # everything is checked before a run is stored: models, target spec, sampler settings
-    classifier = registry.get_or_train_reference(args.classifier, "classifier", args.dataset, device=args.device)
+    classifier_reference = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
+    # every setting is checked before anything is trained or stored; then the models are checked on the data
+    validate_sample(registry, SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier_reference,
+                                           generator=args.generator, **_sampler_kwargs(args)))
+    classifier = registry.get_or_train_reference(classifier_reference, "classifier", args.dataset, device=args.device)
     generator = registry.get_or_train_reference(args.generator, "generator", args.dataset, device=args.device)
-    parse_targets(args.target, classifier.class_names or load_dataset(args.dataset, args.data_dir).class_names)
-    check_sampler_settings(**_sampler_kwargs(args))
+    _, generator_check = checked_models(classifier, load_dataset(args.dataset, args.data_dir), generator)
+    if generator_check.weak:
+        print(f"warning: {generator_check.warning}", file=sys.stderr)
     config = record(SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier.id,
                                  generator=generator.id, **_sampler_kwargs(args)))
     return _sampling_run(args, workspace, config, lambda **kw: probe_target(
@@ -197,6 +201,8 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                         help="high:3 | ambiguous:4,9 | uniform | probs:8=0.7,9=0.3 | path:8->9:11 | ambiguous-matrix")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
     parser.add_argument("--generator", default="default", help="model id, 'default' (the VAE) or a plugin .py")
+    parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
+                        "from the data set's (classes are matched by name, never by position)")
     _add_sampler_options(parser)
     parser.set_defaults(handler=_sample)
 

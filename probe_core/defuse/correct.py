@@ -96,10 +96,10 @@ def sample_regions(vae: torch.nn.Module, regions: list[FailureRegion], tau: floa
 
 
 def _loss(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    net = getattr(model, "net", model)
     if getattr(model, "output_kind", "logits") == "logits":
-        return F.cross_entropy(net(images), labels)
-    return F.nll_loss(torch.log(net(images).clamp_min(1e-12)), labels)
+        scores = model.scores(images) if hasattr(model, "scores") else getattr(model, "net", model)(images)
+        return F.cross_entropy(scores, labels)
+    return F.nll_loss(torch.log(model(images).clamp_min(1e-12)), labels)
 
 
 def _accuracy(model: torch.nn.Module, data: LabelledImages) -> float | None:

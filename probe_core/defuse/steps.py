@@ -6,6 +6,7 @@ CLI runs it inline (:func:`run_step`) and the dashboard submits it to a worker (
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, replace
@@ -56,6 +57,7 @@ from probe_core.defuse.queries import (
 )
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.validation import checked_models
 from probe_core.lifecycle import JobContext, JobFunction, training_announcer
 from probe_core.scaleout import (
     ShardTask,
@@ -111,11 +113,15 @@ def checked_identify_settings(registry, settings: IdentifySettings, device: str 
     then records references that resolve again in any process (never ``default`` or a relative path).
     With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
     """
+    from probe_core.validation import classifier_class_names
+
+    classifier_class_names(registry, settings.classifier, settings.dataset)  # classes matched before any training
     lookup = registry.get_or_train_reference if train_missing else registry.resolve
     classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)
     vae = lookup(settings.vae, "generator", settings.dataset, device=device)
     if not vae.capabilities.encoder:
         raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
+    checked_models(classifier, load_dataset(settings.dataset, registry.data_dir))  # refused when matched wrongly
     return replace(settings, classifier=classifier.id, vae=vae.id)
 
 
@@ -131,6 +137,12 @@ class DistillSettings:
     max_samples: int = 10_000
     tau: float = 0.5
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_components < 1 or self.max_samples < 2:
+            raise ProbeError("the mixture needs at least 1 component and 2 failures to fit")
+        if not (0 <= self.weight_threshold < 1 and self.tau > 0):
+            raise ProbeError("the weight threshold ε must be in [0, 1) and τ positive")
 
 
 BASELINES = {
@@ -166,6 +178,16 @@ class CorrectSettings:
     selection: str = "data"
 
     def __post_init__(self) -> None:
+        if not self.lambdas:
+            raise ProbeError("give at least one λ")
+        bad = [lam for lam in self.lambdas if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0)]
+        if bad:
+            raise ProbeError(f"every λ must be a finite number >= 0 (it weighs the failure loss), got "
+                             f"{', '.join(map(str, bad))}")
+        if self.epochs < 1 or self.samples_per_region < 1 or self.batch_size < 1:
+            raise ProbeError("epochs, samples per region and batch size must be >= 1")
+        if not (0 < self.validation_fraction < 1) or not self.learning_rate > 0 or not 0 <= self.rho <= 1:
+            raise ProbeError("the validation fraction must be in (0, 1), the learning rate positive and ρ in [0, 1]")
         if self.baseline not in BASELINES:
             raise ProbeError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
         if self.selection not in SELECTION_RULES:
@@ -185,7 +207,11 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
-        ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id}
+        _, vae_check = checked_models(classifier, dataset, vae)
+        ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
+               "generator_weak": vae_check.weak, "generator_check": vae_check.to_dict()}
+        if vae_check.weak:
+            context.report(0.0, f"warning: {vae_check.warning}", force=True)
         images, labels = dataset.train_images, dataset.train_labels
         if settings.max_images is not None:
             images, labels = images[:settings.max_images], labels[:settings.max_images]
@@ -389,15 +415,20 @@ def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
     it loads back through the same plugin file (checked by its sha256) with the finetuned weights.
     ``id_stem`` is what the corrected model's id starts with.
     """
-    from probe_core.models.registry import PLUGIN_ARCHITECTURE
+    from probe_core.classes import split_class_map
+    from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
 
+    reference, _ = split_class_map(classifier.id)
+    class_map = classifier.class_match.given_map if classifier.class_match is not None else {}
     if "spec" in classifier.record:
-        return {**classifier.record["spec"], "id_stem": classifier.id}
-    plugin_name = Path(classifier.record["path"]).stem
-    return {"dataset": dataset.name, "kind": "classifier", "class_names": list(classifier.class_names),
-            "image_shape": list(dataset.image_shape), "dataset_view": dataset.name,
-            "architecture": {"class": PLUGIN_ARCHITECTURE, "args": {"reference": classifier.id}},
-            "id_stem": f"plugin-{re.sub(r'[^A-Za-z0-9]+', '-', plugin_name).strip('-')}-"
+        return {**classifier.record["spec"], "class_map": class_map or classifier.record["spec"].get("class_map"),
+                "id_stem": reference}
+    source_name = Path(classifier.record["path"]).stem
+    architecture = MODEL_FILE_ARCHITECTURE if classifier.kind.startswith("file-") else PLUGIN_ARCHITECTURE
+    return {"dataset": dataset.name, "kind": "classifier", "class_names": list(classifier.native_class_names),
+            "image_shape": list(dataset.image_shape), "dataset_view": dataset.name, "class_map": class_map or None,
+            "architecture": {"class": architecture, "args": {"reference": reference}},
+            "id_stem": f"{architecture}-{re.sub(r'[^A-Za-z0-9]+', '-', source_name).strip('-')}-"
                        f"{classifier.record['sha256'][:8]}"}
 
 
@@ -458,7 +489,7 @@ def submit_step(manager, registry, settings, device: str = "cpu") -> int:
     kind, factory = _step(settings)
     job = JobSpec(f"{__name__}:{factory.__name__}", {"settings": settings_dict(settings), "device": device},
                   registry.data_dir)
-    return manager.submit(kind, settings_dict(settings), job)
+    return manager.submit(kind, settings_dict(settings), job, dedupe=True)  # a second click joins the first
 
 
 def submit_find_failures(manager, registry, identify: IdentifySettings, distill: dict | None = None,

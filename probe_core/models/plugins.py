@@ -12,6 +12,13 @@ A plugin is a Python file that defines any of:
     (B, latent_dim), images (B, C, H, W) in [0, 1]); optionally ``encode(x) -> (mu, logvar)``.
 ``input_shape``
     (C, H, W) of the classifier's inputs, when there is no generator to infer it from.
+``class_map``
+    Optional ``{classifier's name: data set's name}`` for classes whose names differ from the
+    data set's (classes are matched by name, never by position).
+
+A plugin is an ordinary Python file: it can import modules from its own folder, and it finds
+files beside it through ``__file__`` (``Path(__file__).parent / "weights.pt"``), whatever the
+working directory of the CLI, the dashboard or a worker process.
 
 A loaded plugin is referred to as ``plugin:/absolute/path.py#sha256=HEX`` (:func:`plugin_reference`):
 runs store that reference, so it resolves again in another process, from another folder, on
@@ -20,6 +27,7 @@ another day, and a plugin that was moved or changed since gives an error naming 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import sys
@@ -49,6 +57,7 @@ class Plugin:
     generator: nn.Module | None
     image_shape: tuple[int, int, int] | None
     sha256: str = ""
+    class_map: dict | None = None
 
     @property
     def reference(self) -> str:
@@ -106,17 +115,33 @@ def _import_file(path: Path):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        with _own_folder_importable(path):
+            spec.loader.exec_module(module)
     except Exception as exc:  # any failure in user code becomes one clear message
         sys.modules.pop(name, None)
         raise PluginError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
     return module
 
 
+@contextlib.contextmanager
+def _own_folder_importable(path: Path):
+    """Let a plugin import the modules beside it, as ``python plugin.py`` would, while it loads."""
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
 def _call_factory(module, attribute: str, path: Path) -> nn.Module:
     factory = getattr(module, attribute)
     try:
-        built = factory() if callable(factory) and not isinstance(factory, nn.Module) else factory
+        with _own_folder_importable(path):
+            built = factory() if callable(factory) and not isinstance(factory, nn.Module) else factory
     except Exception as exc:
         raise PluginError(f"plugin {path}: {attribute}() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(built, nn.Module):
@@ -244,5 +269,8 @@ def load_plugin(path: str | Path, image_shape: tuple[int, int, int] | None = Non
             test_shape, len(class_names), source=f"plugin {path} classifier",
         )
         shape = shape or test_shape
+    class_map = getattr(module, "class_map", None)
+    if class_map is not None and not isinstance(class_map, dict):
+        raise PluginError(f"plugin {path}: class_map must be a dict {{classifier's name: data set's name}}")
     return Plugin(path=path, class_names=class_names, classifier=classifier, generator=generator, image_shape=shape,
-                  sha256=file_sha256(path))
+                  sha256=file_sha256(path), class_map=class_map)

@@ -42,6 +42,9 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
+from probe_core.classes import ClassMatch, match_classes, split_class_map, with_class_map
+from probe_core.models.aligned import AlignedClassifier
+from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import (
     PluginError,
     is_plugin_reference,
@@ -61,6 +64,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("classifier", "vae", "gan")
 PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a plugin file
+MODEL_FILE_ARCHITECTURE = "modelfile"  # ... or from a TorchScript / torch.export file with its sidecar
 MODEL_SEED_ENV = "PROBE_MODEL_SEED"
 GENERATOR_KINDS = ("vae", "gan")
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
@@ -212,6 +216,7 @@ class LoadedModel:
     class_names: tuple[str, ...]
     record: dict = field(default_factory=dict)
     capabilities: GeneratorCapabilities | None = None  # generators only, checked when loaded
+    class_match: ClassMatch | None = None  # classifiers resolved for a data set: how outputs meet its classes
 
     def __post_init__(self) -> None:
         if self.is_generator and self.capabilities is None:
@@ -223,7 +228,34 @@ class LoadedModel:
 
     @property
     def is_generator(self) -> bool:
-        return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "built-generator")
+        return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "file-generator", "built-generator")
+
+    @property
+    def native_class_names(self) -> tuple[str, ...]:
+        """The classifier's own class names in its own output order (before matching to a data set)."""
+        return self.class_match.model_names if self.class_match is not None else self.class_names
+
+
+def align_classifier(loaded: LoadedModel, dataset: ImageDataset, class_map: dict | None = None) -> LoadedModel:
+    """The classifier with its outputs matched to the data set's classes by name (:func:`match_classes`).
+
+    Outputs are reordered to follow the data set's label order, so output i means the data set's
+    (i-th covered) class everywhere downstream: targets, Defuse, suites, reports.
+
+    Raises
+    ------
+    ClassMismatchError
+        If the names do not match (the message lists both sides and how to map them).
+    """
+    given = class_map or loaded.record.get("class_map") or (loaded.record.get("spec") or {}).get("class_map")
+    match = match_classes(loaded.class_names, dataset.class_names, given,
+                          model=f"classifier {loaded.id.split('#')[0]}", data=f"data set {dataset.name}")
+    module = loaded.module
+    if not match.is_identity:
+        if not isinstance(module, ProbabilityModel):
+            raise ProbeError(f"classifier {loaded.id}: its outputs cannot be reordered to the data set's classes")
+        module = AlignedClassifier(module.net, module.output_kind, match.output_order).eval()
+    return replace(loaded, module=module, class_names=match.aligned_names, class_match=match)
 
 
 TrainingAnnouncer = Callable[["ModelSpec", str], "ProgressCallback | None"]
@@ -292,16 +324,23 @@ class ModelRegistry:
         arch = record["spec"]["architecture"]
         device = resolve_device(device)
         weights = torch.load(path, map_location=device, weights_only=True)
-        if arch["class"] == PLUGIN_ARCHITECTURE:  # e.g. a finetuned plugin classifier: its own module, our weights
+        if arch["class"] in (PLUGIN_ARCHITECTURE, MODEL_FILE_ARCHITECTURE):
+            # a finetuned plugin or model-file classifier: its own module, our weights
             shape = tuple(record["spec"]["image_shape"]) if record["spec"].get("image_shape") else None
-            plugin = load_plugin_reference(arch["args"]["reference"], image_shape=shape)
-            module = plugin.classifier if record["kind"] == "classifier" else plugin.generator
-            if module is None:
-                raise PluginError(f"plugin {plugin.path} no longer defines the {record['kind']} of model {model_id!r}")
+            reference = arch["args"]["reference"]
+            if arch["class"] == MODEL_FILE_ARCHITECTURE:
+                module = load_model_file(reference, record["kind"], shape).module
+            else:
+                plugin = load_plugin_reference(reference, image_shape=shape)
+                module = plugin.classifier if record["kind"] == "classifier" else plugin.generator
+                if module is None:
+                    raise PluginError(f"plugin {plugin.path} no longer defines the {record['kind']} of model "
+                                      f"{model_id!r}")
             target = module.net if isinstance(module, ProbabilityModel) else module
             target.load_state_dict(weights)
             module.to(device).eval()
-            return LoadedModel(model_id, record["kind"], module, tuple(record["spec"]["class_names"]), record)
+            return LoadedModel(model_id, record["kind"], module, tuple(record["spec"]["class_names"]),
+                               {**record, "class_map": record["spec"].get("class_map")})
         module = _ARCHITECTURES[arch["class"]](**arch["args"])
         module.load_state_dict(weights)
         module.to(device).eval()
@@ -445,6 +484,15 @@ class ModelRegistry:
         """
         if kind not in ("classifier", "generator"):
             raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
+        if kind == "classifier":
+            base, class_map = split_class_map(reference or "default")
+            loaded = self._resolve_unmatched(base, kind, dataset, device)
+            aligned = align_classifier(loaded, load_dataset(dataset, self.data_dir), class_map)
+            return replace(aligned, id=with_class_map(aligned.id, class_map))
+        return self._resolve_unmatched(reference, kind, dataset, device)
+
+    def _resolve_unmatched(self, reference: str | None, kind: str, dataset: str,
+                           device: str | torch.device | None) -> LoadedModel:
         if reference is None or reference == "default":
             reference = self.default_id(dataset, kind)
             if generator_source(reference) is None and not self.exists(reference):
@@ -459,6 +507,13 @@ class ModelRegistry:
                 raise ProbeError(f"unknown generator {reference!r}; use one of {', '.join(source.choices)}")
             module = source.build(reference).to(resolve_device(device))
             return LoadedModel(reference, "built-generator", module, (), {"metrics": {}})
+        if is_model_file_reference(reference):
+            image_shape = load_dataset(dataset, self.data_dir).image_shape if kind == "classifier" else None
+            model_file = load_model_file(reference, kind, image_shape)
+            return LoadedModel(model_file.reference, f"file-{kind}", model_file.module.to(resolve_device(device)),
+                               model_file.class_names, {"path": str(model_file.path), "sha256": model_file.sha256,
+                                                        "metrics": {}, "class_map": model_file.class_map,
+                                                        "image_shape": model_file.image_shape})
         if is_plugin_reference(reference) or Path(reference).is_file():
             image_shape = load_dataset(dataset, self.data_dir).image_shape if kind == "classifier" else None
             plugin = load_plugin_reference(reference, image_shape=image_shape)
@@ -467,7 +522,8 @@ class ModelRegistry:
                 raise PluginError(f"plugin {plugin.path} defines no {kind}() function")
             names = plugin.class_names or ()
             return LoadedModel(plugin.reference, f"plugin-{kind}", module.to(resolve_device(device)), names,
-                               {"path": str(plugin.path), "sha256": plugin.sha256, "metrics": {}})
+                               {"path": str(plugin.path), "sha256": plugin.sha256, "metrics": {},
+                                "class_map": plugin.class_map})
         loaded = self.load(reference, device)
         if (kind == "classifier") != (loaded.kind == "classifier"):
             raise ProbeError(f"model {reference!r} is a {loaded.kind}, not a {kind}")
@@ -481,8 +537,9 @@ class ModelRegistry:
         The training is announced (``on_training``) unless ``progress`` is given; used by jobs and
         commands that promise to train what they need.
         """
-        if reference is None or reference == "default":
+        base, _ = split_class_map(reference or "default")
+        if base == "default":
             spec = self.default_spec(dataset, kind)
-            if spec is not None:
-                return self.get_or_train(spec, progress=progress, device=device)
+            if spec is not None and not self.exists(self._model_id(spec)):
+                self.get_or_train(spec, progress=progress, device=device)
         return self.resolve(reference, kind, dataset, device)

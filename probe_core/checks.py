@@ -1,0 +1,323 @@
+"""Model checks: does a classifier fit a data set, and is a generator good enough to probe with?
+
+Every path by which a user brings a model proves itself here before a result is shown:
+
+- :func:`check_classifier` runs the classifier (its classes already matched to the data set's by
+  name, :func:`probe_core.classes.match_classes`) on the data set's labelled test images:
+  accuracy, per-class accuracy, the class map used. Near-chance accuracy where some permutation of
+  the classes would score far better means the classes are matched wrongly: it is refused, naming
+  that permutation.
+- :func:`check_generator` measures a generator against the data: reconstruction error of held-out
+  images (with an encoder), the classifier's confidence and entropy on its samples against real
+  images, and FD-clf against the data set's own train-vs-test FD-clf. One failed threshold makes it
+  ``weak``: probes still run, but every result made with it carries the flag.
+
+The thresholds (:data:`GENERATOR_THRESHOLDS`) were calibrated so that the default digits and MNIST
+generators pass and a 1-epoch VAE is weak (``benchmarks/generator_check.py`` prints the figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from probe_core.errors import ProbeError
+
+CHECK_IMAGES = 2000  # test images a check looks at, at most (a seeded random subset of larger sets)
+# A classifier within this much of chance, whose best permutation of classes scores at least
+# PERMUTATION_GAIN more, has its classes matched wrongly.
+NEAR_CHANCE_MARGIN = 0.15
+PERMUTATION_GAIN = 0.3
+
+GENERATOR_THRESHOLDS = {
+    # FD-clf of generated against real test images, divided by FD-clf of train against test images.
+    "fd_ratio": 25.0,
+    # The classifier's mean top probability on samples, divided by that on real test images.
+    "confidence_ratio": 0.6,
+    # Mean squared reconstruction error of held-out images, divided by that of the mean image.
+    "reconstruction_ratio": 0.6,
+}
+
+
+class ModelCheckError(ProbeError):
+    """A model failed its check on the data: a run with it would give a wrong answer."""
+
+
+@dataclass(frozen=True)
+class ClassifierCheck:
+    """A classifier on a data set's labelled test images.
+
+    Attributes
+    ----------
+    classifier, dataset : str
+        References checked.
+    accuracy : float
+        Fraction of the checked test images classified as labelled (0-1).
+    per_class : dict
+        ``{data set's class name: accuracy}`` over the classes the classifier knows.
+    class_map : dict
+        ``{classifier's name: data set's name}`` used.
+    images : int
+        Test images checked.
+    chance : float
+        1 / number of classes the classifier knows.
+    permutation_accuracy : float
+        Accuracy under the best reassignment of the classifier's classes (Hungarian on the confusion matrix).
+    best_permutation : dict
+        ``{data set's name the classifier says: data set's name it would have to mean}`` for the
+        classes that best reassignment moves; empty when it moves none.
+    usable : bool
+        False when the classes look matched wrongly; ``message`` says why.
+    message : str
+    """
+
+    classifier: str
+    dataset: str
+    accuracy: float
+    per_class: dict
+    class_map: dict
+    images: int
+    chance: float
+    permutation_accuracy: float
+    best_permutation: dict
+    usable: bool
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GeneratorCheck:
+    """A generator against a data set, seen through a classifier.
+
+    Attributes
+    ----------
+    generator : str
+    verdict : {"ok", "weak"}
+    figures : dict
+        ``fd_clf``, ``fd_train_test``, ``fd_ratio``, ``sample_confidence``, ``real_confidence``,
+        ``confidence_ratio``, ``sample_entropy``, ``real_entropy`` and, with an encoder,
+        ``reconstruction_mse``, ``mean_image_mse``, ``reconstruction_ratio``.
+    failed : list of str
+        The figures over their thresholds, in words.
+    thresholds : dict
+    samples : np.ndarray
+        A grid of prior samples, shape (16, C, H, W) in [0, 1].
+    """
+
+    generator: str
+    verdict: str
+    figures: dict
+    failed: list = field(default_factory=list)
+    thresholds: dict = field(default_factory=lambda: dict(GENERATOR_THRESHOLDS))
+    samples: np.ndarray | None = None
+
+    @property
+    def weak(self) -> bool:
+        return self.verdict == "weak"
+
+    @property
+    def warning(self) -> str:
+        """One line for stderr and the pages; empty when the generator is fine."""
+        if not self.weak:
+            return ""
+        return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}): its samples are not "
+                f"like the data, so results built on it may be meaningless. Train a better one "
+                f"(`probe models train --kind vae --epochs N`) or pick another generator")
+
+    def to_dict(self) -> dict:
+        """JSON-ready, without the sample grid."""
+        return {"generator": self.generator, "verdict": self.verdict, "figures": self.figures,
+                "failed": list(self.failed), "thresholds": dict(self.thresholds)}
+
+
+def _check_subset(count: int, seed: int = 0) -> np.ndarray:
+    if count <= CHECK_IMAGES:
+        return np.arange(count)
+    return np.sort(np.random.default_rng(seed).choice(count, CHECK_IMAGES, replace=False))
+
+
+@torch.no_grad()
+def _probabilities(module: torch.nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    device = next(iter(module.parameters()), torch.empty(0)).device
+    return torch.cat([module(images[s:s + batch_size].to(device)).cpu() for s in range(0, len(images), batch_size)])
+
+
+_CLASSIFIER_CHECKS: dict[tuple, ClassifierCheck] = {}
+
+
+def check_classifier(classifier, dataset) -> ClassifierCheck:
+    """Check a resolved classifier (:meth:`ModelRegistry.resolve`) on the data set's labelled test images.
+
+    Parameters
+    ----------
+    classifier : LoadedModel
+        Outputs already matched to ``dataset``'s classes (its ``class_match``).
+    dataset : ImageDataset
+
+    Returns
+    -------
+    ClassifierCheck
+        Cached per classifier and data set in this process (a check is a few forward passes).
+    """
+    key = (classifier.id, dataset.name, len(dataset.test_labels))
+    if key in _CLASSIFIER_CHECKS:
+        return _CLASSIFIER_CHECKS[key]
+    match = classifier.class_match
+    covered = list(match.covered) if match is not None else list(range(len(classifier.class_names)))
+    labels = dataset.test_labels.numpy()
+    known = np.flatnonzero(np.isin(labels, covered))
+    chosen = known[_check_subset(len(known))]
+    if not len(chosen):
+        raise ModelCheckError(f"data set {dataset.name} has no labelled test images of the classes of "
+                              f"{classifier.id}: it cannot be checked")
+    predicted = np.asarray(covered)[_probabilities(classifier.module, dataset.test_images[chosen]).argmax(1).numpy()]
+    truth = labels[chosen]
+    accuracy = float((predicted == truth).mean())
+    position = {c: i for i, c in enumerate(covered)}
+    confusion = np.zeros((len(covered), len(covered)))
+    np.add.at(confusion, ([position[t] for t in truth], [position[p] for p in predicted]), 1)
+    from scipy.optimize import linear_sum_assignment
+
+    rows, columns = linear_sum_assignment(-confusion)
+    permutation_accuracy = float(confusion[rows, columns].sum() / len(chosen))
+    names = dataset.class_names
+    moved = {names[covered[c]]: names[covered[r]] for r, c in zip(rows, columns) if r != c}
+    per_class = {names[c]: float((predicted[truth == c] == c).mean()) for c in covered if (truth == c).any()}
+    chance = 1.0 / len(covered)
+    wrongly_matched = (len(covered) > 1 and accuracy <= chance + NEAR_CHANCE_MARGIN
+                       and permutation_accuracy >= accuracy + PERMUTATION_GAIN)
+    class_map = match.mapping if match is not None else {n: n for n in classifier.class_names}
+    if wrongly_matched:
+        shown = ", ".join(f"{says}={means}" for says, means in list(moved.items())[:12])
+        message = (f"classifier {classifier.id} scores {accuracy:.0%} on {dataset.name} (chance {chance:.0%}), but "
+                   f"{permutation_accuracy:.0%} if its classes are reassigned: its classes are matched to the data "
+                   f"set's wrongly. Reassignment found (what it says = what the data calls it): {shown}. Check the "
+                   f"class names, or give the class map, e.g. --class-map \"MODEL_NAME=DATA_NAME,...\"")
+    elif accuracy <= chance + NEAR_CHANCE_MARGIN:
+        message = (f"classifier {classifier.id} is near chance on {dataset.name}: {accuracy:.0%} (chance "
+                   f"{chance:.0%}); failures found with it say little about a trained model")
+    else:
+        message = f"classifier {classifier.id}: {accuracy:.1%} on {len(chosen)} test images of {dataset.name}"
+    result = ClassifierCheck(classifier.id, dataset.name, accuracy, per_class, class_map, int(len(chosen)), chance,
+                             permutation_accuracy, moved, not wrongly_matched, message)
+    _CLASSIFIER_CHECKS[key] = result
+    return result
+
+
+def require_usable(check: ClassifierCheck) -> ClassifierCheck:
+    """``check``, or :class:`ModelCheckError` with its message when the classifier is not usable."""
+    if not check.usable:
+        raise ModelCheckError(check.message)
+    return check
+
+
+def _entropy(probabilities: torch.Tensor) -> float:
+    return float(-(probabilities * probabilities.clamp_min(1e-12).log()).sum(1).mean())
+
+
+_GENERATOR_CHECKS: dict[tuple, GeneratorCheck] = {}
+
+
+@torch.no_grad()
+def check_generator(generator, classifier, dataset, samples: int = 1000, seed: int = 0) -> GeneratorCheck:
+    """Measure a resolved generator against the data set's held-out images, through ``classifier``.
+
+    Parameters
+    ----------
+    generator : LoadedModel
+        ``latent_dim``, ``decode`` and optionally ``encode``.
+    classifier : LoadedModel
+        Its penultimate features give FD-clf; its probabilities give confidence and entropy.
+    dataset : ImageDataset
+    samples : int
+        Prior draws decoded (and real images compared), at most.
+
+    Returns
+    -------
+    GeneratorCheck
+        Cached per generator, classifier and data set in this process.
+    """
+    key = (generator.id, classifier.id, dataset.name, samples, seed)
+    if key in _GENERATOR_CHECKS:
+        return _GENERATOR_CHECKS[key]
+    from probe_core.models.training import _features, frechet_distance
+
+    module = generator.module
+    real = dataset.test_images[_check_subset(len(dataset.test_images), seed)[:samples]]
+    train = dataset.train_images[_check_subset(len(dataset.train_images), seed + 1)[:samples]]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        sample_prior = getattr(module, "sample_prior", None)
+        z = (sample_prior(len(real), torch.Generator().manual_seed(seed)) if callable(sample_prior)
+             else torch.randn(len(real), module.latent_dim))
+        device = next(iter(module.parameters()), torch.empty(0)).device
+        generated = torch.cat([module.decode(z[s:s + 256].to(device)).cpu() for s in range(0, len(z), 256)]).float()
+    if generated.shape[1:] != real.shape[1:]:
+        raise ModelCheckError(f"generator {generator.id} makes images of shape {tuple(generated.shape[1:])}, but "
+                              f"{dataset.name}'s are {tuple(real.shape[1:])}")
+    features_real = _features(classifier.module, real)
+    fd_clf = frechet_distance(features_real, _features(classifier.module, generated))
+    fd_train_test = frechet_distance(features_real, _features(classifier.module, train))
+    p_real, p_generated = _probabilities(classifier.module, real), _probabilities(classifier.module, generated)
+    real_confidence = float(p_real.max(1).values.mean())
+    sample_confidence = float(p_generated.max(1).values.mean())
+    figures = {"fd_clf": round(fd_clf, 3), "fd_train_test": round(fd_train_test, 3),
+               "fd_ratio": round(fd_clf / max(fd_train_test, 1e-6), 2),
+               "sample_confidence": round(sample_confidence, 4), "real_confidence": round(real_confidence, 4),
+               "confidence_ratio": round(sample_confidence / max(real_confidence, 1e-6), 3),
+               "sample_entropy": round(_entropy(p_generated), 4), "real_entropy": round(_entropy(p_real), 4)}
+    if callable(getattr(module, "encode", None)):
+        held_out = real.to(device)
+        mean, _ = module.encode(held_out)
+        reconstruction = torch.cat([module.decode(mean[s:s + 256]) for s in range(0, len(mean), 256)]).cpu()
+        error = float(((reconstruction - real) ** 2).mean())
+        baseline = float(((real - dataset.train_images.mean(0, keepdim=True)) ** 2).mean())
+        figures.update(reconstruction_mse=round(error, 5), mean_image_mse=round(baseline, 5),
+                       reconstruction_ratio=round(error / max(baseline, 1e-12), 3))
+    failed = []
+    if figures["fd_ratio"] > GENERATOR_THRESHOLDS["fd_ratio"]:
+        failed.append(f"FD-clf {figures['fd_clf']:.3g} is {figures['fd_ratio']:.0f}x the data's own train-vs-test "
+                      f"{figures['fd_train_test']:.3g} (limit {GENERATOR_THRESHOLDS['fd_ratio']:g}x)")
+    if figures["confidence_ratio"] < GENERATOR_THRESHOLDS["confidence_ratio"]:
+        failed.append(f"the classifier's confidence on its samples is {sample_confidence:.2f} against "
+                      f"{real_confidence:.2f} on real images")
+    ratio = figures.get("reconstruction_ratio")
+    if ratio is not None and ratio > GENERATOR_THRESHOLDS["reconstruction_ratio"]:
+        failed.append(f"it reconstructs held-out images with {ratio:.0%} of the error of the mean image")
+    result = GeneratorCheck(generator.id, "weak" if failed else "ok", figures, failed,
+                            samples=generated[:16].numpy())
+    _GENERATOR_CHECKS[key] = result
+    return result
+
+
+def check_references(registry, classifier: str, dataset: str, generator: str | None = None,
+                     device: str = "cpu") -> dict:
+    """``probe models check``: resolve (never train) and check a classifier, and a generator, on a data set.
+
+    Returns
+    -------
+    dict
+        ``{"dataset", "classifier": ClassifierCheck.to_dict(), "generator": GeneratorCheck.to_dict() or None,
+        "usable": bool}``.
+
+    Raises
+    ------
+    ClassMismatchError, ModelNotFoundError, PluginError
+        Before any check runs, when the classes do not match or a model cannot be loaded.
+    """
+    from probe_core.catalog import load_dataset
+
+    data = load_dataset(dataset, registry.data_dir)
+    loaded = registry.resolve(classifier, "classifier", dataset, device=device)
+    classifier_check = check_classifier(loaded, data)
+    report = {"dataset": data.name, "classifier": classifier_check.to_dict(), "generator": None,
+              "usable": classifier_check.usable}
+    if generator is not None:
+        generator_check = check_generator(registry.resolve(generator, "generator", dataset, device=device), loaded, data)
+        report["generator"] = generator_check.to_dict()
+        report["generator_warning"] = generator_check.warning
+    return report

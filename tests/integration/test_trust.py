@@ -1,0 +1,190 @@
+"""Never a silently wrong answer on a user's own model and data: classes matched by name and checked, model
+files with sidecars, plugins as ordinary Python files, a generator check, and settings refused before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from probe_core.catalog import load_dataset
+from probe_core.checks import check_classifier, check_generator
+from probe_core.classes import ClassMismatchError, with_class_map
+
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+PROBE = [sys.executable, "-m", "probe_core.cli"]
+
+
+def _write_folder(root: Path, names) -> Path:
+    """The digits split as an image folder with train/ and test/ and class sub-folders named ``names[digit]``."""
+    digits = load_dataset("digits")
+    for split, images, labels in (("train", digits.train_images, digits.train_labels),
+                                  ("test", digits.test_images, digits.test_labels)):
+        for index, (image, label) in enumerate(zip(images, labels)):
+            folder = root / split / names[int(label)]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((image[0].numpy() * 255).round().astype(np.uint8)).save(folder / f"{index}.png")
+    return root
+
+
+def _default_classifier_plugin(folder: Path, workspace, class_names) -> Path:
+    """A plugin that loads the default digits classifier's weights from beside itself, through a sibling module."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = workspace.store.get_model(workspace.registry.default_id("digits", "classifier"))
+    torch.save(torch.load(record["path"], weights_only=True), folder / "weights.pt")
+    (folder / "architecture.json").write_text(json.dumps(record["spec"]["architecture"]))
+    (folder / "netdef.py").write_text(
+        "import json\nfrom pathlib import Path\n"
+        "from probe_core.models.architectures import CLASSIFIER_ARCHITECTURES\n"
+        "def build(folder):\n"
+        "    arch = json.loads((Path(folder) / 'architecture.json').read_text())\n"
+        "    return CLASSIFIER_ARCHITECTURES[arch['class']](**arch['args'])\n")
+    path = folder / "my_classifier.py"
+    path.write_text(
+        "from pathlib import Path\nimport torch\nimport netdef  # a module beside this file\n"
+        f"class_names = {list(class_names)!r}\n"
+        "input_shape = (1, 8, 8)\nclassifier_outputs = 'logits'\n"
+        "HERE = Path(__file__).parent\n"
+        "def classifier():\n"
+        "    net = netdef.build(HERE)\n"
+        "    net.load_state_dict(torch.load(HERE / 'weights.pt', weights_only=True))\n"
+        "    return net\n")
+    return path
+
+
+def _probe(*args, cwd, workspace, timeout=120):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([*PROBE, "--workspace", str(workspace), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_plugin_classes_are_matched_to_a_words_folder_by_name_from_any_directory(trained_workspace, tmp_path):
+    words = _write_folder(tmp_path / "words", WORDS)
+    digits = _write_folder(tmp_path / "digit-names", [str(i) for i in range(10)])
+    plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outcome = {}
+    for name, folder in (("words", words), ("digits", digits)):
+        names = WORDS if name == "words" else [str(i) for i in range(10)]
+        if name == "digits":
+            plugin = _default_classifier_plugin(tmp_path / "plugin-digits", trained_workspace, names)
+        done = _probe("models", "check", "--classifier", str(plugin), "--dataset", str(folder), "--json",
+                      cwd=elsewhere, workspace=trained_workspace.root)
+        assert done.returncode == 0, done.stderr
+        outcome[name] = json.loads(done.stdout)["classifier"]
+    # folders sort alphabetically (eight, five, four, ...): by position this would be near chance
+    assert outcome["words"]["class_map"]["seven"] == "seven"
+    assert outcome["words"]["accuracy"] > 0.9
+    assert abs(outcome["words"]["accuracy"] - outcome["digits"]["accuracy"]) < 0.02
+
+
+def test_disjoint_class_names_stop_with_both_lists(trained_workspace, tmp_path):
+    plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, [f"c{i}" for i in range(10)])
+    started = time.perf_counter()
+    done = _probe("models", "check", "--classifier", str(plugin), "--dataset", "digits", cwd=tmp_path,
+                  workspace=trained_workspace.root)
+    assert done.returncode == 2
+    assert "c0, c1" in done.stderr and "0, 1, 2" in done.stderr and "--class-map" in done.stderr
+    assert time.perf_counter() - started < 60
+    mapped = with_class_map(str(plugin), ",".join(f"c{i}={i}" for i in range(10)))
+    loaded = trained_workspace.registry.resolve(mapped, "classifier", "digits")
+    assert check_classifier(loaded, load_dataset("digits")).accuracy > 0.9
+
+
+def test_a_near_chance_permutation_is_refused_and_named(trained_workspace, tmp_path):
+    rotated = ",".join(f"{i}={(i + 1) % 10}" for i in range(10))
+    done = _probe("models", "check", "--class-map", rotated, cwd=tmp_path, workspace=trained_workspace.root)
+    assert done.returncode == 2, done.stdout
+    assert "reassigned" in done.stderr and "0=1" in done.stderr.replace(" ", "")
+    with pytest.raises(ClassMismatchError, match="more than once"):
+        trained_workspace.registry.resolve(with_class_map("default", "0=1"), "classifier", "digits")
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".pt2"])
+def test_torchscript_and_export_classifiers_with_a_sidecar(trained_workspace, tmp_path, suffix):
+    from probe_core.defuse.steps import corrected_model_record
+
+    registry = trained_workspace.registry
+    default = registry.resolve("default", "classifier", "digits")
+    reversed_net = torch.nn.Sequential(default.module.net, _Reverse()).eval()
+    path = tmp_path / f"reversed{suffix}"
+    example = torch.rand(2, 1, 8, 8)
+    if suffix == ".pt2":
+        torch.export.save(torch.export.export(reversed_net, (example,)), str(path))
+    else:
+        torch.jit.save(torch.jit.trace(reversed_net, example), str(path))
+    names = [str(i) for i in reversed(range(10))]
+    path.with_suffix(".json").write_text(json.dumps({"class_names": names, "input_shape": [1, 8, 8],
+                                                     "outputs": "logits"}))
+    loaded = registry.resolve(str(path), "classifier", "digits")
+    data = load_dataset("digits")
+    assert loaded.class_names == data.class_names and loaded.class_match.mapping["9"] == "9"
+    assert abs(check_classifier(loaded, data).accuracy - check_classifier(default, data).accuracy) < 1e-6
+    # a finetuned copy registers and loads back (same outputs, matched again by name)
+    record = corrected_model_record(loaded, data)
+    model_id = f"{record.pop('id_stem')}-finetuned"
+    registry.register(loaded.module.net, record, {}, model_id)
+    again = registry.resolve(model_id, "classifier", "digits")
+    images = data.test_images[:16]
+    assert torch.allclose(again.module(images), default.module(images), atol=1e-5)
+
+
+class _Reverse(torch.nn.Module):
+    def forward(self, x):
+        return x.flip(-1)
+
+
+def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
+    from probe_core.models import ModelSpec
+
+    registry = trained_workspace.registry
+    data = load_dataset("digits")
+    classifier = registry.resolve("default", "classifier", "digits")
+    default = check_generator(registry.resolve("default", "generator", "digits"), classifier, data)
+    assert default.verdict == "ok", default.figures
+    weak_vae = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), progress=lambda p: None)
+    weak = check_generator(weak_vae, classifier, data)
+    assert weak.verdict == "weak" and weak.failed and "weak" in weak.warning
+    assert weak.samples.shape == (16, 1, 8, 8)
+
+
+@pytest.mark.parametrize("arguments", [
+    ["sample", "--target", "high:3", "--chains", "0"],
+    ["sample", "--target", "high:3", "--warmup", "-5"],
+    ["sample", "--target", "high:eleven"],
+    ["defuse", "run", "--lambdas", "0.1,-1"],
+])
+def test_bad_settings_on_an_empty_workspace_exit_2_before_anything_trains(tmp_path, arguments):
+    started = time.perf_counter()
+    done = _probe(*arguments, cwd=tmp_path, workspace=tmp_path / "ws")
+    assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
+    assert time.perf_counter() - started < 30  # it used to train the default models first, for minutes
+    assert not list((tmp_path / "ws" / "models").glob("*.pt"))
+
+
+def test_a_stale_ray_address_starts_a_local_instance():
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1\n")  # a stopped instance left its address
+    script = ("from probe_core.scaleout import RayShards\n"
+              "ray = RayShards(num_cpus=1).connect()\n"
+              "print(int(ray.cluster_resources()['CPU']))\nray.shutdown()\n")
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "RAY_TMPDIR": str(ray_tmp)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1"
+    assert "stale Ray address 127.0.0.1:1" in done.stderr
+    assert time.perf_counter() - started < 30
+    shutil.rmtree(ray_tmp, ignore_errors=True)
