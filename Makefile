@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
 BENCH_WORKSPACE ?= .bench-workspace
-BENCHMARKS := default_models sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out
+BENCHMARKS := default_models generator_check sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out
 # The same scripts on real MNIST (the README's "Real MNIST"): the 10,000 test images, split 80/20.
 MNIST_DIR ?= ../shared/data/mnist-t10k
-MNIST_BENCHMARKS := zoo_budgets table2 matrix_defaults sampler
+MNIST_BENCHMARKS := zoo_budgets table2 matrix_defaults sampler generator_check
 MNIST_QUICK := zoo_budgets table2 sampler
 # The README's MNIST zoo table: this grid, two one-thread models at once.
 ZOO_MNIST_ARGS := --epochs 15,30 --betas 1,4 --gan-epochs 15,30 --jobs 2 --threads 1

@@ -10,7 +10,9 @@ A model file ``NAME.pt`` comes with a sidecar ``NAME.json`` beside it::
      "encoder": "NAME-encoder.pt"}          # generators, optional: images -> (mean, log-variance)
 
 A classifier file maps images (B, C, H, W) in [0, 1] to (B, K); a generator file maps z (B, D)
-to images (B, C, H, W) in [0, 1] (its ``forward``, or a TorchScript ``decode`` method). The file is
+to images (B, C, H, W) in [0, 1] (its ``forward``, or a TorchScript ``decode`` method). Export a ``.pt2``
+with a dynamic batch dimension (``dynamic_shapes=({0: torch.export.Dim("batch")},)``): runs use any
+batch size. The file is
 referred to as ``modelfile:/absolute/path.pt#sha256=HEX`` (:func:`model_file_reference`): the
 digest covers the file and its sidecar, so a stored run finds out when either changed.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,7 +117,12 @@ class ModelFile:
 def _load_module(path: Path) -> nn.Module:
     try:
         if path.suffix == ".pt2":
-            return torch.export.load(str(path)).module()
+            module = torch.export.load(str(path)).module()
+            # an exported program runs in the mode it was exported in; its train()/eval() raise, so they
+            # become no-ops and the module can sit inside wrappers that switch modes
+            module.train = types.MethodType(lambda self, mode=True: self, module)
+            module.eval = types.MethodType(lambda self: self, module)
+            return module
         return torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # any unreadable file becomes one clear message
         kind = "torch.export program (.pt2)" if path.suffix == ".pt2" else "TorchScript file (torch.jit.save)"

@@ -121,7 +121,8 @@ def test_torchscript_and_export_classifiers_with_a_sidecar(trained_workspace, tm
     path = tmp_path / f"reversed{suffix}"
     example = torch.rand(2, 1, 8, 8)
     if suffix == ".pt2":
-        torch.export.save(torch.export.export(reversed_net, (example,)), str(path))
+        batch = {0: torch.export.Dim("batch", min=1, max=4096)}  # a dynamic batch: the product runs any batch size
+        torch.export.save(torch.export.export(reversed_net, (example,), dynamic_shapes=(batch,)), str(path))
     else:
         torch.jit.save(torch.jit.trace(reversed_net, example), str(path))
     names = [str(i) for i in reversed(range(10))]

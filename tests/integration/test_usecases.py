@@ -1,5 +1,7 @@
 """The Bayes-TrEx use cases on digits, with the real default models (short runs)."""
 
+from collections import Counter
+
 import pytest
 
 from probe_core.bayestrex import recipes as usecases
@@ -52,19 +54,23 @@ def test_compare_two_classifiers_with_human_labels(trained_workspace):
     run_id = usecases.compare_classifiers(registry, store, "digits", "default", other.id, chains=2, warmup=20,
                                           samples=20, keep_every=5)
     to_label = usecases.samples_to_label(store, run_id, per_class=2)
-    assert len(to_label) == 2 * 10 * 2
+    # two per target, or one where a target kept a single hit (seed and CPU decide): never an exact total
+    per_target = Counter(s["target_index"] for s in to_label)
+    assert set(per_target) == set(range(2 * 10)) and all(1 <= n <= 2 for n in per_target.values())
+    per_side = [sum(n for t, n in per_target.items() if t // 10 == side) for side in (0, 1)]
     # An annotator who says every sample of classifier A shows its class and every sample of B shows "0".
     for s in to_label:
         side, c = divmod(s["target_index"], 10)
         store.set_label("ana", sample_id=s["id"], label=str(c) if side == 0 else "0")
     table = usecases.comparison_table(store, run_id)
     first, second = (table[k] for k in config_of(store.get_run(run_id)).classifiers)
-    assert first["overall"] == 1.0 and first["labelled"] == 20
-    assert second["overall"] == 0.1 and second["per_class"]["0"] == (1.0, 2)
+    assert first["overall"] == 1.0 and first["labelled"] == per_side[0]
+    assert second["overall"] == pytest.approx(per_target[10] / per_side[1])
+    assert second["per_class"]["0"] == (1.0, per_target[10])
     # Compare's labelled confident samples become regression checks, one per classifier they were found on
     from probe_core import suites
 
     checks = [store.get_suite_check(i) for i in suites.add_finding_checks(registry, store, "compare-suite", run_id)]
     assert [c["found_on"] for c in checks] == list(config_of(store.get_run(run_id)).classifiers)
-    assert [len(c["data"]["labels"]) for c in checks] == [20, 20]
+    assert [len(c["data"]["labels"]) for c in checks] == per_side
     assert set(suites.label_names(checks[1])) == {"0"}
