@@ -265,9 +265,8 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
                      f"images{verdict}", expanded=bool(generator_check and generator_check.weak)):
         st.caption("Classes matched by name (classifier's = data set's): " + ", ".join(
             f"{k}={v}" for k, v in classifier_check.class_map.items()) + f". {classifier_check.message}.")
-        st.dataframe({"class": list(classifier_check.per_class),
-                      "accuracy": [round(v, 3) for v in classifier_check.per_class.values()]},
-                     hide_index=True, key="model_check_per_class")
+        st.caption("Accuracy per class: " + ", ".join(f"{name} {value:.0%}"
+                                                      for name, value in classifier_check.per_class.items()))
         if generator_check is not None:
             if generator_check.weak:
                 st.warning(generator_check.warning)
