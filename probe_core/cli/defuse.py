@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from probe_core.cli.common import format_table, job_progress_bar, workspace_from_args
 from probe_core.data import DEFAULT_DATASET
@@ -34,8 +35,11 @@ def _oracle(option: str) -> str:
 
 
 def _identify_settings(args) -> pipeline.IdentifySettings:
+    from probe_core.classes import with_class_map
+
+    classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
     return pipeline.IdentifySettings(
-        dataset=args.dataset, classifier=args.classifier, vae=args.vae, samples_per_image=args.samples_per_image,
+        dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
         shards=shard_count(args.executor, args.shards))
@@ -47,6 +51,8 @@ def _print_identify(run_id: int, result: dict, class_names: tuple[str, ...]) -> 
           f"images in {result['seconds']:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
     for entry in result.get("not_done", []):
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}")
+    if result.get("generator_weak"):
+        print(f"warning: {result['generator_warning']}", file=sys.stderr)
 
 
 def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], source: str, rho: float) -> None:
@@ -306,6 +312,8 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="e.g. digits, mnist, digits[mislabel=9->8:0.4]")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
     parser.add_argument("--vae", default="default", help="VAE model id, 'default' or a plugin .py with an encoder")
+    parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
+                        "from the data set's (classes are matched by name, never by position)")
     parser.add_argument("--samples-per-image", type=int, default=500, help="Q, perturbations per image")
     parser.add_argument("--max-per-image", type=int, default=100, help="M, failures kept per image")
     parser.add_argument("--noise", choices=["centered", "paper"], default="centered")

@@ -209,7 +209,8 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
         _, vae_check = checked_models(classifier, dataset, vae)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
-               "generator_weak": vae_check.weak, "generator_check": vae_check.to_dict()}
+               "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
+               "generator_check": vae_check.to_dict()}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
         images, labels = dataset.train_images, dataset.train_labels

@@ -189,3 +189,41 @@ def test_a_stale_ray_address_starts_a_local_instance():
     assert "stale Ray address 127.0.0.1:1" in done.stderr
     assert time.perf_counter() - started < 30
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_defuse_on_a_words_folder_finds_as_few_failures_as_on_digit_names(trained_workspace, tmp_path):
+    """The reported bug: a classifier right on the images became thousands of "failures" by class position."""
+    vae = trained_workspace.registry.default_id("digits", "vae")
+    failures = {}
+    for name, names in (("words", WORDS), ("digits", [str(i) for i in range(10)])):
+        folder = _write_folder(tmp_path / name, names)
+        plugin = _default_classifier_plugin(tmp_path / f"plugin-{name}", trained_workspace, names)
+        done = _probe("defuse", "identify", "--dataset", str(folder), "--classifier", str(plugin), "--vae", vae,
+                      "--samples-per-image", "20", cwd=tmp_path, workspace=trained_workspace.root, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        failures[name] = int(done.stdout.split(" failures from ")[0].split()[-1])
+    # the same images and classifier (in another order, so other noise draws): as many failures, whatever the
+    # folders are called; matched by position, nearly every one of the 1,437 x 20 decodings was a "failure"
+    assert abs(failures["words"] - failures["digits"]) <= 0.25 * failures["digits"] + 20, failures
+    assert failures["words"] < 1437 * 20 * 0.2
+
+
+def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(trained_workspace, tmp_path):
+    from probe_core.executors import ProcessExecutor
+    from probe_core.jobs import JobManager
+    from probe_core.runconfig import SampleConfig, submit
+
+    plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
+    words = _write_folder(tmp_path / "words", WORDS)
+    from probe_core.catalog import canonical_dataset_name
+
+    dataset = canonical_dataset_name(str(words))
+    generator = trained_workspace.registry.default_id("digits", "vae")
+    manager = JobManager(trained_workspace.store, ProcessExecutor(threads=1))
+    config = SampleConfig(dataset=dataset, target="high:seven", classifier=str(plugin.resolve()),
+                          generator=generator, chains=4, warmup=10, samples=10)
+    run_id = submit(manager, config)
+    run = manager.wait(run_id, timeout=300)
+    assert run.status == "done", run.error
+    assert run.result["model_checks"]["classifier"]["class_map"]["seven"] == "seven"
+    assert run.result["targets"][0]["description"].endswith("seven")
