@@ -182,6 +182,12 @@ def _hover_script() -> str:
     return (Path(__file__).parent / "hover_image.js").read_text()
 
 
+def keys_to_page() -> None:
+    """Keep button shortcuts working after a dropdown was used (``keys_to_page.js``: the focus is released)."""
+    script = (Path(__file__).parent / "keys_to_page.js").read_text()
+    st.components.v2.component("model_probe_keys_to_page", html="<span></span>", js=script)(key="keys_to_page")
+
+
 def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[torch.Tensor, str]]) -> None:
     """Show the image of the point under the mouse beside it, on the plotly chart keyed ``chart_key``.
 

@@ -59,7 +59,13 @@ _ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embeddin
 
 distill_run = _ui.pick_distill_run("defuse_distill_pick")
 if distill_run is None:
-    st.info("No distilled failures yet: press **Find failures** (digits: about a minute).")
+    in_flight = [r for kind in (pipeline.IDENTIFY, pipeline.DISTILL) for r in ws.store.list_runs(kind=kind, limit=5)
+                 if r.active]
+    if in_flight:  # the status comes from the runs' live state (progress above)
+        st.info(f"Finding failures now (run {in_flight[0].id}: {in_flight[0].status}, {in_flight[0].message}); the "
+                f"clusters appear here when distillation ends.")
+    else:
+        st.info("No distilled failures yet: press **Find failures** (digits: about a minute).")
     st.stop()
 
 summary = distill_run.result

@@ -63,6 +63,7 @@ def move(step: int) -> None:
     st.session_state["label_position"] = (st.session_state["label_position"] + step) % len(clusters)
 
 
+_ui.keys_to_page()  # the hotkeys keep working after a per-image dropdown was used
 nav1, nav2, nav3, _ = st.columns([1, 1, 1, 3])
 nav1.button("◀ Previous", key="label_prev", shortcut="Left", on_click=move, args=(-1,))
 nav2.button("Next ▶", key="label_next", shortcut="Right", on_click=move, args=(1,))

@@ -244,6 +244,16 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     app_env.store.request_cancel(again.id)  # not needed further
 
 
+def test_editing_a_matrix_field_and_rerunning_starts_no_run(app_env):
+    """What Enter in a field can do at most is send the edit; only the Build button starts a run."""
+    at = open_page("pages/views/matrix.py")
+    before = len(app_env.store.list_runs(kind="sample"))
+    for value in (3, 4, 5):
+        at.number_input(key="matrix_chains:digits").set_value(value).run()
+    assert not at.exception
+    assert len(app_env.store.list_runs(kind="sample")) == before
+
+
 def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
     at = open_page("pages/views/matrix.py")
     from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS  # the page starts from the CLI's matrix defaults

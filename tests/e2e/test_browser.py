@@ -196,6 +196,10 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     deadline = time.time() + 60  # the change is stored by the server's rerun, before the page is reloaded
     while time.time() < deadline and "none" not in [label["label"] for label in browser_user_labels()]:
         time.sleep(0.5)
+    # the dropdown gives the keyboard back, so the label hotkeys keep working after it was used
+    page.wait_for_function("""() => !(document.activeElement && document.activeElement.closest
+                                      && document.activeElement.closest('[data-testid="stSelectbox"]'))""",
+                           timeout=10_000)
     page.reload()  # the name is remembered in the URL
     page.get_by_label("Your name (annotator)").wait_for()
     page.wait_for_timeout(1500)

@@ -123,3 +123,16 @@ def test_no_module_tests_a_data_set_or_model_by_its_name():
 def test_the_name_test_finder_finds_planted_ones():
     tree = ast.parse('if x.startswith("scenes"):\n    pass\nif name == "digits":\n    pass\ny = "digits"\n')
     assert _name_tests(tree, {"digits", "scenes"}) == [1, 3]
+
+
+def test_no_form_starts_work_on_enter():
+    """Enter in a field never submits a form (one click, one run): every st.form passes enter_to_submit=False."""
+    offenders = []
+    for path in sorted((ROOT / "pages").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "form":
+                keywords = {k.arg: k.value for k in node.keywords}
+                value = keywords.get("enter_to_submit")
+                if not (isinstance(value, ast.Constant) and value.value is False):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
