@@ -227,3 +227,37 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
     assert run.status == "done", run.error
     assert run.result["model_checks"]["classifier"]["class_map"]["seven"] == "seven"
     assert run.result["targets"][0]["description"].endswith("seven")
+
+
+def _readme_block(language: str, after: str) -> str:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index(after):]
+    start = section.index(f"```{language}\n") + len(language) + 4
+    return section[start:section.index("```", start)]
+
+
+def test_the_readme_bring_your_own_model_section_runs(trained_workspace, tmp_path):
+    """The README's plugin, sidecar and `probe models check` lines, run as written (8x8 digits for 28x28)."""
+    folder = tmp_path / "mine"
+    built = _default_classifier_plugin(folder, trained_workspace, WORDS)  # its netdef.py and weights.pt
+    (folder / "my_net.py").write_text("from pathlib import Path\nimport netdef\n"
+                                      "def MyNet():\n    return netdef.build(Path(__file__).parent)\n")
+    plugin = _readme_block("python", "## Bring your own model")
+    assert "Path(__file__).parent" in plugin and "from my_net import MyNet" in plugin
+    (folder / "my_model.py").write_text(plugin.replace("(1, 28, 28)", "(1, 8, 8)").replace("    ...\n", "    pass\n")
+                                        .replace("def generator():", "def _generator():"))
+    built.unlink()
+    sidecar = json.loads(_readme_block("json", "## Bring your own model"))
+    assert {"class_names", "input_shape", "outputs", "class_map"} <= set(sidecar)
+    default = trained_workspace.registry.resolve("default", "classifier", "digits")
+    torch.jit.save(torch.jit.trace(default.module.net.eval(), torch.rand(2, 1, 8, 8)), str(folder / "net.pt"))
+    (folder / "net.json").write_text(json.dumps({**sidecar, "class_names": list(WORDS), "input_shape": [1, 8, 8],
+                                                 "class_map": {}}))
+    _write_folder(folder / "my_images", WORDS)
+    commands = [line.split("#")[0].split()[1:] for line in _readme_block("bash", "**The check.**").splitlines()]
+    assert len(commands) == 4
+    for command in commands:
+        arguments = [a.strip('"') for a in command]
+        done = _probe(*arguments, cwd=folder, workspace=trained_workspace.root)
+        assert done.returncode == 0, (arguments, done.stderr)
+        assert "accuracy 9" in done.stdout or '"accuracy": 0.9' in done.stdout, done.stdout
