@@ -74,3 +74,22 @@ def check_record(classifier_check: ClassifierCheck, generator_check: GeneratorCh
         record["generator_weak"] = generator_check.weak
         record["generator_warning"] = generator_check.warning
     return record
+
+
+def better_generator(registry, classifier, dataset, weak_id: str) -> str | None:
+    """Another trained generator of the data set that passes the check where ``weak_id`` did not; None if none does.
+
+    Only generators already in the workspace are looked at (a lookup never trains).
+    """
+    from probe_core.errors import ProbeError as _Error
+
+    for reference in registry.generator_choices(dataset.name):
+        if reference in (weak_id, "default"):
+            continue
+        try:
+            candidate = registry.resolve(reference, "generator", dataset.name)
+        except _Error:
+            continue
+        if not check_generator(candidate, classifier, dataset).weak:
+            return candidate.id
+    return None

@@ -91,7 +91,7 @@ def _sample(args: argparse.Namespace) -> int:
     from probe_core.catalog import load_dataset
     from probe_core.classes import with_class_map
     from probe_core.runconfig import SampleConfig, record
-    from probe_core.validation import checked_models, validate_sample
+    from probe_core.validation import better_generator, checked_models, validate_sample
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
@@ -101,9 +101,12 @@ def _sample(args: argparse.Namespace) -> int:
                                            generator=args.generator, **_sampler_kwargs(args)))
     classifier = registry.get_or_train_reference(classifier_reference, "classifier", args.dataset, device=args.device)
     generator = registry.get_or_train_reference(args.generator, "generator", args.dataset, device=args.device)
-    _, generator_check = checked_models(classifier, load_dataset(args.dataset, args.data_dir), generator)
+    data = load_dataset(args.dataset, args.data_dir)
+    _, generator_check = checked_models(classifier, data, generator)
     if generator_check.weak:
-        print(f"warning: {generator_check.warning}", file=sys.stderr)
+        better = better_generator(registry, classifier, data, generator.id)
+        hint = f"; generator {better} passes the check: use --generator {better}" if better else ""
+        print(f"warning: {generator_check.warning}{hint}", file=sys.stderr)
     config = record(SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier.id,
                                  generator=generator.id, **_sampler_kwargs(args)))
     return _sampling_run(args, workspace, config, lambda **kw: probe_target(

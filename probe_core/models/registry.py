@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -80,6 +81,23 @@ def default_epochs(kind: str, image_shape: tuple[int, int, int]) -> int:
     """Epochs that train well within minutes on 2 CPU cores for this image size."""
     small = image_shape[1] <= 16
     return {"classifier": 20 if small else 4, "vae": 400 if small else 15, "gan": 150 if small else 15}[kind]
+
+
+# A user's folder or array file of images larger than 16x16 gets at least this many optimisation steps (batches
+# of 64) per default model: their image-size defaults are a few epochs (made for MNIST's 8,000 images), which
+# left a small set with a few dozen steps (a VAE that decodes noise). Small images already train for hundreds.
+MIN_TRAINING_STEPS = {"classifier": 500, "vae": 2000, "gan": 2000}
+MAX_SIZED_EPOCHS = 2000
+
+
+def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: int, batch_size: int = 64) -> int:
+    """Default epochs for a user's data: the image-size default, raised so training takes
+    :data:`MIN_TRAINING_STEPS` steps however few the images (at most :data:`MAX_SIZED_EPOCHS`)."""
+    if image_shape[1] <= 16:
+        return default_epochs(kind, image_shape)
+    steps_per_epoch = max(1, math.ceil(train_images / batch_size))
+    return min(MAX_SIZED_EPOCHS, max(default_epochs(kind, image_shape),
+                                     math.ceil(MIN_TRAINING_STEPS[kind] / steps_per_epoch)))
 
 
 def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
@@ -177,7 +195,11 @@ class ModelSpec:
         entry = dataset_entry(self.dataset)
         classifier = self.kind == "classifier"
         entry_epochs = {"classifier": entry.classifier_epochs, "vae": entry.vae_epochs}.get(self.kind)
-        epochs = self.epochs or entry_epochs or default_epochs(self.kind, dataset.image_shape)
+        if is_file_reference(split_view(self.dataset)[0]):  # a user's data: epochs by its size
+            sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
+        else:
+            sized = default_epochs(self.kind, dataset.image_shape)
+        epochs = self.epochs or entry_epochs or sized
         latent = self.latent_dim or (dataset.default_latent_dim if self.kind in GENERATOR_KINDS else None)
         kl_warmup = self.kl_warmup if self.kl_warmup is not None else (epochs // 2 if self.kind == "vae" else None)
         beta = self.beta if self.beta is not None else (entry.vae_beta if self.kind == "vae" else None)

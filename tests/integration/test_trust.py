@@ -158,6 +158,11 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     weak = check_generator(weak_vae, classifier, data)
     assert weak.verdict == "weak" and weak.failed and "weak" in weak.warning
     assert weak.samples.shape == (16, 1, 8, 8)
+    from probe_core.validation import better_generator
+
+    better = better_generator(registry, classifier, data, weak_vae.id)  # what `probe sample` suggests instead
+    assert better is not None and better != weak_vae.id
+    assert check_generator(registry.resolve(better, "generator", "digits"), classifier, data).verdict == "ok"
 
 
 @pytest.mark.parametrize("arguments", [

@@ -133,3 +133,14 @@ def test_the_cli_takes_a_plain_path_and_says_what_is_wrong_in_one_line(tmp_path,
     assert main(["data", "info", "./nothing-here"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error:") and "does not exist" in error and "\n" not in error
+
+
+def test_default_epochs_on_a_users_data_grow_as_the_data_shrinks():
+    from probe_core.models.registry import MIN_TRAINING_STEPS, default_epochs, epochs_for_size
+
+    shape = (3, 32, 32)
+    for kind in ("classifier", "vae", "gan"):
+        small, large = epochs_for_size(kind, shape, 100), epochs_for_size(kind, shape, 100_000)
+        assert large == default_epochs(kind, shape) and small > large
+        assert small * 2 >= MIN_TRAINING_STEPS[kind]  # 100 images are 2 batches of 64 per epoch
+        assert epochs_for_size(kind, (1, 8, 8), 100) == default_epochs(kind, (1, 8, 8))  # already hundreds of steps
