@@ -70,6 +70,8 @@ if distill_run is None:
 
 summary = distill_run.result
 identify_run = ws.store.get_run(distill_run.config.get("identify_run", -1))
+if identify_run is not None and (identify_run.result or {}).get("generator_weak"):
+    st.warning(f"Found with a weak VAE: {identify_run.result['generator_warning']}")
 _ui.shards_not_done(identify_run.result if identify_run is not None else None)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Failures", f"{summary['failures']:,}")

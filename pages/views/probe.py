@@ -249,6 +249,8 @@ result = run.result
 _ui.shards_not_done(result)
 if result.get("cancelled"):
     st.warning("This run was stopped early; the summary covers what it kept.")
+if result.get("generator_weak"):
+    st.warning(f"Made with a weak generator: {result['model_checks']['generator_warning']}")
 st.subheader("Summary (paper Table 2, with the test-set baseline)")
 st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
              column_config={"hit rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0,

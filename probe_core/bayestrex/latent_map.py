@@ -112,5 +112,7 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
         "Where the hits are among draws of the prior (UMAP of latent codes, Bayes-Probe Fig. 5)",
         latent_map_figure(mapped, descriptions))]
     notes = POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result["targets"]) else ""
+    if result.get("generator_weak"):  # a result the tool cannot vouch for says so wherever it is shown
+        notes = f"Warning: {result['model_checks']['generator_warning']} {notes}".strip()
     return html_report(f"Bayes-TrEx run {run_id}: {run.config.get('target', run.config.get('recipe', ''))}",
                        dict(run.config), summary_rows(result), galleries, notes=notes, figures=figures)

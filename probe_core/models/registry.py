@@ -258,6 +258,29 @@ class LoadedModel:
         return self.class_match.model_names if self.class_match is not None else self.class_names
 
 
+def in_memory_classifier(module: nn.Module, class_names, input_shape: tuple[int, int, int],
+                         outputs: str = "logits", name: str = "in-memory") -> LoadedModel:
+    """An in-memory ``torch.nn.Module`` as a classifier, checked like a plugin's (API use).
+
+    Parameters
+    ----------
+    module : nn.Module
+        Images (B, C, H, W) in [0, 1] to (B, K) logits or probabilities.
+    class_names : sequence of str
+        K names in output order; matched to a data set's by name (:func:`align_classifier`).
+    input_shape : tuple of int
+        (C, H, W) to check it with.
+    outputs : {"logits", "probabilities"}
+    name : str
+        Shown in messages; the model is ``memory:NAME`` (it is not stored, so no run can refer to it later).
+    """
+    from probe_core.models.plugins import validate_classifier
+
+    names = tuple(str(n) for n in class_names)
+    wrapped = validate_classifier(module.eval(), outputs, tuple(input_shape), len(names), source=f"classifier {name}")
+    return LoadedModel(f"memory:{name}", "memory-classifier", wrapped, names, {"metrics": {}})
+
+
 def align_classifier(loaded: LoadedModel, dataset: ImageDataset, class_map: dict | None = None) -> LoadedModel:
     """The classifier with its outputs matched to the data set's classes by name (:func:`match_classes`).
 

@@ -266,3 +266,15 @@ def test_the_readme_bring_your_own_model_section_runs(trained_workspace, tmp_pat
         done = _probe(*arguments, cwd=folder, workspace=trained_workspace.root)
         assert done.returncode == 0, (arguments, done.stderr)
         assert "accuracy 9" in done.stdout or '"accuracy": 0.9' in done.stdout, done.stdout
+
+
+def test_an_in_memory_module_with_class_names_is_matched_and_checked(trained_workspace):
+    from probe_core.models.registry import align_classifier, in_memory_classifier
+
+    data = load_dataset("digits")
+    default = trained_workspace.registry.resolve("default", "classifier", "digits")
+    module = torch.nn.Sequential(default.module.net, _Reverse())
+    loaded = align_classifier(in_memory_classifier(module, [str(i) for i in reversed(range(10))], (1, 8, 8)), data)
+    assert check_classifier(loaded, data).accuracy == check_classifier(default, data).accuracy
+    with pytest.raises(ClassMismatchError):
+        align_classifier(in_memory_classifier(module, WORDS, (1, 8, 8)), data)
