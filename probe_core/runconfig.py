@@ -30,6 +30,7 @@ from probe_core.defuse.steps import (
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec
 from probe_core.lifecycle import run_inline
+from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.targets import DEFAULT_SIGMA, is_matrix_spec
 
 
@@ -54,9 +55,9 @@ class SampleConfig:
     target: str
     classifier: str = "default"
     generator: str = "default"
-    chains: int = 64
-    warmup: int = 300
-    samples: int = 300
+    chains: int = DEFAULT_CHAINS
+    warmup: int = DEFAULT_WARMUP
+    samples: int = DEFAULT_SAMPLES
     sigma: float = DEFAULT_SIGMA
     sampler: str = "hmc"
     seed: int = 0

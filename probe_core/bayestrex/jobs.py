@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from probe_core.bayestrex.recipes import probe_target
-from probe_core.bayestrex.run import sample
+from probe_core.bayestrex.run import SAMPLER_DEFAULTS, sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import training_announcer
@@ -117,7 +117,7 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
         models = registry.announcing(training_announcer(context))
         clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
         targets = parse_targets(spec, clf.class_names)
-        chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", 64)
+        chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", SAMPLER_DEFAULTS["chains"])
         trace = LiveTrace(targets, chains)
         stop = {"requested": False}
 

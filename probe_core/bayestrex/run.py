@@ -24,6 +24,7 @@ from probe_core.sampling import (
     run_pyro_nuts,
     run_rwm,
 )
+from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, is_matrix_spec, parse_targets
 
 SAMPLERS = ("hmc", "nuts", "rwm")
@@ -34,7 +35,7 @@ MAX_CHAINS = 1024  # per target, as the pages allow
 
 MAX_ITERATIONS = 100_000
 MAX_INDEPENDENCE_MOVES = 64
-SAMPLER_DEFAULTS = {"chains": 64, "warmup": 300, "samples": 300, "keep_every": 1}
+SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": DEFAULT_WARMUP, "samples": DEFAULT_SAMPLES, "keep_every": 1}
 # The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
 # reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
 # where the general defaults take about 9), and every 10th sample is stored.
@@ -66,7 +67,7 @@ def sampler_defaults(spec: str | None, image_shape: tuple[int, int, int] | None 
     return matrix_sampler_defaults(image_shape)
 
 
-def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,
+def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
                            **_ignored) -> None:
     """Raise :class:`ProbeError` with a clear message for settings :func:`sample` cannot run with.
@@ -91,7 +92,7 @@ def check_sampler_settings(chains: int = 64, warmup: int = 300, samples: int = 3
 
 
 def sample(classifier, generator, spec: str | list[Target], *, class_names: tuple[str, ...],
-           chains: int = 64, warmup: int = 300, samples: int = 300, sigma: float = DEFAULT_SIGMA,
+           chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,

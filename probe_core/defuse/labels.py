@@ -78,21 +78,6 @@ def label_images(store, review_image_ids: list[int], annotator: str, label: str 
     return store.set_labels(annotator, [(int(i), name) for i in review_image_ids], source=source)
 
 
-def label_cluster(store, cluster_id: int, annotator: str, *, is_failure: bool | None, label: str | int | None,
-                  class_names: tuple[str, ...], source: str = HUMAN) -> int:
-    """Store one annotator's label of a whole cluster (the pre-per-image way; kept for scripts and old data).
-
-    New labelling goes through :func:`label_images`; a cluster with per-image labels of a source is
-    aggregated from those, and its whole-cluster labels of that source are not used.
-    """
-    if store.get_cluster(cluster_id) is None:
-        raise ProbeError(f"no cluster {cluster_id}")
-    if is_failure is None and label is None:
-        raise ProbeError("give whether it is a failure, the correct class, or both")
-    return store.set_label(annotator, cluster_id=cluster_id, label=normalise_label(label, class_names),
-                           is_failure=is_failure, source=source)
-
-
 def strict_majority(votes: list) -> tuple[object | None, int]:
     """The most common vote if no other ties with it (else None), and its count."""
     if not votes:

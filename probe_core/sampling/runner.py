@@ -33,6 +33,12 @@ def _preview(posterior: BayesTrExPosterior, position: torch.Tensor) -> torch.Ten
         return posterior.generator.decode(position[:PREVIEW_CHAINS].to(posterior.device)).cpu()
 
 
+# A Bayes-TrEx run's default length, written once (bayestrex.SAMPLER_DEFAULTS and the run settings read these).
+DEFAULT_CHAINS = 64
+DEFAULT_WARMUP = 300
+DEFAULT_SAMPLES = 300
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
     """Settings of a sampling run.
@@ -67,8 +73,8 @@ class SamplerConfig:
         Iterations between hook calls and sink flushes.
     """
 
-    num_warmup: int = 300
-    num_samples: int = 300
+    num_warmup: int = DEFAULT_WARMUP
+    num_samples: int = DEFAULT_SAMPLES
     max_integration_steps: int | None = None
     target_accept: float = 0.75
     initial_step_size: float = 0.1

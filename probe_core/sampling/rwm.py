@@ -108,17 +108,3 @@ class CategoricalResampleProposal:
         current = proposed[:, self.dims]
         proposed[:, self.dims] = torch.where(resample.to(position.device), draws.to(position), current)
         return proposed, torch.zeros(batch, device=position.device)
-
-
-class CompositeProposal:
-    """Apply several proposals in turn; the log ratios add."""
-
-    def __init__(self, *proposals: Proposal) -> None:
-        self.proposals = proposals
-
-    def __call__(self, generator: torch.Generator, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        total = torch.zeros(len(position), device=position.device)
-        for proposal in self.proposals:
-            position, log_ratio = proposal(generator, position)
-            total = total + log_ratio
-        return position, total
