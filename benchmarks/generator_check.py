@@ -1,6 +1,6 @@
 """The generator check's figures: the default generators against a 1-epoch VAE (README, "Bring your own model").
 
-    .venv/bin/python benchmarks/generator_check.py --workspace WS                   # digits (defaults trained if missing)
+    .venv/bin/python benchmarks/generator_check.py --workspace WS          # digits (defaults trained if missing)
     PROBE_DATA_DIR=DIR .venv/bin/python benchmarks/generator_check.py --dataset mnist --workspace WS
     .venv/bin/python benchmarks/generator_check.py --quick --workspace WS           # the same, digits; a smoke run
 
@@ -42,7 +42,8 @@ def main() -> int:
             for kind in ("vae", "gan")]
     rows.append(("1-epoch VAE", registry.get_or_train(ModelSpec(dataset=args.dataset, kind="vae", epochs=1), **quiet)))
     print(f"thresholds: {GENERATOR_THRESHOLDS}")
-    print("| generator | verdict | FD-clf / train-vs-test | confidence ratio | reconstruction ratio |\n|---|---|---|---|---|")
+    print("| generator | verdict | FD-clf / train-vs-test | confidence ratio | reconstruction ratio |")
+    print("|---|---|---|---|---|")
     failed = False
     for name, generator in rows:
         check = check_generator(generator, classifier, data)

@@ -152,6 +152,10 @@ def _probabilities(module: torch.nn.Module, images: torch.Tensor, batch_size: in
 _CLASSIFIER_CHECKS: dict[tuple, ClassifierCheck] = {}
 
 
+def _model_key(model) -> str:
+    return f"{model.id}@{id(model.module)}" if model.kind.startswith("memory") else model.id
+
+
 def check_classifier(classifier, dataset) -> ClassifierCheck:
     """Check a resolved classifier (:meth:`ModelRegistry.resolve`) on the data set's labelled test images.
 
@@ -166,7 +170,8 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     ClassifierCheck
         Cached per classifier and data set in this process (a check is a few forward passes).
     """
-    key = (classifier.id, dataset.name, len(dataset.test_labels))
+    # in-memory models have no stable id, so their checks are keyed by the object itself
+    key = (_model_key(classifier), dataset.name, len(dataset.test_labels))
     if key in _CLASSIFIER_CHECKS:
         return _CLASSIFIER_CHECKS[key]
     match = classifier.class_match
@@ -244,7 +249,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     GeneratorCheck
         Cached per generator, classifier and data set in this process.
     """
-    key = (generator.id, classifier.id, dataset.name, samples, seed)
+    key = (_model_key(generator), _model_key(classifier), dataset.name, samples, seed)
     if key in _GENERATOR_CHECKS:
         return _GENERATOR_CHECKS[key]
     from probe_core.models.training import _features, frechet_distance
@@ -320,7 +325,8 @@ def check_references(registry, classifier: str, dataset: str, generator: str | N
     report = {"dataset": data.name, "classifier": classifier_check.to_dict(), "generator": None,
               "usable": classifier_check.usable}
     if generator is not None:
-        generator_check = check_generator(registry.resolve(generator, "generator", dataset, device=device), loaded, data)
+        resolved = registry.resolve(generator, "generator", dataset, device=device)
+        generator_check = check_generator(resolved, loaded, data)
         report["generator"] = generator_check.to_dict()
         report["generator_warning"] = generator_check.warning
     return report

@@ -54,7 +54,8 @@ from pages.ui.widgets import (
 __all__ = [
     "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",
     "confidence_figure", "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
-    "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_choice", "model_ref",
+    "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_choice",
+    "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",

@@ -117,7 +117,8 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
         models = registry.announcing(training_announcer(context))
         clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
         targets = parse_targets(spec, clf.class_names)
-        chains = 1 if sample_kwargs.get("sampler") == "nuts" else sample_kwargs.get("chains", SAMPLER_DEFAULTS["chains"])
+        chains = (1 if sample_kwargs.get("sampler") == "nuts"
+                  else sample_kwargs.get("chains", SAMPLER_DEFAULTS["chains"]))
         trace = LiveTrace(targets, chains)
         stop = {"requested": False}
 

@@ -67,7 +67,8 @@ def sampler_defaults(spec: str | None, image_shape: tuple[int, int, int] | None 
     return matrix_sampler_defaults(image_shape)
 
 
-def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
+def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,
+                           samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
                            **_ignored) -> None:
     """Raise :class:`ProbeError` with a clear message for settings :func:`sample` cannot run with.
@@ -92,7 +93,8 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 
 
 def sample(classifier, generator, spec: str | list[Target], *, class_names: tuple[str, ...],
-           chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
+           chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES,
+           sigma: float = DEFAULT_SIGMA,
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
