@@ -433,10 +433,13 @@ class ModelRegistry:
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
         metrics["train_seconds"] = round(time.perf_counter() - started, 2)
         if spec.kind in GENERATOR_KINDS:
+            # FD-clf needs the data set's default classifier; it is not trained just for this metric (nothing
+            # trains unless the run uses it), and the generator check scores any generator with the run's own
             reference_spec = ModelSpec(dataset=spec.dataset, kind="classifier", seed=spec.seed)
-            reference = self.get_or_train(reference_spec, device=device)  # announced like any training
-            metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, module, dataset.test_images)
-            metrics["fd_reference_classifier"] = reference.id
+            if self.exists(self._model_id(reference_spec)):
+                reference = self.load(self._model_id(reference_spec), device)
+                metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, module, dataset.test_images)
+                metrics["fd_reference_classifier"] = reference.id
         record = asdict(spec)
         record.update(
             architecture={"class": type(module).__name__, "args": args},

@@ -278,3 +278,18 @@ def test_an_in_memory_module_with_class_names_is_matched_and_checked(trained_wor
     assert check_classifier(loaded, data).accuracy == check_classifier(default, data).accuracy
     with pytest.raises(ClassMismatchError):
         align_classifier(in_memory_classifier(module, WORDS, (1, 8, 8)), data)
+
+
+def test_sampling_with_a_plugin_classifier_trains_no_zoo_classifier(tmp_path, workspace):
+    from helpers import write_tiny_plugin
+
+    from probe_core.models import ModelSpec
+
+    plugin = write_tiny_plugin(tmp_path)
+    done = _probe("sample", "--target", "high:3", "--classifier", str(plugin), "--generator", str(plugin),
+                  "--chains", "2", "--warmup", "2", "--samples", "2", cwd=tmp_path, workspace=workspace.root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # a generator the run needs is trained without the data set's classifier (its FD-clf waits for one)
+    vae = workspace.registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), progress=lambda p: None)
+    assert "fd_classifier_features" not in vae.metrics
+    assert not [m for m in workspace.registry.list() if m["kind"] == "classifier"]
