@@ -7,7 +7,6 @@ uses prove themselves on the data (:func:`checked_models`).
 
 from __future__ import annotations
 
-from probe_core.bayestrex.run import check_sampler_settings
 from probe_core.catalog import classifier_dataset, load_dataset
 from probe_core.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
 from probe_core.classes import split_class_map
@@ -40,6 +39,8 @@ def validate_sample(registry, config):
     Sampler settings, the executor and shards, the data set, the classifier's classes (matched to
     the data set's) and the target spec. Never trains and never connects to a cluster.
     """
+    from probe_core.bayestrex.run import check_sampler_settings  # the bayestrex package imports this module
+
     check_sampler_settings(**config.sampler_settings())
     check_executor(config.executor, connect=False)
     if config.shards is not None and (not isinstance(config.shards, int) or config.shards < 1):

@@ -8,6 +8,7 @@ from probe_core.bayestrex.run import SAMPLER_DEFAULTS, sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import training_announcer
+from probe_core.validation import check_record, checked_models
 
 
 def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
@@ -19,9 +20,10 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
         data = load_dataset(dataset, models.data_dir)
         gen = models.get_or_train_reference(generator or "default", "generator", dataset)
         sides = [models.get_or_train_reference(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
-        names = tuple(sides[0].class_names or data.class_names)
-        if tuple(sides[1].class_names or data.class_names) != names:
+        names = tuple(sides[0].class_names)  # both matched to the data set's classes by name, in its order
+        if tuple(sides[1].class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
+        checks = [checked_models(clf, data, gen if side == 0 else None) for side, clf in enumerate(sides)]
         spec = ";".join(f"high:{name}" for name in names)
         summaries = []
         for side, clf in enumerate(sides):
@@ -34,7 +36,8 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
                             target_index_offset=side * len(names), progress=on_progress, **sample_kwargs)
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return {"sides": summaries, "class_names": list(names), "classifiers": [s.id for s in sides],
-                "generator": gen.id}
+                "generator": gen.id, "generator_weak": checks[0][1].weak,
+                "model_checks": check_record(*checks[0])}
 
     return run
 
