@@ -33,12 +33,14 @@ def main() -> None:
                 spec = replace(spec, epochs=2)
             model = registry.get_or_train(spec)
             metrics, resolved = model.metrics, model.record["spec"]
+            # FD-clf is scored with the default classifier; --quick trains a 2-epoch one instead, so it has none
+            fd = f"{metrics[FD_METRIC]:.1f}" if FD_METRIC in metrics else "n/a (no default classifier)"
             if model.kind == "classifier":
                 metric = f"test accuracy {metrics['test_accuracy'] * 100:.1f} %"
             elif model.kind == "vae":
-                metric = f"test ELBO {metrics['test_elbo']:.1f} nats, FD-clf {metrics[FD_METRIC]:.1f}"
+                metric = f"test ELBO {metrics['test_elbo']:.1f} nats, FD-clf {fd}"
             else:
-                metric = f"FD-clf {metrics[FD_METRIC]:.1f}"
+                metric = f"FD-clf {fd}"
             print(f"| {resolved['architecture']['class']} {model.kind} (`{model.id}`, {resolved['epochs']} epochs) "
                   f"| {metric} | {metrics['train_seconds']:.0f} s |", flush=True)
 
