@@ -29,8 +29,9 @@ import torch
 
 from probe_core.bayestrex import SMALL_IMAGE_VALUES, sample
 from probe_core.diagnostics import effective_sample_size
+from probe_core.requests import SampleRequest
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
-from probe_core.targets import TargetBatch, parse_targets
+from probe_core.targets import TargetBatch
 from probe_core.workspace import Workspace
 
 
@@ -98,7 +99,7 @@ def main() -> None:
     print(f"{'target':<15} {'sampler':<10} {'wall s':>7} {'ESS':>7} {'ESS/s':>8} {'hits':>7} {'hits/s':>9} "
           f"{'evals/s':>9} {'ESS/1k evals':>13}")
     for spec in ("high:3", "ambiguous:4,9"):
-        [target] = parse_targets(spec, names)
+        [target] = SampleRequest(dataset=args.dataset, target=spec, class_names=tuple(names)).targets
         nuts_posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], 1))
         steps = nuts_steps[target.kind]
         nuts = run_pyro_nuts(nuts_posterior, num_warmup=steps, num_samples=steps, seed=0)

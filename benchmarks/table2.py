@@ -18,6 +18,7 @@ import math
 import time
 
 from probe_core.bayestrex import recipes
+from probe_core.validation import sample_request
 from probe_core.workspace import Workspace
 
 ROWS = (  # row, what, spec or use case, the target reported, the paper's MNIST figure
@@ -59,7 +60,7 @@ def main() -> None:
             continue
         started = time.perf_counter()
         if isinstance(target, str):
-            result = recipes.probe_target(registry, args.dataset, target, **settings)
+            result = recipes.probe_target(registry, sample_request(registry, args.dataset, target, **settings))
         else:
             name, options = target
             plan = recipes.plan_use_case(registry, args.dataset, name, **options)

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from probe_core.executors import ProcessExecutor, worker_threads  # noqa: E402
 from probe_core.jobs import JobManager  # noqa: E402
-from probe_core.runconfig import SampleConfig, submit  # noqa: E402
+from probe_core.requests import SampleRequest  # noqa: E402
+from probe_core.runconfig import submit  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -59,7 +60,7 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the dashboard server did not come up")
 
 
-def timed_run(workspace: Workspace, config: SampleConfig, browser, url: str, tabs: int, threads: int) -> float:
+def timed_run(workspace: Workspace, config: SampleRequest, browser, url: str, tabs: int, threads: int) -> float:
     """Submit one sampling run as the Probe page does, with ``tabs`` Probe pages showing it; its run time in seconds.
 
     ``threads``: the worker's torch threads (the dashboard's default is :func:`worker_threads`).
@@ -122,7 +123,7 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    config = SampleConfig(dataset="digits", target="high:3", classifier=registry.default_id("digits", "classifier"),
+    config = SampleRequest(dataset="digits", target="high:3", classifier=registry.default_id("digits", "classifier"),
                           generator=registry.default_id("digits", "vae"), chains=32,
                           warmup=60 if args.quick else 300, samples=60 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds

@@ -8,7 +8,8 @@ Where things are: data sets and what they use in :mod:`probe_core.catalog`; mode
 :mod:`probe_core.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
 :mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in
 :mod:`probe_core.runconfig`, :mod:`probe_core.lifecycle`, :mod:`probe_core.jobs` and
-:mod:`probe_core.executors`; the workspace database in :mod:`probe_core.store`.
+:mod:`probe_core.executors`; the workspace database in :mod:`probe_core.store`. The Python API
+(``import probe_core as mp; mp.sample(...)``) is :mod:`probe_core.api`.
 """
 
 from probe_core.pyfixes import serialize_ast_parse
@@ -16,3 +17,14 @@ from probe_core.pyfixes import serialize_ast_parse
 __version__ = "0.1.0"
 
 serialize_ast_parse()
+
+_API = ("sample", "SampleResult", "open_workspace")
+
+
+def __getattr__(name: str):
+    """``probe_core.sample`` and the other API verbs, imported on first use (:mod:`probe_core.api`)."""
+    if name in _API:
+        from probe_core import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'probe_core' has no attribute {name!r}")

@@ -30,8 +30,8 @@ from probe_core.defuse.steps import (
 from probe_core.errors import ProbeError
 from probe_core.executors import JobSpec
 from probe_core.lifecycle import run_inline
-from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.targets import DEFAULT_SIGMA, is_matrix_spec
+from probe_core.requests import SampleRequest, record
+from probe_core.targets import DEFAULT_SIGMA
 
 
 class RunConfig(Protocol):
@@ -42,55 +42,6 @@ class RunConfig(Protocol):
 
     def job_arguments(self) -> dict:
         ...
-
-
-@dataclass(frozen=True)
-class SampleConfig:
-    """A Bayes-TrEx run: a target spec on a classifier and a generator (stored references)."""
-
-    kind: ClassVar[str] = "sample"
-    builder: ClassVar[str] = "probe_core.bayestrex.jobs:sampling_job"
-
-    dataset: str
-    target: str
-    classifier: str = "default"
-    generator: str = "default"
-    chains: int = DEFAULT_CHAINS
-    warmup: int = DEFAULT_WARMUP
-    samples: int = DEFAULT_SAMPLES
-    sigma: float = DEFAULT_SIGMA
-    sampler: str = "hmc"
-    seed: int = 0
-    keep_every: int = 1
-    anneal_sigma_from: float | str | None = "auto"
-    executor: str = "local"  # where the target shards run: local, ray or ray:ADDRESS (probe_core.scaleout)
-    shards: int | None = 1  # None: one per worker of the executor (decided where the run runs)
-    independence_moves: int = 0  # HMC's independence jumps per iteration after warm-up (SamplerConfig)
-
-    def sampler_settings(self) -> dict:
-        return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
-                "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
-                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
-                "independence_moves": self.independence_moves}
-
-    def job_arguments(self) -> dict:
-        return {"dataset": self.dataset, "spec": self.target, "classifier": self.classifier,
-                "generator": self.generator, **self.sampler_settings()}
-
-    @property
-    def is_matrix(self) -> bool:
-        """Whether the target is the K×K ambiguity matrix."""
-        return is_matrix_spec(self.target)
-
-    @property
-    def path(self) -> tuple[str, str, int] | None:
-        """``(from, to, steps)`` of a ``path:A->B:N`` target; None for other targets."""
-        kind, _, rest = self.target.partition(":")
-        if kind != "path":
-            return None
-        ends, _, steps = rest.rpartition(":")
-        source, _, destination = ends.partition("->")
-        return source, destination, int(steps)
 
 
 @dataclass(frozen=True)
@@ -140,13 +91,7 @@ class TrainConfig:
 
 
 RUN_CONFIGS: dict[str, type] = {config.kind: config for config in (
-    SampleConfig, CompareConfig, TrainConfig, IdentifySettings, DistillSettings, CorrectSettings, EmbeddingSettings)}
-
-
-def record(config) -> dict:
-    """The configuration as the run stores it (JSON-ready; tuples become lists)."""
-    data = dataclasses.asdict(config)
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+    SampleRequest, CompareConfig, TrainConfig, IdentifySettings, DistillSettings, CorrectSettings, EmbeddingSettings)}
 
 
 def config_of(run):

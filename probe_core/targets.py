@@ -181,6 +181,24 @@ def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
     return targets
 
 
+def describe_spec(spec: str, class_names: Sequence[str], shown: int = 4) -> str:
+    """A target spec in words, for a caption: its first ``shown`` targets, then how many there are.
+
+    Raises
+    ------
+    ProbeError
+        As :func:`parse_targets`.
+    """
+    targets = parse_targets(spec, class_names)
+    more = f"; … ({len(targets)} targets)" if len(targets) > shown else ""
+    return "; ".join(t.describe(class_names) for t in targets[:shown]) + more
+
+
+def first_target_classes(spec: str, class_names: Sequence[str]) -> tuple[str, ...]:
+    """The class names the spec's first target is about (``high:7`` -> ``("7",)``)."""
+    return tuple(class_names[c] for c in parse_targets(spec, class_names)[0].reported_classes)
+
+
 def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Target]:
     num_classes = len(class_names)
     if kind == "high":

@@ -9,45 +9,90 @@ from __future__ import annotations
 
 from probe_core.catalog import classifier_dataset, load_dataset
 from probe_core.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
-from probe_core.classes import split_class_map
+from probe_core.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError
 from probe_core.scaleout import check_executor
-from probe_core.targets import parse_targets
+from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
+from probe_core.targets import is_matrix_spec
 
 
-def classifier_class_names(registry, reference: str | None, dataset: str) -> tuple[str, ...]:
-    """The class names a classifier's targets are written in on ``dataset``, without training anything.
+def _resolved(registry, reference: str, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
+    """``(stored reference, class names)`` of a model on ``dataset``, without training anything.
 
-    A ``default`` that is not trained yet is named by its data set (it will be trained on it); any
-    other reference is resolved, so its classes are matched to the data set's by name first.
+    A ``default`` that is not trained yet keeps its name (the run trains it, announced); a classifier's
+    names are then the data set's, which it will be trained on. Anything else is resolved, so a
+    classifier's classes are matched to the data set's by name here, and its id is what is stored.
 
     Raises
     ------
     ClassMismatchError, ModelNotFoundError, PluginError
     """
-    base, _ = split_class_map(reference or "default")
+    base, _ = split_class_map(reference)
     if base == "default":
-        spec = registry.default_spec(dataset, "classifier")
-        if spec is not None and not registry.exists(registry.default_id(dataset, "classifier")):
-            return load_dataset(classifier_dataset(dataset), registry.data_dir).class_names
-    return registry.resolve(reference or "default", "classifier", dataset).class_names
+        spec = registry.default_spec(dataset, role)
+        if spec is not None and not registry.exists(registry.default_id(dataset, role)):
+            if role != "classifier":
+                return reference, ()
+            return reference, tuple(load_dataset(classifier_dataset(dataset), registry.data_dir).class_names)
+    loaded = registry.resolve(reference, role, dataset)
+    return loaded.id, tuple(loaded.class_names)
 
 
-def validate_sample(registry, config):
-    """Check a :class:`~probe_core.runconfig.SampleConfig` before any work; returns it unchanged.
+def classifier_class_names(registry, reference: str | None, dataset: str) -> tuple[str, ...]:
+    """The class names a classifier's targets are written in on ``dataset``, without training anything."""
+    return _resolved(registry, reference or "default", "classifier", dataset)[1]
 
-    Sampler settings, the executor and shards, the data set, the classifier's classes (matched to
-    the data set's) and the target spec. Never trains and never connects to a cluster.
+
+def sample_request(registry, dataset: str, target: str, classifier: str = "default", generator: str = "default",
+                   *, class_map: str | None = None, **settings) -> SampleRequest:
+    """The one way to make a :class:`~probe_core.runconfig.SampleRequest`: defaults, checks, references, targets.
+
+    Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
+    size). Every setting, the executor and shards, the data set, the classifier's classes (matched to
+    the data set's by name; ``class_map`` gives ``MODEL=DATA,...`` where the names differ) and the
+    target are checked before any work: nothing is trained, stored or connected to.
+
+    Parameters
+    ----------
+    registry : ModelRegistry
+    dataset, target : str
+    classifier, generator : str
+        References as the user gave them (``default``, a model id, a plugin or model file path).
+    class_map : str, optional
+    **settings
+        Any of :data:`~probe_core.runconfig.SAMPLE_SETTINGS`.
+
+    Raises
+    ------
+    ProbeError
+        For an unknown setting or any value a run cannot use (one clear message).
     """
-    from probe_core.bayestrex.run import check_sampler_settings  # the bayestrex package imports this module
+    from probe_core.bayestrex.run import check_sampler_settings, sampler_defaults  # bayestrex imports this module
 
-    check_sampler_settings(**config.sampler_settings())
-    check_executor(config.executor, connect=False)
-    if config.shards is not None and (not isinstance(config.shards, int) or config.shards < 1):
-        raise ProbeError(f"shards must be a whole number >= 1, got {config.shards!r}")
-    load_dataset(config.dataset, registry.data_dir)
-    parse_targets(config.target, classifier_class_names(registry, config.classifier, config.dataset))
-    return config
+    unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
+    if unknown:
+        raise ProbeError(f"unknown sampler setting(s) {', '.join(unknown)}; use {', '.join(SAMPLE_SETTINGS)}")
+    if not isinstance(target, str) or not target.strip():
+        raise ProbeError("a target spec is needed, e.g. high:3 or ambiguous:4,9")
+    data = load_dataset(dataset, registry.data_dir)
+    given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
+                                                                                          "anneal_sigma_from")}
+    given = {**sampler_defaults(target, data.image_shape if is_matrix_spec(target) else None), **given}
+    check_sampler_settings(**given)
+    given["executor"] = check_executor(given.get("executor", "local"), connect=False)
+    if given.get("shards", 1) is None and given["executor"] == "local":
+        given["shards"] = 1  # one shard here; None means one per worker of a cluster
+    shards = given.get("shards", 1)
+    if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
+        raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+    classifier = classifier or "default"
+    classifier_id, names = _resolved(registry, with_class_map(classifier, class_map) if class_map else classifier,
+                                     "classifier", dataset)
+    generator_id, _ = _resolved(registry, generator or "default", "generator", dataset)
+    request = SampleRequest(dataset=dataset, target=target.strip(), classifier=classifier_id, generator=generator_id,
+                            class_names=names, **given)
+    request.targets  # noqa: B018  a bad target stops here, in the classifier's words
+    return request
 
 
 def checked_models(classifier, dataset, generator=None) -> tuple[ClassifierCheck, GeneratorCheck | None]:

@@ -121,7 +121,8 @@ def regression_suite(trained_workspace, flawed_run):
     from probe_core import suites
     from probe_core.defuse import pipeline
     from probe_core.defuse.labels import cluster_label_table as label_table
-    from probe_core.runconfig import SampleConfig, run_now
+    from probe_core.requests import SampleRequest
+    from probe_core.runconfig import run_now
 
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))
@@ -138,7 +139,7 @@ def regression_suite(trained_workspace, flawed_run):
         accuracy = float((suites.classify(held_out["classifier"], held_out["images"]).argmax(1) == 9).mean())
         worst = min(worst or (2.0, row["id"]), (accuracy, row["id"]))
     region = suites.add_region_check(registry, store, "digits-regressions", distill_run, worst[1], source=source)
-    run_id, _ = run_now(registry, SampleConfig(
+    run_id, _ = run_now(registry, SampleRequest(
         dataset=MISLABELLED, target="high:4", classifier=original, generator=registry.default_id("digits", "generator"),
         chains=4, warmup=40, samples=20, keep_every=2))
     reference = registry.resolve("default", "classifier", "digits")

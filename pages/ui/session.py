@@ -15,7 +15,6 @@ from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.files import is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.jobs import JobManager
-from probe_core.runconfig import SampleConfig
 from probe_core.scaleout import check_executor
 from probe_core.workspace import Workspace, default_workspace_path
 
@@ -246,7 +245,7 @@ def start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None 
 
 
 def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None, **sample_kwargs) -> int:
-    from probe_core.validation import checked_models, validate_sample
+    from probe_core.validation import checked_models, sample_request
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -257,10 +256,8 @@ def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None
                                  for reference, kind in zip(models, ("classifier", "generator")))
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
-    config = SampleConfig(dataset=dataset_name, target=spec, classifier=classifier.id, generator=generator.id,
-                          **{**scaleout(), **sample_kwargs})
     registry = workspace().registry
-    validate_sample(registry, config)
+    config = sample_request(registry, dataset_name, spec, classifier.id, generator.id, **{**scaleout(), **sample_kwargs})
     checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
     run_id = runconfig.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True)

@@ -16,7 +16,7 @@ from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
 from probe_core.runconfig import submit_training
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.targets import parse_targets
+from probe_core.targets import describe_spec, first_target_classes
 
 ws = _ui.workspace()
 st.title("Probe")
@@ -114,9 +114,7 @@ def use_case_section() -> None:
 spec = target_spec()
 if spec is not None:
     try:
-        targets = parse_targets(spec, names)
-        st.caption(f"`{spec}` → " + "; ".join(t.describe(names) for t in targets[:4])
-                   + (f"; … ({len(targets)} targets)" if len(targets) > 4 else ""))
+        st.caption(f"`{spec}` → {describe_spec(spec, names)}")
     except ProbeError as exc:
         st.error(str(exc))
         spec = None
@@ -293,7 +291,7 @@ if baseline:
 mistakes = (baseline or {}).get("confident_mistakes")
 annotator = None  # the name box is shown once, in the first box below that needs it
 if mistakes and mistakes["count"]:
-    target_class = names[parse_targets(result["targets"][chosen]["spec"], names)[0].classes[0]]
+    [target_class] = first_target_classes(result["targets"][chosen]["spec"], names)
     with st.expander(f"The misclassification test-set baseline: {mistakes['count']} test images the classifier "
                      f"calls {target_class} with ≥ {mistakes['threshold']:.0%} confidence are labelled otherwise "
                      f"(paper Sec. 4.10). Mislabel or misclassification?"):

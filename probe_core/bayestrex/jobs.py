@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from probe_core.bayestrex.recipes import probe_target
-from probe_core.bayestrex.run import SAMPLER_DEFAULTS, sample
+from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import training_announcer
+from probe_core.requests import SampleRequest
 from probe_core.validation import check_record, checked_models
 
 
@@ -107,22 +110,25 @@ class LiveTrace:
                 **self.latest}
 
 
-def sampling_job(registry, dataset: str, spec: str, classifier: str | None = None, generator: str | None = None,
-                 **sample_kwargs):
-    """:func:`probe_target` as a background job that streams samples and a :class:`LiveTrace` to its run.
+def sampling_job(registry, **request_fields):
+    """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` (its stored fields) as a background
+    job that streams samples and a :class:`LiveTrace` to its run.
 
     The result is the sample result without the per-sample records (they are in the
     store), so it stays small enough for the runs table.
     """
-    from probe_core.targets import parse_targets
+    request = SampleRequest(**{key: tuple(value) if isinstance(value, list) else value
+                               for key, value in request_fields.items()})
 
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
-        clf = models.get_or_train_reference(classifier or "default", "classifier", dataset)
-        targets = parse_targets(spec, clf.class_names)
-        chains = (1 if sample_kwargs.get("sampler") == "nuts"
-                  else sample_kwargs.get("chains", SAMPLER_DEFAULTS["chains"]))
-        trace = LiveTrace(targets, chains)
+        if not request.class_names:  # a request made by hand, without its class names: the classifier's
+            clf = models.get_or_train_reference(request.classifier, "classifier", request.dataset)
+            request_now = replace(request, class_names=tuple(clf.class_names))
+        else:
+            request_now = request
+        chains = 1 if request.sampler == "nuts" else request.chains
+        trace = LiveTrace(request_now.targets, chains)
         stop = {"requested": False}
 
         def on_progress(progress) -> None:
@@ -141,9 +147,8 @@ def sampling_job(registry, dataset: str, spec: str, classifier: str | None = Non
                 stop["requested"] = True
 
         context.report(0.0, "loading models and starting chains", force=True)
-        result = probe_target(models, dataset, spec, classifier, generator, store=context.store,
-                              run_id=context.run_id, progress=on_progress, should_stop=lambda: stop["requested"],
-                              shard_progress=on_shards, **sample_kwargs)
+        result = probe_target(models, request_now, store=context.store, run_id=context.run_id,
+                              progress=on_progress, should_stop=lambda: stop["requested"], shard_progress=on_shards)
         for entry in result["targets"]:
             entry.pop("samples", None)
         # written directly: after a stop request, context.report would raise instead of recording the summary

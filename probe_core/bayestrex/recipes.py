@@ -9,7 +9,7 @@ the comparison is labelled by people (:func:`samples_to_label`, :func:`compariso
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
@@ -22,21 +22,68 @@ def _models(registry, dataset: str, classifier: str | None, generator: str | Non
             registry.get_or_train_reference(generator or "default", "generator", dataset))
 
 
-def probe_target(registry, dataset: str, spec: str, classifier: str | None = None, generator: str | None = None,
-                 **sample_kwargs) -> dict:
-    """Any target spec (high confidence, ambiguous pair, ambiguity matrix, uniform, path) on chosen models."""
+def probe_target(registry, request, **runtime) -> dict:
+    """Run a :class:`~probe_core.requests.SampleRequest` on its models: any target spec (high confidence,
+    ambiguous pair, ambiguity matrix, uniform, path).
+
+    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
+    ``should_stop`` and ``shard_progress``. A default model the request names and the workspace lacks
+    is trained first (announced).
+
+    Raises
+    ------
+    ModelCheckError
+        If the classifier's classes look matched wrongly on the data (nothing is sampled).
+    ProbeError
+        If the classifier's classes are no longer the ones the request was built for.
+    """
     from probe_core.validation import check_record, checked_models
 
-    clf, gen = _models(registry, dataset, classifier, generator)
-    data = load_dataset(dataset, registry.data_dir)
+    clf, gen = _models(registry, request.dataset, request.classifier, request.generator)
+    data = load_dataset(request.dataset, registry.data_dir)
     checks = check_record(*checked_models(clf, data, gen))  # a wrongly matched classifier stops here
     names = tuple(clf.class_names)
+    if request.class_names and names != tuple(request.class_names):
+        raise ProbeError(f"classifier {clf.id} now has the classes {', '.join(names)}, not the "
+                         f"{', '.join(request.class_names)} this run was requested with; start it again")
+    request = replace(request, class_names=names)
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
     baseline_data = data if names == tuple(data.class_names) else None
-    result = sample(clf.module, gen.module, spec, class_names=names, dataset=baseline_data, **sample_kwargs)
-    result.update(dataset=dataset, classifier=clf.id, generator=gen.id, model_checks=checks,
+    result = sample(clf.module, gen.module, request.targets, class_names=names, dataset=baseline_data,
+                    **request.sampler_settings(), **runtime)
+    result.update(dataset=request.dataset, classifier=clf.id, generator=gen.id, model_checks=checks,
                   generator_weak=checks.get("generator_weak", False))
     return result
+
+
+def prepare_sample(registry, request, device="cpu") -> tuple:
+    """Get a request's models ready where a person waits (the CLI, the API): train a missing default
+    (announced, with progress), pin the stored ids, and check the models on the data.
+
+    Returns
+    -------
+    request : SampleRequest
+        With the models' stored ids.
+    warning : str or None
+        Why the generator is weak, naming a trained generator of the data set that passes if there is one.
+
+    Raises
+    ------
+    ModelCheckError
+        If the classifier's classes look matched wrongly on the data.
+    """
+    from probe_core.validation import better_generator, checked_models
+
+    classifier = registry.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
+    generator = registry.get_or_train_reference(request.generator, "generator", request.dataset, device=device)
+    data = load_dataset(request.dataset, registry.data_dir)
+    _, generator_check = checked_models(classifier, data, generator)
+    warning = None
+    if generator_check.weak:
+        better = better_generator(registry, classifier, data, generator.id)
+        warning = generator_check.warning + (f"; generator {better} passes the check: use it instead" if better
+                                             else "")
+    return replace(request, classifier=classifier.id, generator=generator.id), warning
 
 
 USE_CASES = {
@@ -136,13 +183,22 @@ def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference
     return reference
 
 
-def run_use_case(registry, plan: UseCasePlan, dataset: str, **sample_kwargs) -> dict:
-    """Train what the plan names and is missing (explicitly, with progress announced), then sample."""
+def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> dict:
+    """Train what the plan names and is missing (explicitly, with progress announced), then sample.
+
+    ``settings``: the sample request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`) and
+    :func:`probe_target`'s runtime arguments.
+    """
+    from probe_core.requests import SAMPLE_SETTINGS
+    from probe_core.validation import sample_request
+
     kinds = {"classifier": plan.classifier, "generator": plan.generator}
     models = {kind: registry.get_or_train(model) if isinstance(model, ModelSpec)
               else registry.get_or_train_reference(model, kind, dataset) for kind, model in kinds.items()}
-    result = probe_target(registry, dataset, plan.target, models["classifier"].id, models["generator"].id,
-                          **sample_kwargs)
+    request = sample_request(registry, dataset, plan.target, models["classifier"].id, models["generator"].id,
+                             **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
+    result = probe_target(registry, request, **{key: value for key, value in settings.items()
+                                                if key not in SAMPLE_SETTINGS})
     result["use_case"] = plan.use_case
     return result
 

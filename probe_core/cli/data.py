@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.cli.common import format_table
+from probe_core.export import format_table
 from probe_core.errors import ProbeError
 
 

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from probe_core.cli.common import format_table, job_progress_bar, workspace_from_args
+from probe_core.cli.common import workspace_from_args
+from probe_core.export import format_table
+from probe_core.progress import job_progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import pipeline

@@ -6,12 +6,9 @@ import argparse
 import json
 import sys
 
-from probe_core.cli.common import (
-    format_metrics,
-    format_table,
-    progress_bar,
-    workspace_from_args,
-)
+from probe_core.cli.common import format_metrics, workspace_from_args
+from probe_core.export import format_table
+from probe_core.progress import progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 

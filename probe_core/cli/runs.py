@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from probe_core.cli.common import format_table, workspace_from_args
+from probe_core.cli.common import workspace_from_args
+from probe_core.export import format_table
 
 
 def _stamp(seconds: float | None) -> str:

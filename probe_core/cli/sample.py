@@ -18,10 +18,9 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.scaleout import shard_count
 
 
-def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callable[..., dict]) -> int:
+def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: dict, run: Callable[..., dict]) -> int:
     """Shared by ``probe sample`` and ``probe recipe``: a stored run (the one lifecycle), a progress bar, the table.
 
     ``run(store=, run_id=, progress=)`` does the sampling and returns the result dict.
@@ -31,7 +30,7 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
     from probe_core.bayestrex import table2
     from probe_core.lifecycle import run_inline
 
-    bar = tqdm(total=args.warmup + args.samples, desc="sampling", unit="it", file=sys.stderr)
+    bar = tqdm(total=iterations, desc="sampling", unit="it", file=sys.stderr)
     full = {}
 
     def job(context) -> dict:
@@ -69,48 +68,28 @@ def _sampling_run(args: argparse.Namespace, workspace, config: dict, run: Callab
     return 0
 
 
-def _sampler_kwargs(args: argparse.Namespace) -> dict:
-    from probe_core.bayestrex import sampler_defaults
-    from probe_core.catalog import load_dataset
-    from probe_core.targets import is_matrix_spec
-
-    spec = getattr(args, "target", None)
-    if any(getattr(args, key) is None for key in SAMPLER_DEFAULTS):  # options not given on the line
-        image_shape = load_dataset(args.dataset, args.data_dir).image_shape if is_matrix_spec(spec) else None
-        for key, value in sampler_defaults(spec, image_shape).items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
+def _given_settings(args: argparse.Namespace) -> dict:
+    """The sampler settings as given on the command line; None where the target's default applies."""
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
             "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
-            "executor": args.executor, "shards": shard_count(args.executor, args.shards),
-            "independence_moves": args.independence_moves}
+            "executor": args.executor, "shards": args.shards, "independence_moves": args.independence_moves}
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex.recipes import probe_target
-    from probe_core.catalog import load_dataset
-    from probe_core.classes import with_class_map
-    from probe_core.runconfig import SampleConfig, record
-    from probe_core.validation import better_generator, checked_models, validate_sample
+    from probe_core.bayestrex.recipes import prepare_sample, probe_target
+    from probe_core.runconfig import record
+    from probe_core.validation import sample_request
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
-    classifier_reference = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
     # every setting is checked before anything is trained or stored; then the models are checked on the data
-    validate_sample(registry, SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier_reference,
-                                           generator=args.generator, **_sampler_kwargs(args)))
-    classifier = registry.get_or_train_reference(classifier_reference, "classifier", args.dataset, device=args.device)
-    generator = registry.get_or_train_reference(args.generator, "generator", args.dataset, device=args.device)
-    data = load_dataset(args.dataset, args.data_dir)
-    _, generator_check = checked_models(classifier, data, generator)
-    if generator_check.weak:
-        better = better_generator(registry, classifier, data, generator.id)
-        hint = f"; generator {better} passes the check: use --generator {better}" if better else ""
-        print(f"warning: {generator_check.warning}{hint}", file=sys.stderr)
-    config = record(SampleConfig(dataset=args.dataset, target=args.target, classifier=classifier.id,
-                                 generator=generator.id, **_sampler_kwargs(args)))
-    return _sampling_run(args, workspace, config, lambda **kw: probe_target(
-        registry, args.dataset, args.target, classifier.id, generator.id, **_sampler_kwargs(args), **kw))
+    request = sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
+                             class_map=args.class_map, **_given_settings(args))
+    request, warning = prepare_sample(registry, request, args.device)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return _sampling_run(args, workspace, request.warmup + request.samples, record(request),
+                         lambda **runtime: probe_target(registry, request, **runtime))
 
 
 def _default_help(what: str, key: str) -> str:
@@ -146,14 +125,15 @@ def _recipe(args: argparse.Namespace) -> int:
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
-    kwargs = _sampler_kwargs(args)
+    kwargs = {key: SAMPLER_DEFAULTS[key] if value is None and key in SAMPLER_DEFAULTS else value
+              for key, value in _given_settings(args).items()}
     check_sampler_settings(**kwargs)
     if args.recipe == "compare":
         if not (args.classifier_a and args.classifier_b):
             raise ProbeError("compare needs --classifier-a and --classifier-b")
         run_id = recipes.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
-                                              args.classifier_b, args.generator, chains=args.chains,
-                                              warmup=args.warmup, samples=args.samples, seed=args.seed)
+                                              args.classifier_b, args.generator, chains=kwargs["chains"],
+                                              warmup=kwargs["warmup"], samples=kwargs["samples"], seed=args.seed)
         to_label = recipes.samples_to_label(workspace.store, run_id)
         print(f"comparison stored as run {run_id}; {len(to_label)} samples to label, e.g.:")
         print(f"  probe label sample {to_label[0]['id']} --annotator YOU --label CLASS_YOU_SEE")
@@ -177,7 +157,8 @@ def _recipe(args: argparse.Namespace) -> int:
                                  classifier_classes=tuple(args.classes.split(",")) if args.classes else None,
                                  classifier=args.classifier, generator=args.generator)
     run = lambda **kw: recipes.run_use_case(registry, plan, args.dataset, **kwargs, **kw)  # noqa: E731
-    return _sampling_run(args, workspace, {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
+    return _sampling_run(args, workspace, kwargs["warmup"] + kwargs["samples"],
+                         {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
 
 
 def _label(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 
-from probe_core.cli.common import format_table, workspace_from_args
+from probe_core.cli.common import workspace_from_args
+from probe_core.export import format_table
 from probe_core.errors import ProbeError
 
 

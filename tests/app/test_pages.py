@@ -385,3 +385,41 @@ def test_pages_say_what_is_true_about_missing_models_and_running_builds(workspac
     at.run()
     assert any(f"is training now (run {training})" in i.value for i in at.info), [i.value for i in at.info]
     workspace.store.finish_run(training, "cancelled")
+
+
+def test_the_cli_the_probe_page_and_the_api_store_the_same_request(app_env, capsys):
+    """One request type for a sampling run, whoever starts it: the stored requests are equal, field by field."""
+    import time
+
+    import probe_core as mp
+    from probe_core.cli import main
+    from probe_core.requests import SampleRequest
+    from probe_core.runconfig import config_of
+
+    store = app_env.store
+    at = open_page("pages/views/probe.py")
+    at.selectbox(key="probe_high").select("3")
+    for key, value in (("probe_chains", 4), ("probe_warmup", 10), ("probe_samples", 10), ("probe_keep", 2),
+                       ("probe_seed", 3)):
+        at.number_input(key=key).set_value(value)
+    at.button(key="probe_start").click().run()
+    assert not at.exception
+    page_run = store.list_runs(kind="sample")[0]
+    deadline = time.time() + 120  # the tests' thread executor: Pyro's handler stack is one per process
+    while store.get_run(page_run.id).status not in ("done", "failed", "cancelled") and time.time() < deadline:
+        time.sleep(0.2)
+    assert store.get_run(page_run.id).status == "done"
+    assert main(["--workspace", str(app_env.root), "sample", "--target", "high:3", "--chains", "4", "--warmup", "10",
+                 "--samples", "10", "--keep-every", "2", "--seed", "3"]) == 0
+    cli_run = store.list_runs(kind="sample")[0]
+    api_result = mp.sample("high:3", workspace=app_env.root, progress=False, chains=4, warmup=10, samples=10,
+                           keep_every=2, seed=3)
+    api_run = store.get_run(api_result.run_id)
+    assert len({page_run.id, cli_run.id, api_run.id}) == 3
+    assert page_run.config == cli_run.config == api_run.config
+    request = config_of(api_run)
+    assert isinstance(request, SampleRequest) and request == api_result.request
+    assert request.classifier == app_env.registry.default_id("digits", "classifier")  # resolved, never "default"
+    assert request.class_names == tuple(str(c) for c in range(10)) and request.shards == 1
+    assert api_result.z.shape == (4 * 10 // 2, 8) and api_result.confidences.shape == (20, 10)
+    assert len(api_result.to_pandas()) == 20 and "high:3" in api_result.summary()

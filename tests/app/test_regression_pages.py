@@ -8,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 
 from probe_core import suites
 from probe_core.defuse import labels as label_tools
-from probe_core.runconfig import SampleConfig, run_now
+from probe_core.requests import SampleRequest
+from probe_core.runconfig import run_now
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -71,7 +72,7 @@ def test_a_labelled_failure_region_is_added_from_the_label_page(app_env, flawed_
 
 def test_labelled_hits_are_added_from_the_probe_page(app_env):
     registry, store = app_env.registry, app_env.store
-    run_id, _ = run_now(registry, SampleConfig(
+    run_id, _ = run_now(registry, SampleRequest(
         dataset="digits", target="high:2", classifier=registry.default_id("digits", "classifier"),
         generator=registry.default_id("digits", "generator"), chains=2, warmup=20, samples=10))
     at = AppTest.from_file(APP, default_timeout=120)

@@ -263,10 +263,11 @@ def _hover_shows_the_image(page, server, workspace) -> None:
 
 def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
     """On the Ambiguity matrix, clicking a cell's picture opens that pair below the matrix."""
-    from probe_core.runconfig import SampleConfig, run_now
+    from probe_core.requests import SampleRequest
+    from probe_core.runconfig import run_now
 
     registry = workspace.registry
-    run_now(registry, SampleConfig(
+    run_now(registry, SampleRequest(
         dataset="digits", target="ambiguous-matrix", classifier=registry.default_id("digits", "classifier"),
         generator=registry.default_id("digits", "generator"), chains=2, warmup=5, samples=5, keep_every=1))
     _open(page, server, "matrix", "Ambiguity matrix", settle=True)

@@ -16,7 +16,7 @@ from probe_core.jobs import JobManager
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:
     return JobSpec("probe_core.bayestrex.jobs:sampling_job", {
-        "dataset": "digits", "spec": "high:3", "classifier": plugin, "generator": plugin, "chains": 4,
+        "dataset": "digits", "target": "high:3", "classifier": plugin, "generator": plugin, "chains": 4,
         "warmup": 2, "samples": samples, "keep_every": 1})
 
 

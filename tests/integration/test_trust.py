@@ -216,7 +216,8 @@ def test_defuse_on_a_words_folder_finds_as_few_failures_as_on_digit_names(traine
 def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(trained_workspace, tmp_path):
     from probe_core.executors import ProcessExecutor
     from probe_core.jobs import JobManager
-    from probe_core.runconfig import SampleConfig, submit
+    from probe_core.requests import SampleRequest
+    from probe_core.runconfig import submit
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)
@@ -225,7 +226,7 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
     dataset = canonical_dataset_name(str(words))
     generator = trained_workspace.registry.default_id("digits", "vae")
     manager = JobManager(trained_workspace.store, ProcessExecutor(threads=1))
-    config = SampleConfig(dataset=dataset, target="high:seven", classifier=str(plugin.resolve()),
+    config = SampleRequest(dataset=dataset, target="high:seven", classifier=str(plugin.resolve()),
                           generator=generator, chains=4, warmup=10, samples=10)
     run_id = submit(manager, config)
     run = manager.wait(run_id, timeout=300)
@@ -234,32 +235,32 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
     assert run.result["targets"][0]["description"].endswith("seven")
 
 
-def _readme_block(language: str, after: str) -> str:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def _guide_block(language: str, after: str) -> str:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
     section = text[text.index(after):]
     start = section.index(f"```{language}\n") + len(language) + 4
     return section[start:section.index("```", start)]
 
 
-def test_the_readme_bring_your_own_model_section_runs(trained_workspace, tmp_path):
-    """The README's plugin, sidecar and `probe models check` lines, run as written (8x8 digits for 28x28)."""
+def test_the_bring_your_own_model_guide_runs_as_written(trained_workspace, tmp_path):
+    """The plugin, sidecar and `probe models check` lines of docs/models.md, run as written (8x8 digits for 28x28)."""
     folder = tmp_path / "mine"
     built = _default_classifier_plugin(folder, trained_workspace, WORDS)  # its netdef.py and weights.pt
     (folder / "my_net.py").write_text("from pathlib import Path\nimport netdef\n"
                                       "def MyNet():\n    return netdef.build(Path(__file__).parent)\n")
-    plugin = _readme_block("python", "## Bring your own model")
+    plugin = _guide_block("python", "# Bring your own model")
     assert "Path(__file__).parent" in plugin and "from my_net import MyNet" in plugin
     (folder / "my_model.py").write_text(plugin.replace("(1, 28, 28)", "(1, 8, 8)").replace("    ...\n", "    pass\n")
                                         .replace("def generator():", "def _generator():"))
     built.unlink()
-    sidecar = json.loads(_readme_block("json", "## Bring your own model"))
+    sidecar = json.loads(_guide_block("json", "# Bring your own model"))
     assert {"class_names", "input_shape", "outputs", "class_map"} <= set(sidecar)
     default = trained_workspace.registry.resolve("default", "classifier", "digits")
     torch.jit.save(torch.jit.trace(default.module.net.eval(), torch.rand(2, 1, 8, 8)), str(folder / "net.pt"))
     (folder / "net.json").write_text(json.dumps({**sidecar, "class_names": list(WORDS), "input_shape": [1, 8, 8],
                                                  "class_map": {}}))
     _write_folder(folder / "my_images", WORDS)
-    commands = [line.split("#")[0].split()[1:] for line in _readme_block("bash", "**The check.**").splitlines()]
+    commands = [line.split("#")[0].split()[1:] for line in _guide_block("bash", "**The check.**").splitlines()]
     assert len(commands) == 4
     for command in commands:
         arguments = [a.strip('"') for a in command]

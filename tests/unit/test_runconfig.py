@@ -5,14 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from probe_core.defuse.pipeline import CorrectSettings, IdentifySettings
-from probe_core.runconfig import (
-    CompareConfig,
-    SampleConfig,
-    TrainConfig,
-    config_of,
-    job_spec,
-    record,
-)
+from probe_core.requests import SampleRequest
+from probe_core.runconfig import CompareConfig, TrainConfig, config_of, job_spec, record
 
 
 def _stored(config):
@@ -20,7 +14,7 @@ def _stored(config):
 
 
 def test_every_kind_reads_back_as_its_dataclass():
-    configs = [SampleConfig(dataset="digits", target="path:3->8:5", classifier="c", generator="g", chains=7),
+    configs = [SampleRequest(dataset="digits", target="path:3->8:5", classifier="c", generator="g", chains=7),
                CompareConfig(dataset="digits", classifier_a="a", classifier_b="b"),
                TrainConfig(dataset="digits", specs=({"dataset": "digits", "kind": "vae"},), purpose="defaults"),
                IdentifySettings(dataset="digits", samples_per_image=20),
@@ -30,17 +24,17 @@ def test_every_kind_reads_back_as_its_dataclass():
 
 
 def test_typed_fields_replace_string_slicing():
-    path = SampleConfig(dataset="digits", target="path:3->8:5")
+    path = SampleRequest(dataset="digits", target="path:3->8:5")
     assert path.path == ("3", "8", 5) and not path.is_matrix
-    matrix = SampleConfig(dataset="digits", target="ambiguous-matrix")
+    matrix = SampleRequest(dataset="digits", target="ambiguous-matrix")
     assert matrix.is_matrix and matrix.path is None
 
 
 def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
-    config = SampleConfig(dataset="digits", target="high:3", classifier="c", generator="g", chains=5, seed=2)
+    config = SampleRequest(dataset="digits", target="high:3", classifier="c", generator="g", chains=5, seed=2)
     spec = job_spec(config, data_dir="/data")
     assert spec.builder == "probe_core.bayestrex.jobs:sampling_job" and spec.data_dir == "/data"
-    assert spec.arguments["spec"] == "high:3" and spec.arguments["chains"] == 5 and spec.arguments["seed"] == 2
+    assert spec.arguments["target"] == "high:3" and spec.arguments["chains"] == 5 and spec.arguments["seed"] == 2
 
 
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
@@ -48,20 +42,33 @@ def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
     assert config_of(SimpleNamespace(kind="sample", config={"recipe": "novel-class", "dataset": "digits"})) is None
 
 
-def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line():
-    from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, SAMPLER_DEFAULTS
+def _cli_request(registry, *argv):
+    """The request ``probe sample`` builds from ``argv`` (nothing trained: the defaults keep their name)."""
     from probe_core.cli import build_parser
-    from probe_core.cli.sample import _sampler_kwargs
+    from probe_core.cli.sample import _given_settings
+    from probe_core.validation import sample_request
+
+    args = build_parser().parse_args(["sample", *argv])
+    return sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
+                          **_given_settings(args))
+
+
+def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line(tmp_path):
+    from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, SAMPLER_DEFAULTS
+    from probe_core.workspace import Workspace
+
+    registry = Workspace(tmp_path / "ws").registry
 
     def settings(*argv):
-        kwargs = _sampler_kwargs(build_parser().parse_args(["sample", *argv]))
-        return {key: kwargs[key] for key in SAMPLER_DEFAULTS}
+        request = _cli_request(registry, *argv)
+        return {key: getattr(request, key) for key in SAMPLER_DEFAULTS}
 
     assert settings("--target", "ambiguous-matrix") == MATRIX_SAMPLER_DEFAULTS  # as typed
     assert settings("--target", "high:3") == SAMPLER_DEFAULTS
     assert settings("--target", "ambiguous-matrix", "--chains", "8")["chains"] == 8  # what is given wins
     assert MATRIX_SAMPLER_DEFAULTS["chains"] * MATRIX_SAMPLER_DEFAULTS["warmup"] < \
         SAMPLER_DEFAULTS["chains"] * SAMPLER_DEFAULTS["warmup"]
+    assert not any((tmp_path / "ws" / "models").glob("*"))  # nothing was trained to build them
 
 
 def test_the_matrix_defaults_follow_the_image_size(tmp_path):
@@ -69,9 +76,8 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
     import numpy as np
 
     from probe_core.bayestrex import LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS, MATRIX_SAMPLER_DEFAULTS, sampler_defaults
-    from probe_core.cli import build_parser
-    from probe_core.cli.sample import _sampler_kwargs
     from probe_core.errors import ProbeError
+    from probe_core.workspace import Workspace
 
     assert sampler_defaults("ambiguous-matrix", (1, 8, 8)) == MATRIX_SAMPLER_DEFAULTS
     assert sampler_defaults("ambiguous-matrix", (1, 28, 28)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
@@ -83,6 +89,7 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "large.npz"
     np.savez(path, x=rng.integers(0, 255, (40, 28, 28), dtype=np.uint8), y=np.arange(40) % 4)
-    args = build_parser().parse_args(["sample", "--target", "ambiguous-matrix", "--dataset", f"arrays:{path}"])
-    kwargs = _sampler_kwargs(args)
-    assert {key: kwargs[key] for key in large} == large
+    request = _cli_request(Workspace(tmp_path / "ws").registry, "--target", "ambiguous-matrix",
+                           "--dataset", f"arrays:{path}")
+    assert {key: getattr(request, key) for key in large} == large
+    assert request.class_names == ("0", "1", "2", "3") and len(request.targets) == 6  # the pairs

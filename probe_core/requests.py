@@ -1,0 +1,110 @@
+"""Run requests: what a run is asked to do, validated, stored with the run and rebuilt from it.
+
+:class:`SampleRequest` is built by :func:`probe_core.validation.sample_request` alone; the other run
+kinds' requests are in :mod:`probe_core.runconfig` and :mod:`probe_core.defuse.steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
+from probe_core.targets import DEFAULT_SIGMA, Target, is_matrix_spec, parse_targets
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
+
+    Build it with :func:`probe_core.validation.sample_request`, the one function that fills the
+    target's defaults, checks every setting, resolves the model references and parses the target
+    (the CLI, the dashboard, the API and the use cases all call it). A worker rebuilds the same
+    request from the stored run (:func:`config_of`).
+
+    Parameters
+    ----------
+    dataset : str
+    target : str
+        The target spec (:mod:`probe_core.targets`), written in ``class_names``.
+    classifier, generator : str
+        Stored references: model ids, plugin or model-file references with their sha256, or
+        ``default`` for a data set default not trained yet (the run trains it, announced).
+    class_names : tuple of str
+        The classifier's classes on the data set, in the data set's order (matched by name); the
+        words the target is written in.
+    chains, warmup, samples, keep_every : int
+        Chains per target, warm-up iterations, samples per chain, storage stride.
+    sigma : float
+        The likelihood width σ (the paper's 0.05).
+    sampler : {"hmc", "rwm", "nuts"}
+    seed : int
+    anneal_sigma_from : float, None or "auto"
+    executor : str
+        Where the target shards run: ``local``, ``ray`` or ``ray:ADDRESS`` (:mod:`probe_core.scaleout`).
+    shards : int or None
+        None: one per worker of the executor (decided where the run runs).
+    independence_moves : int
+        HMC's independence jumps per iteration after warm-up (:class:`~probe_core.sampling.SamplerConfig`).
+    """
+
+    kind: ClassVar[str] = "sample"
+    builder: ClassVar[str] = "probe_core.bayestrex.jobs:sampling_job"
+
+    dataset: str
+    target: str
+    classifier: str = "default"
+    generator: str = "default"
+    class_names: tuple[str, ...] = ()
+    chains: int = DEFAULT_CHAINS
+    warmup: int = DEFAULT_WARMUP
+    samples: int = DEFAULT_SAMPLES
+    sigma: float = DEFAULT_SIGMA
+    sampler: str = "hmc"
+    seed: int = 0
+    keep_every: int = 1
+    anneal_sigma_from: float | str | None = "auto"
+    executor: str = "local"
+    shards: int | None = 1
+    independence_moves: int = 0
+
+    def sampler_settings(self) -> dict:
+        """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""
+        return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
+                "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
+                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
+                "independence_moves": self.independence_moves}
+
+    def job_arguments(self) -> dict:
+        return record(self)
+
+    @property
+    def targets(self) -> list[Target]:
+        """The parsed targets, in batch order (the one place a stored spec is read back)."""
+        return parse_targets(self.target, self.class_names)
+
+    @property
+    def is_matrix(self) -> bool:
+        """Whether the target is the K×K ambiguity matrix."""
+        return is_matrix_spec(self.target)
+
+    @property
+    def path(self) -> tuple[str, str, int] | None:
+        """``(from, to, steps)`` of a ``path:A->B:N`` target; None for other targets."""
+        kind, _, rest = self.target.partition(":")
+        if kind != "path":
+            return None
+        ends, _, steps = rest.rpartition(":")
+        source, _, destination = ends.partition("->")
+        return source, destination, int(steps)
+
+
+SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
+                        if f.name not in ("dataset", "target", "classifier", "generator", "class_names"))
+
+
+def record(config) -> dict:
+    """The configuration as the run stores it (JSON-ready; tuples become lists)."""
+    data = dataclasses.asdict(config)
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}

@@ -1,0 +1,36 @@
+"""The documentation stays true: the CLI reference is the parser's, links resolve, the README stays short."""
+
+import re
+from pathlib import Path
+
+from probe_core.cli.reference import cli_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def test_the_cli_reference_is_generated_from_the_parser():
+    written = (ROOT / "docs" / "cli.md").read_text()
+    assert written == cli_reference(), "docs/cli.md is stale: python -m probe_core.cli.reference > docs/cli.md"
+
+
+def test_the_readme_is_short_and_names_no_path_outside_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert not re.search(r"\.\./", readme)
+    assert len((ROOT / "CONTRIBUTING.md").read_text().splitlines()) <= 150
+    assert not (ROOT / "DEVELOPERS.md").exists()
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which is missing"
+
+
+def test_every_benchmark_the_docs_cite_exists():
+    for page in [ROOT / "README.md", *DOCS]:
+        for script in re.findall(r"benchmarks/(\w+)\.py", page.read_text()):
+            assert (ROOT / "benchmarks" / f"{script}.py").exists(), (page.name, script)
