@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from probe_core.defuse import pipeline
+from probe_core.defuse import review as defuse_review
+from probe_core.defuse import steps
 from probe_core.models import ModelSpec
 from probe_core.workspace import Workspace
 
@@ -41,11 +42,11 @@ def main() -> None:
     quick = {"max_images": 100, "samples_per_image": 50} if args.quick else {}
     for noise, scale in MODES[2:3] if args.quick else MODES:
         started = time.perf_counter()
-        identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+        identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
             dataset="digits[mislabel=9->8:0.4]", classifier=flawed.id, noise=noise, noise_scale=scale, **quick))
-        distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
+        distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(
             identify_run=identify_run, max_samples=args.max_samples))
-        _, verdicts = pipeline.auto_label(registry, store, distill_run, "default")
+        _, verdicts = defuse_review.auto_label(registry, store, distill_run, "default")
         clusters = {c["id"]: c for c in store.get_clusters(distill_run)}
         labelable = [v for v in verdicts if v["label"] is not None]
         regions = [v for v in labelable if v["usable"]]

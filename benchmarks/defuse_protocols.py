@@ -27,7 +27,9 @@ import argparse
 import time
 
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
+from probe_core.defuse import review as defuse_review
+from probe_core.defuse import steps
 from probe_core.models import ModelSpec
 from probe_core.workspace import Workspace
 
@@ -53,13 +55,13 @@ def main() -> None:
     correct = {"lambdas": (0.01, 1.0, 10.0), "epochs": 1, "samples_per_region": 64} if args.quick else {}
 
     started = time.perf_counter()
-    identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+    identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
         dataset=flawed_data, classifier=flawed.id, **identify))
-    distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(identify_run=identify_run))
-    source, verdicts = pipeline.auto_label(registry, store, distill_run, "default")
+    distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(identify_run=identify_run))
+    source, verdicts = defuse_review.auto_label(registry, store, distill_run, "default")
     regions = [v for v in verdicts if v["usable"]]
-    names = pipeline.run_class_names(store, distill_run)
-    individually = pipeline.labelled_review_failures(store, distill_run, names, source)
+    names = queries.run_class_names(store, distill_run)
+    individually = queries.labelled_review_failures(store, distill_run, names, source)
     agreement = label_tools.agreement_summary(label_tools.cluster_label_table(store, distill_run, names, source))
     print(f"classifier {flawed.id}: {identified['failures']:,} failures, {distilled['clusters']} clusters, "
           f"{len(regions)} failure regions (oracle labels per review image, ρ = 0.5), "
@@ -74,7 +76,7 @@ def main() -> None:
         return
     print(f"\n{'protocol':<16} {'classifier':<44} {'test acc':>9} {'region acc':>11}  selected")
     for name, options in PROTOCOLS:
-        _, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+        _, result = steps.run_step(registry, store, steps.CorrectSettings(
             distill_run=distill_run, source=source, **options, **correct))
         baseline = {"labelled-images": "baseline: labelled individual failures",
                     "cluster-labels": "baseline: failures with their region's label"}[options["baseline"]]

@@ -31,10 +31,10 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probe_core.executors import ProcessExecutor, worker_threads  # noqa: E402
+from probe_core.launchers import ProcessLauncher, worker_threads  # noqa: E402
 from probe_core.jobs import JobManager  # noqa: E402
 from probe_core.requests import SampleRequest  # noqa: E402
-from probe_core.runconfig import submit  # noqa: E402
+from probe_core.lifecycle import submit  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -45,7 +45,7 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "PROBE_WORKSPACE": str(workspace), "PROBE_AUTOTRAIN": "0", "PROBE_EXECUTOR": "process"}
+    env = {**os.environ, "PROBE_WORKSPACE": str(workspace), "PROBE_AUTOTRAIN": "0", "PROBE_LAUNCHER": "process"}
     process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--server.port", str(port),
                                 "--server.headless", "true", "--server.address", "127.0.0.1"], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,7 +69,7 @@ def timed_run(workspace: Workspace, config: SampleRequest, browser, url: str, ta
     run, this one, and its live view polls it until it ends (a tab opened before would keep
     showing the run it found).
     """
-    manager = JobManager(workspace.store, ProcessExecutor(threads=threads))
+    manager = JobManager(workspace.store, ProcessLauncher(threads=threads))
     run_id = submit(manager, config)
     pages = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(tabs)]
     for page in pages:
@@ -100,7 +100,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
         specs = workspace.registry.default_specs("digits", seed=0)
         if quick:
             specs = [replace(spec, epochs=3) for spec in specs]
-        manager = JobManager(workspace.store, ProcessExecutor())
+        manager = JobManager(workspace.store, ProcessLauncher())
         run = manager.wait(submit_training(manager, workspace.registry, specs, "digits", "benchmark"))
         for page in pages:
             page.close()

@@ -8,7 +8,7 @@ Where things are: data sets and what they use in :mod:`probe_core.catalog`; mode
 :mod:`probe_core.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
 :mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in
 :mod:`probe_core.runconfig`, :mod:`probe_core.lifecycle`, :mod:`probe_core.jobs` and
-:mod:`probe_core.executors`; the workspace database in :mod:`probe_core.store`. The Python API
+:mod:`probe_core.launchers`; the workspace database in :mod:`probe_core.store`. The Python API
 (``import probe_core as mp; mp.sample(...)``) is :mod:`probe_core.api`.
 """
 

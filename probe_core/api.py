@@ -146,7 +146,7 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
     """
     from probe_core.bayestrex.recipes import prepare_sample
     from probe_core.progress import job_progress_bar
-    from probe_core.runconfig import run_now
+    from probe_core.lifecycle import run_now
     from probe_core.validation import sample_request
 
     space = open_workspace(workspace)

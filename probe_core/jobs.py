@@ -3,10 +3,10 @@
 A job is a function ``fn(context) -> result dict`` (:mod:`probe_core.lifecycle`). It reports
 through :meth:`~probe_core.lifecycle.JobContext.report`, which writes progress to the ``runs``
 table (so any page, tab or process can show it) and raises :class:`CancelledError` once
-someone asked the run to stop. :class:`JobManager` records a run and starts it on an executor
-(:mod:`probe_core.executors`: a worker process by default); jobs never touch the UI, and the
-dashboard only reads the database. Runs are usually started from a typed configuration
-(:func:`probe_core.runconfig.submit`).
+someone asked the run to stop. :class:`JobManager` records a run and starts it with a launcher
+(:mod:`probe_core.launchers`: a worker process by default); jobs never touch the UI, and the
+dashboard only reads the database. Runs are usually started from a typed request
+(:func:`probe_core.lifecycle.submit`).
 """
 
 from __future__ import annotations
@@ -15,33 +15,34 @@ import json
 import threading
 
 from probe_core.errors import ProbeError
-from probe_core.executors import JobSpec, ThreadExecutor, make_executor
+from probe_core.launchers import ThreadLauncher, make_launcher
+from probe_core.lifecycle import JobSpec
 from probe_core.store import Run, Store
 
 
 class JobManager:
-    """Starts recorded runs on an executor (worker processes by default) and tracks them through the store.
+    """Starts recorded runs with a launcher (worker processes by default) and tracks them through the store.
 
     Parameters
     ----------
     store : Store
-    executor : str or Executor, optional
-        ``process`` (default, or ``$PROBE_EXECUTOR``) or ``thread``; see :mod:`probe_core.executors`.
+    launcher : str or RunLauncher, optional
+        ``process`` (default, or ``$PROBE_LAUNCHER``) or ``thread``; see :mod:`probe_core.launchers`.
         A job given as a plain function (not a :class:`JobSpec`) always runs in a thread.
     """
 
-    def __init__(self, store: Store, executor=None) -> None:
+    def __init__(self, store: Store, launcher=None) -> None:
         self.store = store
-        self.executor = executor if executor is not None and not isinstance(executor, str) \
-            else make_executor(executor)
-        self._threads = ThreadExecutor()
+        self.launcher = launcher if launcher is not None and not isinstance(launcher, str) \
+            else make_launcher(launcher)
+        self._threads = ThreadLauncher()
         self._started: dict[int, object] = {}
         self._guard = threading.Lock()
 
     def submit(self, kind: str, config: dict, job, dedupe: bool = False) -> int:
         """Record a run and start it in the background; returns the run id.
 
-        ``job`` is a :class:`JobSpec` (runs on this manager's executor) or a job function
+        ``job`` is a :class:`JobSpec` (started by this manager's launcher) or a job function
         (runs in a thread). With ``dedupe``, an active run of the same kind and config is
         reused instead of starting a second one (e.g. two tabs asking for the same training).
         """
@@ -52,9 +53,9 @@ class JobManager:
                         return run.id
             spec = job if isinstance(job, JobSpec) else None
             run_id = self.store.create_run(kind, config, job=spec.to_json() if spec else None)
-            executor = self.executor if spec is not None else self._threads
-            self._started[run_id] = executor
-        executor.start(self.store, run_id, job)
+            launcher = self.launcher if spec is not None else self._threads
+            self._started[run_id] = launcher
+        launcher.start(self.store, run_id, job)
         return run_id
 
     def cancel(self, run_id: int) -> None:
@@ -63,9 +64,9 @@ class JobManager:
 
     def wait(self, run_id: int, timeout: float | None = None) -> Run:
         """Block until a run started by this manager ends (or the timeout passes); returns its state."""
-        executor = self._started.get(run_id)
-        if executor is not None:
-            executor.wait(run_id, timeout)
+        launcher = self._started.get(run_id)
+        if launcher is not None:
+            launcher.wait(run_id, timeout)
         run = self.store.get_run(run_id)
         if run is None:
             raise ProbeError(f"no run {run_id}")

@@ -1,20 +1,32 @@
-"""A run's life in one place: its context (progress, cancellation) and how it ends.
+"""A run's life in one place: how it starts, its context (progress, cancellation) and how it ends.
 
-:func:`execute_run` is used by worker processes and threads, :func:`run_inline` by the CLI;
-both decide a run's final status in :func:`_finish`: done, cancelled, or failed with the
+Every run kind has a typed request (:class:`RunRequest`: :class:`~probe_core.requests.SampleRequest`,
+the Defuse steps' settings, :class:`~probe_core.runconfig.CompareConfig`, ...) and starts one of two ways:
+
+- :func:`run_now` runs it in the calling thread (the CLI, the Python API, scripts);
+- :func:`submit` records it and has a launcher start it (the dashboard: a worker process rebuilds
+  the job from the stored :class:`JobSpec`).
+
+:func:`execute_run` is used by worker processes and threads, :func:`run_inline` in the calling
+thread; both decide a run's final status in :func:`_finish`: done, cancelled, or failed with the
 reason. Jobs never touch the UI; progress goes to the ``runs`` table, where any page, tab or
 process can read it.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 import threading
 import time
 import traceback
-from typing import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ClassVar, Protocol
 
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.requests import record
 from probe_core.store import Store
 
 log = logging.getLogger(__name__)
@@ -151,3 +163,85 @@ def training_announcer(context: JobContext):
         return on_epoch
 
     return announce
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How to build a job in any process: ``builder(registry, **arguments)``.
+
+    Parameters
+    ----------
+    builder : str
+        ``"package.module:function"``; the function takes a :class:`ModelRegistry` first.
+    arguments : dict
+        JSON-serialisable keyword arguments.
+    data_dir : str, optional
+        The data folder of the person who started it (their setting, carried with the job).
+    """
+
+    builder: str
+    arguments: dict = field(default_factory=dict)
+    data_dir: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"builder": self.builder, "arguments": self.arguments, "data_dir": self.data_dir},
+                          sort_keys=True, default=_jsonable)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "JobSpec":
+        return cls(data["builder"], data.get("arguments") or {}, data.get("data_dir"))
+
+    def build(self, workspace_root: str | Path):
+        """The job function, built in this process against the workspace at ``workspace_root``."""
+        from probe_core.workspace import Workspace
+
+        return self.build_for(Workspace(workspace_root, data_dir=self.data_dir).registry)
+
+    def build_for(self, registry):
+        """The job function, built with a registry this process already has."""
+        module_name, _, function_name = self.builder.partition(":")
+        try:
+            builder = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as exc:
+            raise ProbeError(f"unknown job builder {self.builder!r}: {exc}") from exc
+        return builder(registry, **self.arguments)
+
+
+def _jsonable(value):
+    """JSON for dataclass settings and tuples inside job arguments."""
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value):
+        return asdict(value)
+    return str(value)
+
+
+class RunRequest(Protocol):
+    """What every run request has: its run kind, its job builder and the builder's arguments."""
+
+    kind: ClassVar[str]
+    builder: ClassVar[str]  # "module:function", called as function(registry, device=..., **job_arguments())
+
+    def job_arguments(self) -> dict:
+        ...
+
+
+def job_spec(request: RunRequest, data_dir: str | None = None, device: str = "cpu") -> JobSpec:
+    """How any process rebuilds the run's job from the database."""
+    return JobSpec(request.builder, {"device": str(device), **request.job_arguments()}, data_dir)
+
+
+def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bool = False,
+           device: str = "cpu") -> int:
+    """Record a run of ``request`` and start it in the background; returns the run id.
+
+    With ``dedupe``, an identical run in flight is joined instead (a second click, a second tab).
+    """
+    return manager.submit(request.kind, record(request), job_spec(request, data_dir, device), dedupe=dedupe)
+
+
+def run_now(registry, request: RunRequest, listener: Callable[[float | None, str | None], None] | None = None,
+            device: str = "cpu") -> tuple[int, dict]:
+    """Run ``request`` in this thread, recorded like a background run; returns ``(run_id, result)``."""
+    function = job_spec(request, registry.data_dir, device).build_for(registry)
+    return run_inline(registry.store, request.kind, record(request), function, listener)

@@ -1,24 +1,20 @@
-"""Typed run configurations: one frozen dataclass per run kind, with its kind and its job builder.
+"""The run requests by kind, and reading a stored run's request back.
 
-A run is started from its configuration alone, in either of two ways that share one lifecycle
-(:mod:`probe_core.lifecycle`):
+Every run kind has a frozen request dataclass with its kind and its job builder:
+:class:`~probe_core.requests.SampleRequest`, :class:`CompareConfig`, :class:`TrainConfig` here, and the
+Defuse steps' settings (:class:`~probe_core.defuse.steps.IdentifySettings`, ``DistillSettings``,
+``CorrectSettings``, ``EmbeddingSettings``). All of them start through one lifecycle,
+:func:`probe_core.lifecycle.run_now` or :func:`probe_core.lifecycle.submit`.
 
-- :func:`run_now` runs it in the calling thread (the CLI, scripts);
-- :func:`submit` records it and starts it on a :class:`~probe_core.jobs.JobManager`'s executor
-  (the dashboard: a worker process rebuilds the job from the stored :class:`JobSpec`).
-
-:func:`config_of` reads a stored run's configuration back as its dataclass, so pickers filter
-on typed fields instead of slicing strings. The Defuse steps' settings
-(:class:`~probe_core.defuse.pipeline.IdentifySettings`, ``DistillSettings``, ``CorrectSettings``,
-``EmbeddingSettings``) carry their kind too and run through the same lifecycle with
-:func:`~probe_core.defuse.pipeline.run_step` and :func:`~probe_core.defuse.pipeline.submit_step`.
+:func:`config_of` reads a stored run's request back as its dataclass, so pickers filter on typed
+fields instead of slicing strings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol
+from typing import ClassVar
 
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse.steps import (
@@ -28,20 +24,9 @@ from probe_core.defuse.steps import (
     IdentifySettings,
 )
 from probe_core.errors import ProbeError
-from probe_core.executors import JobSpec
-from probe_core.lifecycle import run_inline
-from probe_core.requests import SampleRequest, record
+from probe_core.lifecycle import submit
+from probe_core.requests import SampleRequest
 from probe_core.targets import DEFAULT_SIGMA
-
-
-class RunConfig(Protocol):
-    """What every run configuration has: its run kind, its job builder and the builder's arguments."""
-
-    kind: ClassVar[str]
-    builder: ClassVar[str]  # "module:function", called as function(registry, **job_arguments())
-
-    def job_arguments(self) -> dict:
-        ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +80,7 @@ RUN_CONFIGS: dict[str, type] = {config.kind: config for config in (
 
 
 def config_of(run):
-    """A stored run's configuration as its dataclass (a :class:`RunConfig` or Defuse settings).
+    """A stored run's request as its dataclass (a :class:`~probe_core.lifecycle.RunRequest`).
 
     None for kinds without one, and for configurations stored by older versions that no longer fit.
     """
@@ -109,23 +94,6 @@ def config_of(run):
         return config_type(**values)
     except (TypeError, ProbeError):
         return None
-
-
-def job_spec(config: RunConfig, data_dir: str | None = None) -> JobSpec:
-    """How any process rebuilds the run's job from the database."""
-    return JobSpec(config.builder, config.job_arguments(), data_dir)
-
-
-def submit(manager, config: RunConfig, data_dir: str | None = None, dedupe: bool = False) -> int:
-    """Record a run of ``config`` and start it in the background; returns the run id."""
-    return manager.submit(config.kind, record(config), job_spec(config, data_dir), dedupe=dedupe)
-
-
-def run_now(registry, config: RunConfig,
-            listener: Callable[[float | None, str | None], None] | None = None) -> tuple[int, dict]:
-    """Run ``config`` in this thread, recorded like a background run; returns ``(run_id, result)``."""
-    function = job_spec(config, registry.data_dir).build_for(registry)
-    return run_inline(registry.store, config.kind, record(config), function, listener)
 
 
 def submit_training(manager, registry, specs: list, dataset: str, purpose: str = "custom",

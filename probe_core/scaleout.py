@@ -3,7 +3,7 @@
 Three parts of the work split into independent shards: Bayes-TrEx targets (the ambiguity
 matrix), Defuse identification over training images, and the finetuning sweep (one shard per λ).
 A run describes its shards as :class:`ShardTask` values (the dotted path of a shard function, its
-arguments and the models it needs) and hands them to a :class:`ShardExecutor`:
+arguments and the models it needs) and hands them to a :class:`Executor`:
 
 ``local`` (:class:`LocalShards`, the default)
     The shards run one after another in the calling process.
@@ -96,7 +96,7 @@ ResultCallback = Callable[[int, Any], None]
 ProgressCallback = Callable[[ShardProgress], None]
 
 
-class ShardExecutor(Protocol):
+class Executor(Protocol):
     """Runs a run's shards; results are handed to ``on_result(index, value)`` as each shard ends."""
 
     name: str
@@ -389,7 +389,7 @@ def parse_executor(text: str | None) -> LocalShards | RayShards:
 
 def shard_count(executor, shards: int | None) -> int:
     """The shards of a run: as given, else 1 on ``local`` and one per worker (CPU, or GPU when there are GPUs)
-    of the Ray cluster. ``executor`` is a setting (``"ray"``) or a :class:`ShardExecutor`."""
+    of the Ray cluster. ``executor`` is a setting (``"ray"``) or a :class:`Executor`."""
     if shards is not None:
         if not isinstance(shards, int) or shards < 1:
             raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")

@@ -277,7 +277,7 @@ class Run:
     started_at: float | None
     updated_at: float
     finished_at: float | None
-    job: dict | None = None  # how a worker rebuilds it (probe_core.executors.JobSpec), if it can
+    job: dict | None = None  # how a worker rebuilds it (probe_core.launchers.JobSpec), if it can
 
     @property
     def active(self) -> bool:
@@ -403,7 +403,7 @@ class Store:
     def create_run(self, kind: str, config: dict, status: str = "queued", job: str | None = None) -> int:
         """Record a new run owned by this process; returns its id.
 
-        ``job`` is the JSON of a :class:`probe_core.executors.JobSpec`, for a worker process to rebuild it.
+        ``job`` is the JSON of a :class:`probe_core.launchers.JobSpec`, for a worker process to rebuild it.
         """
         now = time.time()
         with self.transaction() as connection:

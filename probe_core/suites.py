@@ -187,7 +187,7 @@ def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> Job
 
 def submit_score(manager, registry, suite: str, classifier: str, device: str = "cpu") -> int:
     """Score a classifier on a suite in the background; returns the job's run id."""
-    from probe_core.executors import JobSpec
+    from probe_core.lifecycle import JobSpec
 
     require_suite(manager.store, suite)
     return manager.submit(SCORE_KIND, {"suite": suite, "classifier": classifier},

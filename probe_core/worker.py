@@ -1,6 +1,6 @@
 """A worker process: ``python -m probe_core.worker WORKSPACE RUN_ID`` does one stored run and exits.
 
-Started by :class:`probe_core.executors.ProcessExecutor`. It rebuilds the job from the run's
+Started by :class:`probe_core.launchers.ProcessLauncher`. It rebuilds the job from the run's
 stored :class:`JobSpec`, runs it with the usual lifecycle (running, progress, done / failed /
 cancelled) and exits 0; the run's outcome is in the database, not in the exit status.
 """
@@ -13,7 +13,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probe_core.executors import JobSpec, die_with_parent, worker_threads
+    from probe_core.launchers import die_with_parent, worker_threads
+    from probe_core.lifecycle import JobSpec
 
     die_with_parent()
     import torch

@@ -28,7 +28,7 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
 # In-process page tests run background jobs in threads (fast to start); worker processes, the
 # dashboard's default, are tested in tests/integration/test_executors.py and by every browser test's server.
-os.environ.setdefault("PROBE_EXECUTOR", "thread")
+os.environ.setdefault("PROBE_LAUNCHER", "thread")
 # PROBE_TEST_SEED: the seed of every model trained inside the tests (default 0). The suite must
 # pass with any seed; the product reads it as PROBE_MODEL_SEED, so subprocesses see it too.
 TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
@@ -99,14 +99,14 @@ def workspace(tmp_path):
 @pytest.fixture(scope="session")
 def flawed_run(trained_workspace):
     """A classifier trained with 40 % of its 9s labelled 8, identified and distilled with quick settings (~15 s)."""
-    from probe_core.defuse import pipeline
+    from probe_core.defuse import steps
     from probe_core.models import ModelSpec
 
     registry, store = trained_workspace.registry, trained_workspace.store
     flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
-    identify_run, identified = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+    identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
         dataset=MISLABELLED, classifier=flawed.id, samples_per_image=200))
-    distill_run, distilled = pipeline.run_step(registry, store, pipeline.DistillSettings(
+    distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(
         identify_run=identify_run, max_samples=3000))
     return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
             "distill_run": distill_run, "distilled": distilled}
@@ -119,15 +119,15 @@ def regression_suite(trained_workspace, flawed_run):
     import numpy as np
 
     from probe_core import suites
-    from probe_core.defuse import pipeline
+    from probe_core.defuse import review, steps
     from probe_core.defuse.labels import cluster_label_table as label_table
     from probe_core.requests import SampleRequest
-    from probe_core.runconfig import run_now
+    from probe_core.lifecycle import run_now
 
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))
-    source, _ = pipeline.auto_label(registry, store, distill_run, "default")  # the oracle stands in for people
-    _, corrected = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+    source, _ = review.auto_label(registry, store, distill_run, "default")  # the oracle stands in for people
+    _, corrected = steps.run_step(registry, store, steps.CorrectSettings(
         distill_run=distill_run, source=source, lambdas=(1.0,), epochs=2, samples_per_region=64,
         selection="data-and-failures"))
     nines = [row for row in label_table(store, distill_run, names, source)

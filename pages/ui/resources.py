@@ -39,7 +39,7 @@ def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, 
 
 @st.cache_resource(max_entries=4, show_spinner="Reading the failures…")
 def _failures(root: str, run_id: int):
-    from probe_core.defuse.pipeline import failures_of
+    from probe_core.defuse.queries import failures_of
 
     return failures_of(get_workspace(root).store, run_id)
 

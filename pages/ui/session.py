@@ -9,7 +9,7 @@ import streamlit as st
 import torch
 
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
-from probe_core import runconfig
+from probe_core import lifecycle
 from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.files import is_file_reference
@@ -260,7 +260,8 @@ def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None
     config = sample_request(registry, dataset_name, spec, classifier.id, generator.id, **{**scaleout(), **sample_kwargs})
     checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
-    run_id = runconfig.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True)
+    run_id = lifecycle.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True,
+                              device=device())
     if run_id in in_flight:
         st.info(f"An identical run is already in flight: run {run_id} (shown below); no second one was started.")
     return run_id

@@ -147,7 +147,7 @@ def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=
 
 def pick_distill_run(key: str):
     """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages)."""
-    from probe_core.defuse.pipeline import DISTILL
+    from probe_core.defuse.queries import DISTILL
 
     def describe(run) -> str:
         summary = run.result or {}

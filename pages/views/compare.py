@@ -8,7 +8,7 @@ from pages import ui as _ui
 from probe_core import suites
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
-from probe_core import runconfig
+from probe_core import lifecycle
 from probe_core.runconfig import CompareConfig
 
 ws = _ui.workspace()
@@ -46,9 +46,9 @@ if start:
         if loaded is None:
             st.stop()
         generator = loaded.id
-        runconfig.submit(_ui.job_manager(), CompareConfig(
+        lifecycle.submit(_ui.job_manager(), CompareConfig(
             dataset=dataset.name, classifier_a=first, classifier_b=second, generator=generator, chains=int(chains),
-            warmup=int(warmup), samples=int(samples)), ws.registry.data_dir)
+            warmup=int(warmup), samples=int(samples)), ws.registry.data_dir, device=_ui.device())
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))

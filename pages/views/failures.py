@@ -8,7 +8,9 @@ import torch
 
 from pages import ui as _ui
 from probe_core.errors import ProbeError
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
+from probe_core.defuse import review as defuse_review
+from probe_core.defuse import steps
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -41,7 +43,7 @@ with st.form("defuse-find", enter_to_submit=False):
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models are checked (and their references resolved) before a run is stored
-        identify = pipeline.checked_identify_settings(ws.registry, pipeline.IdentifySettings(
+        identify = steps.checked_identify_settings(ws.registry, steps.IdentifySettings(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), **_ui.scaleout()), _ui.device())
@@ -50,16 +52,16 @@ if start:
     else:
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau)}
-        run_id = pipeline.submit_find_failures(manager, ws.registry, identify, distill, _ui.device())
+        run_id = steps.submit_find_failures(manager, ws.registry, identify, distill, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 
 
-_ui.active_runs("defuse", (pipeline.IDENTIFY, pipeline.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
+_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
 
 
 distill_run = _ui.pick_distill_run("defuse_distill_pick")
 if distill_run is None:
-    in_flight = [r for kind in (pipeline.IDENTIFY, pipeline.DISTILL) for r in ws.store.list_runs(kind=kind, limit=5)
+    in_flight = [r for kind in (queries.IDENTIFY, queries.DISTILL) for r in ws.store.list_runs(kind=kind, limit=5)
                  if r.active]
     if in_flight:  # the status comes from the runs' live state (progress above)
         st.info(f"Finding failures now (run {in_flight[0].id}: {in_flight[0].status}, {in_flight[0].message}); the "
@@ -79,7 +81,7 @@ m2.metric("Clusters kept", summary["clusters"])
 m3.metric("In kept clusters", f"{summary['failures_in_kept_clusters']:,}")
 m4.metric("Distillation", f"{summary['seconds']:.0f} s")
 
-dataset_of_run, classifier_of_run, vae_of_run = pipeline.load_run_models(ws.registry, ws.store, distill_run.id,
+dataset_of_run, classifier_of_run, vae_of_run = queries.load_run_models(ws.registry, ws.store, distill_run.id,
                                                                          _ui.device())
 
 st.subheader("Failure map (UMAP of latent codes)")
@@ -91,7 +93,7 @@ if cached is None:
         st.info("The map is being computed in the background…")
     elif st.button("Compute the map", key="defuse_embed",
                    help="UMAP on up to 5,000 codes, the rest placed by nearest neighbours; cached in the workspace"):
-        pipeline.submit_embedding(manager, ws.registry, distill_run.id)
+        steps.submit_embedding(manager, ws.registry, distill_run.id)
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)
@@ -144,13 +146,13 @@ else:
                    "Grey: training codes; colours: failure clusters.")
 
 st.subheader("Clusters")
-tau = pipeline.distill_tau(ws.store, distill_run.id)
+tau = queries.distill_tau(ws.store, distill_run.id)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def review(cluster_id: int, count: int, tau: float, model_ids: tuple[str, str]):
     cluster = ws.store.get_cluster(cluster_id)
-    shown = pipeline.review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
+    shown = defuse_review.review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
     return shown["images"], shown["probs"].argmax(1).numpy()
 
 

@@ -8,7 +8,9 @@ from pages import ui as _ui
 from probe_core import suites
 from probe_core.catalog import generator_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import correct as defuse_correct
+from probe_core.defuse import queries
+from probe_core.defuse import steps
 from probe_core.errors import ProbeError
 
 ws = _ui.workspace()
@@ -28,21 +30,21 @@ sources = sorted({label["source"] for cluster in ws.store.get_clusters(distill_r
                   for label in ws.store.get_labels(cluster_id=cluster["id"])})
 source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
                       help="human labels, or an oracle's automatic labels (demos)")
-class_names = pipeline.run_class_names(ws.store, distill_run.id, ws.registry.data_dir)
+class_names = queries.run_class_names(ws.store, distill_run.id, ws.registry.data_dir)
 table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, source)
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
-    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in pipeline.PAPER_LAMBDAS), key="finetune_lambdas")
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in defuse_correct.PAPER_LAMBDAS), key="finetune_lambdas")
     epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", 16, 4096, 256, key="finetune_per_region")
     c4, c5 = st.columns(2)
-    baseline_kind = c4.selectbox("Baseline", list(pipeline.BASELINES), key="finetune_baseline",
-                                 help="\n\n".join(f"**{k}**: {v}" for k, v in pipeline.BASELINES.items()))
-    selection = c5.selectbox("Select λ and epoch by", list(pipeline.SELECTION_RULES), key="finetune_selection",
-                             help="\n\n".join(f"**{k}**: {v}" for k, v in pipeline.SELECTION_RULES.items()))
+    baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",
+                                 help="\n\n".join(f"**{k}**: {v}" for k, v in steps.BASELINES.items()))
+    selection = c5.selectbox("Select λ and epoch by", list(defuse_correct.SELECTION_RULES), key="finetune_selection",
+                             help="\n\n".join(f"**{k}**: {v}" for k, v in defuse_correct.SELECTION_RULES.items()))
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:
@@ -53,21 +55,21 @@ if go_button:
         st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
     else:
         try:
-            settings = pipeline.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
+            settings = steps.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
                                                 epochs=int(epochs), samples_per_region=int(per_region),
                                                 executor=_ui.scaleout()["executor"], baseline=baseline_kind,
                                                 selection=selection)
         except ProbeError as exc:
             st.error(f"Cannot start: {exc}")
         else:
-            pipeline.submit_step(manager, ws.registry, settings, _ui.device())
+            steps.submit_step(manager, ws.registry, settings, _ui.device())
 
 
-_ui.active_runs("finetune", (pipeline.CORRECT,))
+_ui.active_runs("finetune", (queries.CORRECT,))
 
-finished = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=20)
+finished = [r for r in ws.store.list_runs(kind=queries.CORRECT, limit=20)
             if r.status == "done" and r.config.get("distill_run") == distill_run.id]
-failed = [r for r in ws.store.list_runs(kind=pipeline.CORRECT, limit=5)
+failed = [r for r in ws.store.list_runs(kind=queries.CORRECT, limit=5)
           if r.status == "failed" and r.config.get("distill_run") == distill_run.id]
 if failed and (not finished or failed[0].id > finished[0].id):
     st.error(f"The last finetuning run failed: {failed[0].error}")
@@ -131,7 +133,7 @@ other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lam
                                                 f"{s['failure_accuracy'] * 100:.1f} %" for s in result["sweep"]
                                                 if s["lambda"] == v))
 if o2.button("Finetune at this λ", key="finetune_other_start"):
-    pipeline.submit_step(manager, ws.registry, pipeline.CorrectSettings(
+    steps.submit_step(manager, ws.registry, steps.CorrectSettings(
         distill_run=distill_run.id, source=result["source"], lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),
@@ -150,7 +152,7 @@ elif st.button("Use the corrected classifier in this session", key="finetune_pro
 # The loop closed: score the corrected classifier (and the original, beside it) on a regression suite,
 # so "fixed here, broken there" shows at once.
 st.subheader("Score it on a regression suite")
-suites_here = [s["name"] for s in ws.store.list_suites(generator_dataset(pipeline.run_models(
+suites_here = [s["name"] for s in ws.store.list_suites(generator_dataset(queries.run_models(
     ws.store, distill_run.id)["dataset"]))]
 if not suites_here:
     st.caption("No regression suite for this data set yet: on the **Label** page, add a labelled failure region to "

@@ -8,7 +8,8 @@ import torch
 from pages import ui as _ui
 from probe_core import suites
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
+from probe_core.defuse import review as defuse_review
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes
 
@@ -26,7 +27,7 @@ if distill_run is None:
     st.info("Nothing to label yet: find failures on the **Failures** page first.")
     st.stop()
 try:
-    dataset, classifier, vae = pipeline.load_run_models(ws.registry, ws.store, distill_run.id, _ui.device())
+    dataset, classifier, vae = queries.load_run_models(ws.registry, ws.store, distill_run.id, _ui.device())
 except ProbeError as exc:
     st.error(f"Cannot load the models of run {distill_run.id}: {exc}")
     st.stop()
@@ -75,7 +76,7 @@ cluster = clusters[st.session_state["label_position"]]
 
 st.subheader(f"Cluster {cluster['cluster_index'] + 1} (id {cluster['id']}) · "
              f"{st.session_state['label_position'] + 1} of {len(clusters)}")
-shown = pipeline.review_images(ws.store, vae, classifier, cluster, pipeline.distill_tau(ws.store, distill_run.id))
+shown = defuse_review.review_images(ws.store, vae, classifier, cluster, queries.distill_tau(ws.store, distill_run.id))
 predictions = [names[int(p)] for p in shown["predictions"]]
 st.caption(f"{cluster['size']} failures in this cluster, weight {cluster['weight']:.3f}. Under each image: what the "
            f"classifier says, and your label.")
@@ -156,7 +157,7 @@ with st.expander("Is this failure new? The nearest misclassified training images
     novelty = None
     if st.toggle("Compare with the training images the classifier gets wrong", key="label_novelty"):
         try:
-            novelty = pipeline.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
+            novelty = defuse_review.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
                                                               _ui.device(), models=(dataset, classifier, vae))
         except ProbeError as exc:
             st.error(str(exc))
@@ -213,7 +214,7 @@ e1.download_button(f"Labels (CSV, {rows} rows)", text, f"labels-run{distill_run.
 
 def labelled_failures_npz() -> bytes:
     """Built only when the button is clicked: it reads every failure of the run."""
-    return npz_bytes(**pipeline.labelled_failure_set(ws.store, distill_run.id, names), class_names=names)
+    return npz_bytes(**queries.labelled_failure_set(ws.store, distill_run.id, names), class_names=names)
 
 
 in_failure_regions = sum(r["size"] for r in table if r["usable"])  # the failures assigned to those clusters
@@ -225,7 +226,7 @@ with e3.popover("Auto-label (demo)"):
     oracle = st.text_input("Oracle model id or plugin", "default", key="label_oracle")
     if st.button("Auto-label all clusters", key="label_auto"):
         try:
-            source, written = pipeline.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
+            source, written = defuse_review.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
             st.success(f"{len(written)} clusters labelled as {source}")
         except ProbeError as exc:
             st.error(str(exc))

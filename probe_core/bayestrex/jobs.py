@@ -15,14 +15,16 @@ from probe_core.validation import check_record, checked_models
 
 
 def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
-                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, **sample_kwargs):
+                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, device: str = "cpu",
+                **sample_kwargs):
     """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background)."""
 
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
         data = load_dataset(dataset, models.data_dir)
-        gen = models.get_or_train_reference(generator or "default", "generator", dataset)
-        sides = [models.get_or_train_reference(ref, "classifier", dataset) for ref in (classifier_a, classifier_b)]
+        gen = models.get_or_train_reference(generator or "default", "generator", dataset, device=device)
+        sides = [models.get_or_train_reference(ref, "classifier", dataset, device=device)
+                 for ref in (classifier_a, classifier_b)]
         names = tuple(sides[0].class_names)  # both matched to the data set's classes by name, in its order
         if tuple(sides[1].class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
@@ -110,7 +112,7 @@ class LiveTrace:
                 **self.latest}
 
 
-def sampling_job(registry, **request_fields):
+def sampling_job(registry, device: str = "cpu", **request_fields):
     """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` (its stored fields) as a background
     job that streams samples and a :class:`LiveTrace` to its run.
 
@@ -123,7 +125,7 @@ def sampling_job(registry, **request_fields):
     def run(context) -> dict:
         models = registry.announcing(training_announcer(context))
         if not request.class_names:  # a request made by hand, without its class names: the classifier's
-            clf = models.get_or_train_reference(request.classifier, "classifier", request.dataset)
+            clf = models.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
             request_now = replace(request, class_names=tuple(clf.class_names))
         else:
             request_now = request
@@ -147,7 +149,7 @@ def sampling_job(registry, **request_fields):
                 stop["requested"] = True
 
         context.report(0.0, "loading models and starting chains", force=True)
-        result = probe_target(models, request_now, store=context.store, run_id=context.run_id,
+        result = probe_target(models, request_now, device, store=context.store, run_id=context.run_id,
                               progress=on_progress, should_stop=lambda: stop["requested"], shard_progress=on_shards)
         for entry in result["targets"]:
             entry.pop("samples", None)

@@ -64,7 +64,7 @@ def latent_map_job(registry, run_id: int) -> JobFunction:
 
 def submit_latent_map(manager, registry, run_id: int) -> int:
     """Compute (and cache) a sampling run's latent map in the background; returns the job's run id."""
-    from probe_core.executors import JobSpec
+    from probe_core.lifecycle import JobSpec
 
     return manager.submit(LATENT_MAP, {"run": run_id},
                           JobSpec(f"{__name__}:latent_map_job", {"run_id": run_id}, registry.data_dir))

@@ -17,18 +17,18 @@ from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 
 
-def _models(registry, dataset: str, classifier: str | None, generator: str | None):
-    return (registry.get_or_train_reference(classifier or "default", "classifier", dataset),
-            registry.get_or_train_reference(generator or "default", "generator", dataset))
+def _models(registry, dataset: str, classifier: str | None, generator: str | None, device="cpu"):
+    return (registry.get_or_train_reference(classifier or "default", "classifier", dataset, device=device),
+            registry.get_or_train_reference(generator or "default", "generator", dataset, device=device))
 
 
-def probe_target(registry, request, **runtime) -> dict:
+def probe_target(registry, request, device="cpu", **runtime) -> dict:
     """Run a :class:`~probe_core.requests.SampleRequest` on its models: any target spec (high confidence,
     ambiguous pair, ambiguity matrix, uniform, path).
 
     ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
     ``should_stop`` and ``shard_progress``. A default model the request names and the workspace lacks
-    is trained first (announced).
+    is trained first (announced). The models run on ``device``.
 
     Raises
     ------
@@ -39,7 +39,7 @@ def probe_target(registry, request, **runtime) -> dict:
     """
     from probe_core.validation import check_record, checked_models
 
-    clf, gen = _models(registry, request.dataset, request.classifier, request.generator)
+    clf, gen = _models(registry, request.dataset, request.classifier, request.generator, device)
     data = load_dataset(request.dataset, registry.data_dir)
     checks = check_record(*checked_models(clf, data, gen))  # a wrongly matched classifier stops here
     names = tuple(clf.class_names)
@@ -252,7 +252,8 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     int
         The run id.
     """
-    from probe_core.runconfig import CompareConfig, run_now
+    from probe_core.lifecycle import run_now
+    from probe_core.runconfig import CompareConfig
 
     # the run stores resolved references (trained first if they are missing defaults)
     first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b))

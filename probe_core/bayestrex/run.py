@@ -123,7 +123,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Store every n-th kept sample (thinning for the database; summaries use all).
     target_index_offset : int
         Added to the stored ``target_index`` (to keep several calls apart in one run).
-    executor : ShardExecutor, optional
+    executor : Executor, optional
         Where the target shards run (:mod:`probe_core.scaleout`; default: here, in one batch).
     shards : int or None
         None: 1 here, one per worker on Ray. Split the targets into this many shards, each sampled with its own seed

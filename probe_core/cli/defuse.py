@@ -11,7 +11,10 @@ from probe_core.export import format_table
 from probe_core.progress import job_progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import correct as defuse_correct
+from probe_core.defuse import queries
+from probe_core.defuse import review as defuse_review
+from probe_core.defuse import steps
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, write_file
 from probe_core.scaleout import shard_count
@@ -20,13 +23,13 @@ from probe_core.scaleout import shard_count
 def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
     bar, listener = job_progress_bar(description)
     try:
-        return pipeline.run_step(workspace.registry, workspace.store, settings, args.device, listener)
+        return steps.run_step(workspace.registry, workspace.store, settings, args.device, listener)
     finally:
         bar.close()
 
 
 def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
-    return pipeline.run_class_names(workspace.store, run_id, data_dir)
+    return queries.run_class_names(workspace.store, run_id, data_dir)
 
 
 def _oracle(option: str) -> str:
@@ -36,11 +39,11 @@ def _oracle(option: str) -> str:
     return oracle
 
 
-def _identify_settings(args) -> pipeline.IdentifySettings:
+def _identify_settings(args) -> steps.IdentifySettings:
     from probe_core.classes import with_class_map
 
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
-    return pipeline.IdentifySettings(
+    return steps.IdentifySettings(
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
@@ -102,7 +105,7 @@ def _print_results(result: dict) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+    settings = steps.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
@@ -110,8 +113,8 @@ def _identify(args) -> int:
     return 0
 
 
-def _distill_settings(args, identify_run: int) -> pipeline.DistillSettings:
-    return pipeline.DistillSettings(identify_run=identify_run, n_components=args.components,
+def _distill_settings(args, identify_run: int) -> steps.DistillSettings:
+    return steps.DistillSettings(identify_run=identify_run, n_components=args.components,
                                     weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
                                     seed=args.seed)
 
@@ -133,7 +136,7 @@ def _label(args) -> int:
 
     workspace = workspace_from_args(args)
     store = workspace.store
-    pipeline.require_run(store, args.run, pipeline.DISTILL)
+    queries.require_run(store, args.run, queries.DISTILL)
     class_names = _class_names(workspace, args.run, args.data_dir)
     source = args.source
     if args.preview:
@@ -141,7 +144,7 @@ def _label(args) -> int:
     if args.novelty:
         _write_novelty(workspace, args, class_names)
     if args.auto_label:
-        source, written = pipeline.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
+        source, written = defuse_review.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
                                               rho=args.rho, device=args.device)
         print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
     if args.cluster is not None and (args.label is not None or args.failure is not None):
@@ -153,7 +156,7 @@ def _label(args) -> int:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
     if args.export_npz:
-        chosen = pipeline.labelled_failure_set(store, args.run, class_names, source, args.rho)
+        chosen = queries.labelled_failure_set(store, args.run, class_names, source, args.rho)
         write_file(args.export_npz, npz_bytes(**chosen, class_names=class_names))
         print(f"{len(chosen['labels'])} labelled failures written to {args.export_npz}")
     _print_clusters(workspace, args.run, class_names, source, args.rho)
@@ -182,9 +185,9 @@ def _label_images(workspace, args, class_names: tuple[str, ...]) -> None:
 
 
 def _review_images(workspace, args, cluster: dict) -> dict:
-    _, classifier, vae = pipeline.load_run_models(workspace.registry, workspace.store, args.run, args.device)
-    return pipeline.review_images(workspace.store, vae, classifier, cluster,
-                                  pipeline.distill_tau(workspace.store, args.run))
+    _, classifier, vae = queries.load_run_models(workspace.registry, workspace.store, args.run, args.device)
+    return defuse_review.review_images(workspace.store, vae, classifier, cluster,
+                                  queries.distill_tau(workspace.store, args.run))
 
 
 def _write_preview(workspace, args) -> None:
@@ -216,7 +219,7 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     cluster = workspace.store.get_cluster(args.cluster)
     if cluster is None or cluster["run_id"] != args.run:
         raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
-    found = pipeline.nearest_misclassified_training(workspace.registry, workspace.store, args.run, cluster,
+    found = defuse_review.nearest_misclassified_training(workspace.registry, workspace.store, args.run, cluster,
                                                     args.device)
     if not found["misclassified_training_images"]:
         print("the classifier gets every training image right: nothing to compare with, the failure is new")
@@ -233,8 +236,8 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     print(format_table(rows, ["image", "training index", "its label", "classifier says", "l2", "l2 to any training"]))
 
 
-def _correct_settings(args, distill_run: int, source: str) -> pipeline.CorrectSettings:
-    return pipeline.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
+def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectSettings:
+    return steps.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
                                     lambdas=tuple(args.lambdas), epochs=args.epochs,
                                     samples_per_region=args.samples_per_region, seed=args.seed,
                                     executor=args.executor, baseline=args.baseline, selection=args.selection)
@@ -252,7 +255,7 @@ def _correct(args) -> int:
 def _write_out(args, workspace, distill_run: int, source: str, correct_run: int | None) -> None:
     if not args.out:
         return
-    summary = pipeline.report(workspace.store, distill_run, _class_names(workspace, distill_run, args.data_dir),
+    summary = queries.report(workspace.store, distill_run, _class_names(workspace, distill_run, args.data_dir),
                               source, args.rho, correct_run)
     with open(args.out, "w") as handle:
         json.dump(summary, handle, indent=1)
@@ -266,7 +269,7 @@ def _run_all(args) -> int:
         _oracle(args.auto_label)
     _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
     _distill_settings(args, 0)
-    settings = pipeline.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+    settings = steps.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
@@ -279,7 +282,7 @@ def _run_all(args) -> int:
           f"(run {distill_run})")
     source = label_tools.HUMAN
     if args.auto_label:
-        source, _ = pipeline.auto_label(workspace.registry, workspace.store, distill_run, _oracle(args.auto_label),
+        source, _ = defuse_review.auto_label(workspace.registry, workspace.store, distill_run, _oracle(args.auto_label),
                                         rho=args.rho, device=args.device)
     _print_clusters(workspace, distill_run, class_names, source, args.rho)
     if not args.auto_label:
@@ -297,13 +300,13 @@ def _runs(args) -> int:
 
     workspace = workspace_from_args(args)
     rows = []
-    for kind in (pipeline.IDENTIFY, pipeline.DISTILL, pipeline.CORRECT):
+    for kind in (queries.IDENTIFY, queries.DISTILL, queries.CORRECT):
         for run in workspace.store.list_runs(kind=kind, limit=args.limit):
             parent = run.config.get("identify_run", run.config.get("distill_run", ""))
             summary = run.result or {}
-            what = {pipeline.IDENTIFY: f"{summary.get('failures', '?')} failures",
-                    pipeline.DISTILL: f"{summary.get('clusters', '?')} clusters",
-                    pipeline.CORRECT: summary.get("corrected_model", "")}[kind]
+            what = {queries.IDENTIFY: f"{summary.get('failures', '?')} failures",
+                    queries.DISTILL: f"{summary.get('clusters', '?')} clusters",
+                    queries.CORRECT: summary.get("corrected_model", "")}[kind]
             rows.append([run.id, kind.removeprefix("defuse-"), run.status, parent, what if run.result else run.message])
     rows.sort(key=lambda r: r[0], reverse=True)
     print(format_table(rows, ["run", "step", "status", "parent", "summary"]) if rows else "no Defuse runs yet")
@@ -345,14 +348,14 @@ def _lambda_list(text: str) -> list[float]:
 
 
 def _add_correct_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lambdas", type=_lambda_list, default=list(pipeline.PAPER_LAMBDAS),
+    parser.add_argument("--lambdas", type=_lambda_list, default=list(defuse_correct.PAPER_LAMBDAS),
                         help="comma-separated λ grid (default: the paper's 1e-10 … 1000)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples-per-region", type=int, default=256)
-    parser.add_argument("--baseline", choices=list(pipeline.BASELINES), default="labelled-images",
+    parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "
                              "default) or the failures in failure regions with their region's label")
-    parser.add_argument("--selection", choices=list(pipeline.SELECTION_RULES), default="data",
+    parser.add_argument("--selection", choices=list(defuse_correct.SELECTION_RULES), default="data",
                         help="how the λ and epoch are picked: validation accuracy on the original data (the paper's, "
                              "default) or its mean with accuracy on held-out failure-region samples")
     parser.add_argument("--out", help="write the summary as JSON")

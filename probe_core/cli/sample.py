@@ -77,7 +77,7 @@ def _given_settings(args: argparse.Namespace) -> dict:
 
 def _sample(args: argparse.Namespace) -> int:
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
-    from probe_core.runconfig import record
+    from probe_core.requests import record
     from probe_core.validation import sample_request
 
     workspace = workspace_from_args(args)

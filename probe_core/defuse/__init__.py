@@ -4,10 +4,9 @@
 - :mod:`~probe_core.defuse.cluster`: :class:`FailureClusterer` (Dirichlet-process GMM) and the 2-D map.
 - :mod:`~probe_core.defuse.labels`: store, aggregate (ρ, agreement), oracle labels, CSV export.
 - :mod:`~probe_core.defuse.correct`: L(D) + λ·CE(D_f) finetuning over a λ sweep, and the baseline.
-- :mod:`~probe_core.defuse.steps`: the steps as stored runs (typed settings, jobs, run inline or submit);
+- :mod:`~probe_core.defuse.steps`: the steps as stored runs (typed settings, their jobs, run now or submit);
 - :mod:`~probe_core.defuse.queries`: reading runs back; :mod:`~probe_core.defuse.review`: review samples,
-  the cached failure map, oracle labels;
-- :mod:`~probe_core.defuse.pipeline`: those three in one namespace, for the dashboard, the CLI and scripts.
+  the cached failure map, oracle labels.
 
 The ``probe defuse`` commands are in :mod:`probe_core.cli.defuse`.
 """

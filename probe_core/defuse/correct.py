@@ -154,7 +154,7 @@ def finetune_sweep(
         Reported for every λ (the trade-off curve); never used for selection.
     selection : str
         A key of :data:`SELECTION_RULES`.
-    executor : ShardExecutor, optional
+    executor : Executor, optional
         Run each λ as a shard (:mod:`probe_core.scaleout`; one task per λ on Ray). Default: one after
         another here. The results are the same either way.
 

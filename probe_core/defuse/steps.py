@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -58,7 +58,9 @@ from probe_core.defuse.queries import (
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.validation import checked_models
-from probe_core.lifecycle import JobContext, JobFunction, training_announcer
+from probe_core.lifecycle import JobSpec
+from probe_core.lifecycle import JobContext, JobFunction, run_now, submit, training_announcer
+from probe_core.requests import record
 from probe_core.scaleout import (
     ShardTask,
     parse_executor,
@@ -77,6 +79,7 @@ class IdentifySettings:
     """
 
     kind: ClassVar[str] = IDENTIFY
+    builder: ClassVar[str] = "probe_core.defuse.steps:identify_job"
 
     dataset: str = DEFAULT_DATASET
     classifier: str = "default"
@@ -91,6 +94,9 @@ class IdentifySettings:
     max_images: int | None = None
     executor: str = "local"  # where the image shards run (probe_core.scaleout): local, ray or ray:ADDRESS
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
+
+    def job_arguments(self) -> dict:
+        return {"settings": record(self)}
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.shards < 1:
@@ -130,6 +136,7 @@ class DistillSettings:
     """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
 
     kind: ClassVar[str] = DISTILL
+    builder: ClassVar[str] = "probe_core.defuse.steps:distill_job"
 
     identify_run: int
     n_components: int = 100
@@ -137,6 +144,9 @@ class DistillSettings:
     max_samples: int = 10_000
     tau: float = 0.5
     seed: int = 0
+
+    def job_arguments(self) -> dict:
+        return {"settings": record(self)}
 
     def __post_init__(self) -> None:
         if self.n_components < 1 or self.max_samples < 2:
@@ -162,6 +172,7 @@ class CorrectSettings:
     """
 
     kind: ClassVar[str] = CORRECT
+    builder: ClassVar[str] = "probe_core.defuse.steps:correct_job"
 
     distill_run: int
     source: str = HUMAN
@@ -176,6 +187,9 @@ class CorrectSettings:
     executor: str = "local"  # where the λ sweep runs (probe_core.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
     selection: str = "data"
+
+    def job_arguments(self) -> dict:
+        return {"settings": record(self)}
 
     def __post_init__(self) -> None:
         if not self.lambdas:
@@ -453,54 +467,33 @@ def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageData
     return LabelledImages(images, torch.from_numpy(chosen["labels"]), torch.full((len(images),), -1))
 
 
-def settings_dict(settings) -> dict:
-    """A settings dataclass as the run's config (JSON-ready)."""
-    config = asdict(settings)
-    if "lambdas" in config:
-        config["lambdas"] = list(config["lambdas"])
-    return config
-
-
-_STEPS = {IdentifySettings: (IDENTIFY, identify_job), DistillSettings: (DISTILL, distill_job),
-          CorrectSettings: (CORRECT, correct_job)}
-
-
-def _step(settings):
-    try:
-        return _STEPS[type(settings)]
-    except KeyError:
-        raise ProbeError(f"not a Defuse step's settings: {type(settings).__name__}") from None
-
-
 def run_step(registry, store, settings, device: str = "cpu", listener=None) -> tuple[int, dict]:
-    """Run one step now in this thread (CLI, scripts); returns ``(run_id, result)``.
+    """Run one step now in this thread (CLI, scripts): :func:`probe_core.lifecycle.run_now`.
 
-    ``listener(progress, message)`` sees every progress report.
+    ``store`` must be ``registry.store``; ``listener(progress, message)`` sees every progress report.
     """
-    from probe_core.lifecycle import run_inline
-
-    kind, factory = _step(settings)
-    return run_inline(store, kind, settings_dict(settings), factory(registry, settings, device), listener)
+    if store is not registry.store:
+        raise ProbeError("run_step records the run in the registry's own store")
+    return run_now(registry, _step(settings), listener, device)
 
 
 def submit_step(manager, registry, settings, device: str = "cpu") -> int:
-    """Start one step as a background job (dashboard: a worker process); returns the run id."""
-    from probe_core.executors import JobSpec
+    """Start one step as a background job (dashboard: a worker process): :func:`probe_core.lifecycle.submit`."""
+    return submit(manager, _step(settings), registry.data_dir, dedupe=True, device=device)  # a 2nd click joins
 
-    kind, factory = _step(settings)
-    job = JobSpec(f"{__name__}:{factory.__name__}", {"settings": settings_dict(settings), "device": device},
-                  registry.data_dir)
-    return manager.submit(kind, settings_dict(settings), job, dedupe=True)  # a second click joins the first
+
+def _step(settings):
+    if not isinstance(settings, (IdentifySettings, DistillSettings, CorrectSettings)):
+        raise ProbeError(f"not a Defuse step's settings: {type(settings).__name__}")
+    return settings
 
 
 def submit_find_failures(manager, registry, identify: IdentifySettings, distill: dict | None = None,
                          device: str = "cpu") -> int:
     """Start identification then distillation in the background (the Failures page's one button)."""
-    from probe_core.executors import JobSpec
-
-    job = JobSpec(f"{__name__}:find_failures_job", {"identify": settings_dict(identify), "distill": distill,
+    job = JobSpec(f"{__name__}:find_failures_job", {"identify": record(identify), "distill": distill,
                                                     "device": device}, registry.data_dir)
-    return manager.submit(IDENTIFY, settings_dict(identify), job)
+    return manager.submit(IDENTIFY, record(identify), job)
 
 
 @dataclass(frozen=True)
@@ -508,20 +501,20 @@ class EmbeddingSettings:
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
 
     kind: ClassVar[str] = EMBEDDING
+    builder: ClassVar[str] = "probe_core.defuse.steps:embedding_job"
 
     distill_run: int
+
+    def job_arguments(self) -> dict:
+        return {"distill_run": self.distill_run}
 
 
 def submit_embedding(manager, registry, distill_run: int) -> int:
     """Compute (and cache) a distillation run's failure map in the background."""
-    from probe_core.executors import JobSpec
-
-    settings = EmbeddingSettings(distill_run)
-    return manager.submit(settings.kind, settings_dict(settings),
-                          JobSpec(f"{__name__}:embedding_job", {"distill_run": distill_run}, registry.data_dir))
+    return submit(manager, EmbeddingSettings(distill_run), registry.data_dir)
 
 
-def embedding_job(registry, distill_run: int) -> JobFunction:
+def embedding_job(registry, distill_run: int, device: str = "cpu") -> JobFunction:
     """:func:`embedding` as a job (its result is cached in the workspace)."""
 
     def run(context: JobContext) -> dict:
@@ -556,8 +549,7 @@ def find_failures_job(registry, identify: IdentifySettings, distill: dict | None
         settings = DistillSettings(identify_run=context.run_id, **(distill or {}))
         # identification is finished; the distillation run's progress is its own
         context.store.update_run(context.run_id, 1.0, "identified; distilling", {**result, "distilling": True})
-        distill_run, _ = run_inline(context.store, DISTILL, settings_dict(settings),
-                                    distill_job(registry, settings, device))
+        distill_run, _ = run_inline(context.store, DISTILL, record(settings), distill_job(registry, settings, device))
         return {**result, "distill_run": distill_run}
 
     return run

@@ -9,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 from probe_core.bayestrex.latent_map import latent_map
 from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
+from probe_core.defuse import review
 from probe_core.models import ModelSpec
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -107,13 +108,13 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     at = open_page("pages/views/failures.py")
     assert any(m.label == "Clusters kept" for m in at.metric)
     assert len(at.image) >= 3
-    before = {r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL)}
+    before = {r.id for r in app_env.store.list_runs(kind=queries.DISTILL)}
     at.number_input(key="defuse_q").set_value(10)
     at.number_input(key="defuse_m").set_value(2)
     at.number_input(key="defuse_max_samples").set_value(300)
     next(b for b in at.button if b.label == "Find failures").click().run()
     assert not at.exception
-    rerun_until(at, lambda a: {r.id for r in app_env.store.list_runs(kind=pipeline.DISTILL)
+    rerun_until(at, lambda a: {r.id for r in app_env.store.list_runs(kind=queries.DISTILL)
                                if r.status == "done"} - before != set())
 
 
@@ -121,8 +122,8 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
     import json
 
     run_id = flawed_run["distill_run"]
-    pipeline.embedding(app_env.registry, app_env.store, run_id, max_fit=600, max_points=3000)
-    failures = pipeline.failures_of(app_env.store, run_id)
+    review.embedding(app_env.registry, app_env.store, run_id, max_fit=600, max_points=3000)
+    failures = queries.failures_of(app_env.store, run_id)
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.switch_page("pages/views/failures.py")
     at.session_state["defuse_distill_pick"] = run_id
@@ -200,7 +201,7 @@ def test_label_page_preselects_nothing_remembers_the_name_and_moves_between_clus
 
 
 def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_run):
-    source, _ = pipeline.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
+    source, _ = review.auto_label(app_env.registry, app_env.store, flawed_run["distill_run"], "default")
     at = open_page("pages/views/finetune.py")
     at.selectbox(key="finetune_run_pick").set_value(flawed_run["distill_run"]).run()
     at.selectbox(key="finetune_source").select(source).run()
@@ -210,7 +211,7 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     submit = next(b for b in at.button if b.label == "Finetune")
     submit.click().run()
     assert not at.exception
-    run = app_env.store.list_runs(kind=pipeline.CORRECT)[0]
+    run = app_env.store.list_runs(kind=queries.CORRECT)[0]
     assert run.config["distill_run"] == flawed_run["distill_run"] and run.config["lambdas"] == [1.0]
     rerun_until(at, lambda a: any(s.value.startswith(f"Results (run {run.id},") for s in a.subheader))
     table = at.dataframe[-1].value
@@ -239,7 +240,7 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     # another λ of the sweep can be picked (or clicked on the chart) and finetuned alone
     assert at.selectbox(key="finetune_other_lambda").options[0].startswith("λ = 1: test ")
     at.button(key="finetune_other_start").click().run()
-    again = app_env.store.list_runs(kind=pipeline.CORRECT)[0]
+    again = app_env.store.list_runs(kind=queries.CORRECT)[0]
     assert again.id != run.id and again.config["lambdas"] == [1.0] and again.config["epochs"] == 1
     app_env.store.request_cancel(again.id)  # not needed further
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from helpers import rerun_until, write_tiny_plugin
 from streamlit.testing.v1 import AppTest
 
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -38,10 +38,10 @@ def test_defuse_pages_work_end_to_end_with_plugin_models(workspace, monkeypatch,
     at.number_input(key="defuse_max_samples").set_value(500)
     at.button[0].click().run()  # the form's "Find failures"
     assert not at.error, [e.value for e in at.error]
-    rerun_until(at, lambda a: any(r.status == "done" for r in store.list_runs(kind=pipeline.DISTILL)))
-    identify = store.list_runs(kind=pipeline.IDENTIFY)[0]
+    rerun_until(at, lambda a: any(r.status == "done" for r in store.list_runs(kind=queries.DISTILL)))
+    identify = store.list_runs(kind=queries.IDENTIFY)[0]
     assert identify.config["classifier"].startswith("plugin:/") and "#sha256=" in identify.config["vae"]
-    distill_run = store.list_runs(kind=pipeline.DISTILL)[0].id
+    distill_run = store.list_runs(kind=queries.DISTILL)[0].id
 
     at = _page("pages/views/label.py", **session)
     at.text_input(key="label_oracle").set_value(oracle)
@@ -56,10 +56,10 @@ def test_defuse_pages_work_end_to_end_with_plugin_models(workspace, monkeypatch,
     at.number_input(key="finetune_epochs").set_value(1)
     at.number_input(key="finetune_per_region").set_value(16)
     at.button[0].click().run()
-    rerun_until(at, lambda a: any(r.status == "done" for r in store.list_runs(kind=pipeline.CORRECT)))
-    corrected = store.list_runs(kind=pipeline.CORRECT)[0].result["corrected_model"]
+    rerun_until(at, lambda a: any(r.status == "done" for r in store.list_runs(kind=queries.CORRECT)))
+    corrected = store.list_runs(kind=queries.CORRECT)[0].result["corrected_model"]
     assert corrected.startswith("plugin-model-") and workspace.registry.load(corrected).kind == "classifier"
-    assert store.list_runs(kind=pipeline.CORRECT)[0].config["distill_run"] == distill_run
+    assert store.list_runs(kind=queries.CORRECT)[0].config["distill_run"] == distill_run
 
 
 def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_path):

@@ -61,7 +61,7 @@ def running_server(workspace_root: Path, log_path: Path, launcher: str = "make r
     """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it."""
     port = _free_port()
     env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "1" if autotrain else "0",
-           "PROBE_EXECUTOR": "process"}  # the product's default: jobs in worker processes
+           "PROBE_LAUNCHER": "process"}  # the product's default: jobs in worker processes
     process = subprocess.Popen(
         [*LAUNCHERS[launcher], "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
@@ -232,10 +232,11 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
 
 def _hover_shows_the_image(page, server, workspace) -> None:
     """On the Failures map, hovering a failure and a training point shows that point's image."""
-    from probe_core.defuse import pipeline
+    from probe_core.defuse import queries
+    from probe_core.defuse import review as defuse_review
 
-    newest = workspace.store.list_runs(kind=pipeline.DISTILL)[0]
-    pipeline.embedding(workspace.registry, workspace.store, newest.id, max_fit=600, max_points=3000)
+    newest = workspace.store.list_runs(kind=queries.DISTILL)[0]
+    defuse_review.embedding(workspace.registry, workspace.store, newest.id, max_fit=600, max_points=3000)
     _open(page, server, "failures", "Failures", settle=True)
     chart = page.locator(".st-key-defuse_map .js-plotly-plot")
     chart.wait_for()
@@ -264,7 +265,7 @@ def _hover_shows_the_image(page, server, workspace) -> None:
 def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
     """On the Ambiguity matrix, clicking a cell's picture opens that pair below the matrix."""
     from probe_core.requests import SampleRequest
-    from probe_core.runconfig import run_now
+    from probe_core.lifecycle import run_now
 
     registry = workspace.registry
     run_now(registry, SampleRequest(

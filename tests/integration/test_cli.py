@@ -72,11 +72,11 @@ def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     # the map of the hits among prior draws (Bayes-Probe Fig. 5) as the page starts it: a job (here on the
     # tests-only thread executor, which builds it from its JobSpec as a worker does), then the HTML report
     from probe_core.bayestrex.latent_map import LATENT_MAP, submit_latent_map
-    from probe_core.executors import ThreadExecutor
+    from probe_core.launchers import ThreadLauncher
     from probe_core.jobs import JobManager
 
     run_id = trained_workspace.store.list_runs(kind="sample", limit=1)[0].id
-    manager = JobManager(trained_workspace.store, ThreadExecutor())
+    manager = JobManager(trained_workspace.store, ThreadLauncher())
     job = manager.wait(submit_latent_map(manager, trained_workspace.registry, run_id), timeout=180)
     assert (job.kind, job.status, job.result["run"]) == (LATENT_MAP, "done", run_id), job.error
     report = tmp_path / "report.html"

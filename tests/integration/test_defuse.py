@@ -13,7 +13,10 @@ from helpers import MISLABELLED
 
 from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import pipeline
+from probe_core.defuse import queries
+from probe_core.defuse import review as defuse_review
+from probe_core.defuse import steps
+from probe_core.requests import record
 from probe_core.defuse.cluster import embed_2d
 from probe_core.defuse.identify import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
@@ -51,8 +54,8 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
     from probe_core.lifecycle import run_inline
 
     store = trained_workspace.store
-    settings = pipeline.IdentifySettings(samples_per_image=100, noise_scale=0.5, max_images=200)
-    job = pipeline.identify_job(trained_workspace.registry, settings)
+    settings = steps.IdentifySettings(samples_per_image=100, noise_scale=0.5, max_images=200)
+    job = steps.identify_job(trained_workspace.registry, settings)
     reports = []
 
     def stop_after_two_batches(progress, message):
@@ -61,8 +64,8 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
             raise CancelledError("stop")
 
     with pytest.raises(CancelledError):
-        run_inline(store, pipeline.IDENTIFY, pipeline.settings_dict(settings), job, stop_after_two_batches)
-    run = store.list_runs(kind=pipeline.IDENTIFY)[0]
+        run_inline(store, queries.IDENTIFY, record(settings), job, stop_after_two_batches)
+    run = store.list_runs(kind=queries.IDENTIFY)[0]
     assert run.status == "cancelled"
     kept = FailureSet.from_store(store, run.id)
     assert len(kept) > 0 and kept.source_index.max() < 48
@@ -83,16 +86,16 @@ def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_w
     clusters = store.get_clusters(flawed_run["distill_run"])
     assert len(clusters) == flawed_run["distilled"]["clusters"] >= 5
     assert all(c["weight"] > 0.01 for c in clusters)
-    assignments = pipeline.assignments_of(store, flawed_run["distill_run"])
+    assignments = queries.assignments_of(store, flawed_run["distill_run"])
     assert len(assignments) == flawed_run["identified"]["failures"]
     assert sum(c["size"] for c in clusters) == int((assignments >= 0).sum())
     # the planted flaw: a cluster of 9s called 8, whose review samples are still mostly called 8 (the
     # clusters' order and number vary with the trained models, so the best of them is checked)
-    dataset, classifier, vae = pipeline.load_run_models(trained_workspace.registry, store, flawed_run["distill_run"])
+    dataset, classifier, vae = queries.load_run_models(trained_workspace.registry, store, flawed_run["distill_run"])
     nine_as_eight = [c for c in clusters if c["info"]["majority_prediction"] == 8
                      and c["info"]["majority_true_label"] == 9]
     assert nine_as_eight
-    shares = [float((pipeline.review_samples(vae, classifier, cluster, count=50, tau=0.5)["probs"].argmax(1) == 8)
+    shares = [float((defuse_review.review_samples(vae, classifier, cluster, count=50, tau=0.5)["probs"].argmax(1) == 8)
                     .float().mean()) for cluster in nine_as_eight]
     assert max(shares) > 0.5, shares
 
@@ -102,20 +105,20 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     distill_run = flawed_run["distill_run"]
     names = tuple(str(c) for c in range(10))
     human_view = label_tools.cluster_label_table(store, distill_run, names)
-    source, written = pipeline.auto_label(registry, store, distill_run, "default")
+    source, written = defuse_review.auto_label(registry, store, distill_run, "default")
     assert source == label_tools.oracle_source(registry.default_id("digits", "classifier"))
     assert any(w["is_failure"] and w["label"] == "9" for w in written)
     assert all(w["labelled_per"] == "image" and w["images_labelled"] == label_tools.REVIEW_IMAGES for w in written)
     assert label_tools.cluster_label_table(store, distill_run, names) == human_view  # oracle labels stay apart
     # Model Probe's earlier selection rule (it looks at failure-region validation samples); the paper's is below
-    run_id, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+    run_id, result = steps.run_step(registry, store, steps.CorrectSettings(
         distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128,
         selection="data-and-failures"))
     assert result["selection"]["rule"] == "data-and-failures"
     assert all(entry["score"] == pytest.approx((entry["validation_accuracy"] + entry["failure_validation_accuracy"]) / 2)
                for entry in result["sweep"])
     # the paper's baseline: the individually labelled failures, each with its own label
-    individually = pipeline.labelled_review_failures(store, distill_run, names, source)
+    individually = queries.labelled_review_failures(store, distill_run, names, source)
     assert result["results"]["baseline"]["kind"] == "labelled-images"
     assert result["baseline_failures"] == len(individually["labels"]) > 0
     assert (individually["labels"] != individually["predictions"]).all()
@@ -131,7 +134,7 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     dataset = load_dataset(MISLABELLED)
     accuracy = (corrected.module(dataset.test_images).argmax(1) == dataset.test_labels).float().mean()
     assert float(accuracy) == pytest.approx(after["test_accuracy"])
-    summary = pipeline.report(store, distill_run, dataset.class_names, source, correct_run=run_id)
+    summary = queries.report(store, distill_run, dataset.class_names, source, correct_run=run_id)
     assert summary["results"]["defuse"]["failure_accuracy"] == after["failure_accuracy"]
     assert summary["corrected_model"] == result["corrected_model"]
     # exports: every label as CSV, the labelled failures with their cluster's class as .npz
@@ -140,41 +143,41 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     rows = list(csv.DictReader(open(tmp_path / "labels.csv")))
     assert len(rows) == all_labels
     assert sum(r["source"] == source for r in rows) == len(written) * label_tools.REVIEW_IMAGES
-    chosen = pipeline.labelled_failure_set(store, distill_run, dataset.class_names, source)
+    chosen = queries.labelled_failure_set(store, distill_run, dataset.class_names, source)
     assert len(chosen["labels"]) > 0 and (chosen["labels"] == 9).mean() > 0.5
     assert chosen["images"].shape[0] == chosen["latents"].shape[0] == len(chosen["labels"])
 
 
 def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
-    source, _ = pipeline.auto_label(registry, store, flawed_run["distill_run"], "default")
-    _, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+    source, _ = defuse_review.auto_label(registry, store, flawed_run["distill_run"], "default")
+    _, result = steps.run_step(registry, store, steps.CorrectSettings(
         distill_run=flawed_run["distill_run"], source=source, lambdas=(0.1, 1.0), epochs=1, samples_per_region=32,
         baseline="cluster-labels"))
     assert result["selection"]["rule"] == "data"  # the paper's: accuracy on the original data alone
     assert all(entry["score"] == entry["validation_accuracy"] for entry in result["sweep"] + result["baseline_sweep"])
     assert result["results"]["defuse"]["score"] == max(entry["score"] for entry in result["sweep"])
     names = tuple(str(c) for c in range(10))
-    in_regions = pipeline.labelled_failure_set(store, flawed_run["distill_run"], names, source)
+    in_regions = queries.labelled_failure_set(store, flawed_run["distill_run"], names, source)
     assert result["results"]["baseline"]["kind"] == "cluster-labels"
     assert result["baseline_failures"] == len(in_regions["labels"])
     with pytest.raises(ProbeError, match="unknown baseline"):
-        pipeline.CorrectSettings(distill_run=1, baseline="adversarial")
+        steps.CorrectSettings(distill_run=1, baseline="adversarial")
 
 
 def test_correction_without_usable_labels_says_what_to_do(trained_workspace, flawed_run):
     # a label source nobody has used yet (other tests label this run as humans and as an oracle)
     with pytest.raises(ProbeError, match="label clusters first"):
-        pipeline.run_step(trained_workspace.registry, trained_workspace.store,
-                          pipeline.CorrectSettings(distill_run=flawed_run["distill_run"], source="oracle:nobody"))
+        steps.run_step(trained_workspace.registry, trained_workspace.store,
+                          steps.CorrectSettings(distill_run=flawed_run["distill_run"], source="oracle:nobody"))
 
 
 def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
-    first = pipeline.embedding(registry, store, flawed_run["distill_run"], max_fit=600, max_points=3000)
+    first = defuse_review.embedding(registry, store, flawed_run["distill_run"], max_fit=600, max_points=3000)
     assert first["failure_xy"].shape == (3000, 2) and first["train_xy"].shape[1] == 2
     assert set(np.unique(first["failure_cluster"])) <= set(range(-1, flawed_run["distilled"]["clusters"]))
-    again = pipeline.embedding(registry, store, flawed_run["distill_run"])
+    again = defuse_review.embedding(registry, store, flawed_run["distill_run"])
     assert np.array_equal(first["failure_xy"], again["failure_xy"])
 
 
@@ -185,10 +188,10 @@ def test_concurrent_annotators_label_images_and_the_paper_aggregation_follows(tr
     distill_run = flawed_run["distill_run"]
     cluster = store.get_clusters(distill_run)[-1]
     names = tuple(str(c) for c in range(10))
-    _, classifier, vae = pipeline.load_run_models(trained_workspace.registry, store, distill_run)
-    shown = pipeline.review_images(store, vae, classifier, cluster, pipeline.distill_tau(store, distill_run))
+    _, classifier, vae = queries.load_run_models(trained_workspace.registry, store, distill_run)
+    shown = defuse_review.review_images(store, vae, classifier, cluster, queries.distill_tau(store, distill_run))
     assert len(shown["ids"]) == label_tools.REVIEW_IMAGES
-    again = pipeline.review_images(store, vae, classifier, cluster, 0.9)  # stored: the same images, whatever τ
+    again = defuse_review.review_images(store, vae, classifier, cluster, 0.9)  # stored: the same images, whatever τ
     assert again["ids"] == shown["ids"] and np.array_equal(again["latents"], shown["latents"])
     predicted = [names[p] for p in shown["predictions"]]
     # three annotators call every image a 9; two agree with the classifier on every image
@@ -298,8 +301,8 @@ def test_novelty_finds_the_nearest_misclassified_training_image_of_each_review_i
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run = flawed_run["distill_run"]
     cluster = store.get_clusters(distill_run)[0]
-    found = pipeline.nearest_misclassified_training(registry, store, distill_run, cluster)
-    dataset, classifier, _ = pipeline.load_run_models(registry, store, distill_run)
+    found = defuse_review.nearest_misclassified_training(registry, store, distill_run, cluster)
+    dataset, classifier, _ = queries.load_run_models(registry, store, distill_run)
     assert found["misclassified_training_images"] > 0 and len(found["index"]) == label_tools.REVIEW_IMAGES
     with torch.no_grad():
         predicted = classifier.module(dataset.train_images[torch.from_numpy(found["index"])]).argmax(1).numpy()

@@ -22,7 +22,8 @@ except ImportError:  # CI installs the dev requirements, which include Ray: ther
     pytest.skip("Ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
 from probe_core.bayestrex import sample
-from probe_core.defuse import pipeline
+from probe_core.defuse import review
+from probe_core.defuse import steps
 from probe_core.defuse.queries import failures_of
 from probe_core.scaleout import LocalShards, RayShards
 
@@ -85,7 +86,7 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
     registry, store = trained_workspace.registry, trained_workspace.store
     identified = {}
     for executor in ("local", "ray"):
-        run_id, result = pipeline.run_step(registry, store, pipeline.IdentifySettings(
+        run_id, result = steps.run_step(registry, store, steps.IdentifySettings(
             dataset=MISLABELLED, classifier=flawed_run["classifier"], samples_per_image=60, max_images=150,
             shards=3, executor=executor))
         identified[executor] = (result, failures_of(store, run_id))
@@ -95,10 +96,10 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
     np.testing.assert_allclose(local_failures.latents, remote_failures.latents, atol=1e-5)
     assert local_failures.source_index.max() >= 100  # the third shard's images count in the whole set
 
-    source, _ = pipeline.auto_label(registry, store, flawed_run["distill_run"], "default")
+    source, _ = review.auto_label(registry, store, flawed_run["distill_run"], "default")
     swept = {}
     for executor in ("local", "ray"):
-        _, result = pipeline.run_step(registry, store, pipeline.CorrectSettings(
+        _, result = steps.run_step(registry, store, steps.CorrectSettings(
             distill_run=flawed_run["distill_run"], source=source, lambdas=(0.5, 5.0), epochs=1,
             samples_per_region=64, executor=executor))
         swept[executor] = result

@@ -214,10 +214,10 @@ def test_defuse_on_a_words_folder_finds_as_few_failures_as_on_digit_names(traine
 
 
 def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(trained_workspace, tmp_path):
-    from probe_core.executors import ProcessExecutor
+    from probe_core.launchers import ProcessLauncher
     from probe_core.jobs import JobManager
     from probe_core.requests import SampleRequest
-    from probe_core.runconfig import submit
+    from probe_core.lifecycle import submit
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)
@@ -225,7 +225,7 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
 
     dataset = canonical_dataset_name(str(words))
     generator = trained_workspace.registry.default_id("digits", "vae")
-    manager = JobManager(trained_workspace.store, ProcessExecutor(threads=1))
+    manager = JobManager(trained_workspace.store, ProcessLauncher(threads=1))
     config = SampleRequest(dataset=dataset, target="high:seven", classifier=str(plugin.resolve()),
                           generator=generator, chains=4, warmup=10, samples=10)
     run_id = submit(manager, config)

@@ -4,9 +4,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe_core.defuse.pipeline import CorrectSettings, IdentifySettings
+from probe_core.defuse.steps import CorrectSettings, IdentifySettings
 from probe_core.requests import SampleRequest
-from probe_core.runconfig import CompareConfig, TrainConfig, config_of, job_spec, record
+from probe_core.lifecycle import job_spec
+from probe_core.requests import record
+from probe_core.runconfig import CompareConfig, TrainConfig, config_of
 
 
 def _stored(config):

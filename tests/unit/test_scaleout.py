@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from probe_core.errors import ProbeError
-from probe_core.executors import WORKER_THREADS_ENV, worker_threads
+from probe_core.launchers import WORKER_THREADS_ENV, worker_threads
 from probe_core.scaleout import (
     LocalShards,
     RayShards,

@@ -1,30 +1,29 @@
-"""Where background work runs: the executor seam between a stored run and the process that does it.
+"""Which process runs a stored run: the launcher seam between a recorded run and the process that does it.
 
 A run that may execute elsewhere is described by a :class:`JobSpec`: the dotted path of a
 *job builder* and JSON arguments. The builder is called in the process that does the work as
 ``builder(registry, **arguments)`` and returns the job function (``fn(context) -> result``).
 The spec is stored with the run, so any process can rebuild the job from the database alone.
 
-Executors:
+Launchers:
 
-``process`` (:class:`ProcessExecutor`, the dashboard's default)
+``process`` (:class:`ProcessLauncher`, the dashboard's default)
     One worker process per run (``python -m probe_core.worker``). The dashboard server never
     runs a job's torch work, so watching a run cannot slow it (no shared interpreter lock, no
     shared garbage collection). Progress, previews and cancellation go through the database.
     A worker dies with the server; a worker that dies (killed, out of memory) leaves its run
     ``interrupted`` with everything it stored.
-``thread`` (:class:`ThreadExecutor`)
+``thread`` (:class:`ThreadLauncher`)
     A daemon thread of the calling process: for tests, and for job functions that are plain
     closures rather than specs.
 
-The scale-out executor (Ray) plugs in behind the same :class:`Executor` protocol.
+Inside the run, its shards (sampling targets, identification images, the λ sweep) go to the run's
+*executor*, ``local`` or Ray: :mod:`probe_core.scaleout`, the one executor seam.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib
-import json
 import logging
 import os
 import queue
@@ -32,17 +31,17 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from probe_core.errors import ProbeError
+from probe_core.lifecycle import JobSpec, execute_run
 from probe_core.store import Store
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_ENV = "PROBE_EXECUTOR"
-EXECUTORS = ("process", "thread")
+LAUNCHER_ENV = "PROBE_LAUNCHER"
+LAUNCHERS = ("process", "thread")
 WORKER_THREADS_ENV = "PROBE_WORKER_THREADS"
 
 
@@ -71,59 +70,8 @@ def worker_threads() -> int:
     return min(threads, int(capped)) if capped.isdigit() and int(capped) >= 1 else threads
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """How to build a job in any process: ``builder(registry, **arguments)``.
-
-    Parameters
-    ----------
-    builder : str
-        ``"package.module:function"``; the function takes a :class:`ModelRegistry` first.
-    arguments : dict
-        JSON-serialisable keyword arguments.
-    data_dir : str, optional
-        The data folder of the person who started it (their setting, carried with the job).
-    """
-
-    builder: str
-    arguments: dict = field(default_factory=dict)
-    data_dir: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps({"builder": self.builder, "arguments": self.arguments, "data_dir": self.data_dir},
-                          sort_keys=True, default=_jsonable)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "JobSpec":
-        return cls(data["builder"], data.get("arguments") or {}, data.get("data_dir"))
-
-    def build(self, workspace_root: str | Path):
-        """The job function, built in this process against the workspace at ``workspace_root``."""
-        from probe_core.workspace import Workspace
-
-        return self.build_for(Workspace(workspace_root, data_dir=self.data_dir).registry)
-
-    def build_for(self, registry):
-        """The job function, built with a registry this process already has."""
-        module_name, _, function_name = self.builder.partition(":")
-        try:
-            builder = getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError) as exc:
-            raise ProbeError(f"unknown job builder {self.builder!r}: {exc}") from exc
-        return builder(registry, **self.arguments)
-
-
-def _jsonable(value):
-    """JSON for dataclass settings and tuples inside job arguments."""
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(value):
-        return asdict(value)
-    return str(value)
-
-
-class Executor(Protocol):
-    """Starts a stored run somewhere; the run's state lives in the store, not in the executor."""
+class RunLauncher(Protocol):
+    """Starts a stored run in some process; the run's state lives in the store, not in the launcher."""
 
     def start(self, store: Store, run_id: int, job) -> None:
         """Start run ``run_id`` (already recorded as queued) doing ``job`` (a JobSpec or, for threads, a function)."""
@@ -132,15 +80,13 @@ class Executor(Protocol):
         """Block until the run's worker ends (or the timeout passes)."""
 
 
-class ThreadExecutor:
+class ThreadLauncher:
     """Runs each job in a daemon thread of this process (tests; closures that cannot be rebuilt elsewhere)."""
 
     def __init__(self) -> None:
         self._threads: dict[int, threading.Thread] = {}
 
     def start(self, store: Store, run_id: int, job) -> None:
-        from probe_core.lifecycle import execute_run
-
         function = job.build(store.path.parent) if isinstance(job, JobSpec) else job
         thread = threading.Thread(target=execute_run, args=(store, run_id, function), name=f"probe-job-{run_id}",
                                   daemon=True)
@@ -171,7 +117,7 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
-class ProcessExecutor:
+class ProcessLauncher:
     """Runs each job in its own worker process (``python -m probe_core.worker WORKSPACE RUN_ID``).
 
     Workers are started by one long-lived launcher thread: Linux delivers the "parent died"
@@ -258,11 +204,11 @@ class ProcessExecutor:
                 pass
 
 
-def make_executor(name: str | None = None) -> Executor:
-    """``process`` or ``thread`` (default ``$PROBE_EXECUTOR``, else ``process``)."""
-    name = (name or os.environ.get(EXECUTOR_ENV) or "process").strip().lower()
+def make_launcher(name: str | None = None) -> RunLauncher:
+    """``process`` or ``thread`` (default ``$PROBE_LAUNCHER``, else ``process``)."""
+    name = (name or os.environ.get(LAUNCHER_ENV) or "process").strip().lower()
     if name == "process":
-        return ProcessExecutor()
+        return ProcessLauncher()
     if name == "thread":
-        return ThreadExecutor()
-    raise ProbeError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+        return ThreadLauncher()
+    raise ProbeError(f"unknown launcher {name!r}; use one of {', '.join(LAUNCHERS)}")

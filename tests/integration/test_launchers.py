@@ -10,7 +10,8 @@ import time
 import pytest
 from helpers import write_tiny_plugin
 
-from probe_core.executors import JobSpec, ProcessExecutor
+from probe_core.launchers import ProcessLauncher
+from probe_core.lifecycle import JobSpec
 from probe_core.jobs import JobManager
 
 
@@ -31,7 +32,7 @@ def _wait(condition, timeout: float = 120.0):
 
 
 def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_path):
-    manager = JobManager(workspace.store, ProcessExecutor(threads=1))
+    manager = JobManager(workspace.store, ProcessLauncher(threads=1))
     run_id = manager.submit("sample", {"target": "high:3"}, _sampling_spec(str(write_tiny_plugin(tmp_path)), 20))
     run = manager.wait(run_id, timeout=180)
     assert run.status == "done", (run.status, run.error)
@@ -43,7 +44,7 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
 
 def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(workspace, tmp_path):
     plugin = str(write_tiny_plugin(tmp_path))
-    manager = JobManager(workspace.store, ProcessExecutor())
+    manager = JobManager(workspace.store, ProcessLauncher())
     stopped = manager.submit("sample", {"target": "high:3"}, _sampling_spec(plugin, 100_000))
     _wait(lambda: workspace.store.count_samples(stopped) > 0)
     manager.cancel(stopped)
@@ -61,11 +62,11 @@ def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(wo
 
 
 def test_a_job_that_cannot_be_built_fails_with_the_reason(workspace):
-    manager = JobManager(workspace.store, ProcessExecutor())
+    manager = JobManager(workspace.store, ProcessLauncher())
     run = manager.wait(manager.submit("t", {}, JobSpec("probe_core.nothing:here")), timeout=120)
     assert run.status == "failed" and "unknown job builder 'probe_core.nothing:here'" in run.error
 
 
 def test_a_function_cannot_go_to_a_worker_process(workspace):
     with pytest.raises(Exception, match="JobSpec"):
-        ProcessExecutor().start(workspace.store, workspace.store.create_run("t", {}), lambda context: {})
+        ProcessLauncher().start(workspace.store, workspace.store.create_run("t", {}), lambda context: {})
