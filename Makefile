@@ -18,17 +18,17 @@ ZOO_MNIST_ARGS := --epochs 15,30 --betas 1,4 --gan-epochs 15,30 --jobs 2 --threa
 
 .PHONY: install run test test-fast bench bench-quick clean-venv
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-ray.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet -r requirements.txt -r requirements-ray.txt -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python app.py
+	$(BIN)/probe ui
 
 # One pytest-xdist worker per core (tests/conftest.py gives each one thread); the tests that share the
 # session's regression suite stay on one worker.

@@ -7,6 +7,7 @@
 - :mod:`~probe_core.cli.defuse`: ``probe defuse identify|distill|label|correct|run|runs``
 - :mod:`~probe_core.cli.scenes`: ``probe scenes show|counterfactual``
 - :mod:`~probe_core.cli.suite`: ``probe suite add|score|show|list|report|retire`` (regression suites)
+- :mod:`~probe_core.cli.ui`: ``probe ui`` (the dashboard)
 
 A group module adds its sub-parsers; a handler gets the parsed arguments and returns an exit
 code. No library package holds CLI code, and nothing in the library imports this package.
@@ -21,7 +22,8 @@ import sys
 from typing import Callable, Sequence
 
 from probe_core.catalog import canonical_dataset_name
-from probe_core.cli import data, defuse, models, runs, sample, scenes, suite
+from probe_core import __version__
+from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, ui
 from probe_core.data.files import CACHE_ENV
 from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
@@ -29,12 +31,13 @@ from probe_core.scaleout import check_executor
 
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,
-    defuse.add_defuse_commands, scenes.add_scene_commands, suite.add_suite_commands,
+    defuse.add_defuse_commands, scenes.add_scene_commands, suite.add_suite_commands, ui.add_ui_command,
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="probe", description="Model Probe: find and fix how image classifiers fail.")
+    parser.add_argument("--version", action="version", version=f"probe (model-probe) {__version__}")
     parser.add_argument("--workspace", help="workspace folder (default $PROBE_WORKSPACE or ./workspace)")
     parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")

@@ -50,23 +50,27 @@ def require_browser() -> None:
         pytest.skip(missing)
 
 
-LAUNCHERS = {
-    "make run": [sys.executable, str(ROOT / "app.py")],
-    "streamlit run": [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")],
-}
+def launcher_command(launcher: str, port: int, probe: Path = Path(sys.executable).with_name("probe")) -> list[str]:
+    """How ``make run`` (``probe ui``) and ``streamlit run app.py`` start a server on ``port``."""
+    if launcher == "make run":
+        return [str(probe), "ui", "--port", str(port), "--host", "127.0.0.1"]
+    return [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+            "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none"]
 
 
 @contextmanager
-def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run", autotrain: bool = False):
-    """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it."""
+def running_server(workspace_root: Path, log_path: Path, launcher: str = "make run", autotrain: bool = False,
+                   probe: Path | None = None, cwd: Path = ROOT):
+    """A dashboard server on a free port, started as ``make run`` or ``streamlit run app.py`` starts it
+    (``probe``: another installation's ``probe`` command, run from ``cwd``)."""
     port = _free_port()
     env = {**os.environ, "PROBE_WORKSPACE": str(workspace_root), "PROBE_AUTOTRAIN": "1" if autotrain else "0",
            "PROBE_LAUNCHER": "process"}  # the product's default: jobs in worker processes
-    process = subprocess.Popen(
-        [*LAUNCHERS[launcher], "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+    if probe is not None:
+        env.pop("PYTHONPATH", None)  # nothing of this checkout: the installed copy alone
+    command = launcher_command(launcher, port, probe) if probe is not None else launcher_command(launcher, port)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -301,7 +305,7 @@ NAVIGATION = ["Models", "Probe", "Ambiguity matrix", "Interpolation", "Failures"
               "Saliency", "Regressions"]
 
 
-@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+@pytest.mark.parametrize("launcher", ["make run", "streamlit run"])
 def test_both_launchers_serve_the_same_app_from_the_very_first_view(launcher, tmp_path):
     """A fresh server's first view, even a deep link, has the router's navigation and sidebar, never a file list."""
     require_browser()
@@ -315,3 +319,34 @@ def test_both_launchers_serve_the_same_app_from_the_very_first_view(launcher, tm
             body = page.inner_text("body")
             assert names == NAVIGATION, (launcher, path, names)
             assert "Page not found" not in body and "Data set" in body, (launcher, path, body[:800])
+
+
+def test_the_wheel_installs_from_its_metadata_alone_and_probe_ui_serves_the_app(tmp_path):
+    """pip install of the built wheel (not editable) into a fresh virtualenv, then ``probe ui`` from elsewhere."""
+    require_browser()
+    from probe_core import __version__
+
+    dist, environment = tmp_path / "dist", tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+                    str(dist), str(ROOT)], check=True, cwd=tmp_path, capture_output=True)
+    [wheel] = dist.glob("model_probe-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(environment)], check=True)
+    # only the wheel's declared dependencies (no .pyc compiling: it halves the time)
+    installed = subprocess.run([str(environment / "bin" / "pip"), "install", "--quiet", "--no-compile", str(wheel)],
+                               capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    probe = environment / "bin" / "probe"
+    version = subprocess.run([str(probe), "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert version.stdout.strip() == f"probe (model-probe) {__version__}", version.stderr
+    where = subprocess.run([str(environment / "bin" / "python"), "-c", "import probe_core; print(probe_core.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert str(environment) in where.stdout  # the installed copy, not this checkout
+    with running_server(tmp_path / "ws", tmp_path / "server.log", probe=probe, cwd=tmp_path) as server, \
+            browser_page() as page:
+        assert urllib.request.urlopen(server.url + "/_stcore/health", timeout=10).read() == b"ok"
+        page.goto(server.url)
+        page.get_by_role("heading", name="Model Probe", exact=False).first.wait_for()
+        page.wait_for_timeout(1000)
+        links = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
+        assert [text.split("\n")[-1].strip() for text in links] == NAVIGATION, page.inner_text("body")[:800]
+

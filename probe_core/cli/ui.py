@@ -1,0 +1,76 @@
+"""``probe ui``: serve the dashboard, from a source checkout or from an installed wheel.
+
+The wheel installs the dashboard's files (``app.py``, ``pages/``, ``assets/``, ``.streamlit/``) under
+``<prefix>/share/model-probe``; a checkout (an editable install) serves its own. The settings of
+``.streamlit/config.toml`` are passed as options, so the app is the same whatever the working
+directory; the workspace is ``--workspace``, ``$PROBE_WORKSPACE`` or ``./workspace`` as for every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from probe_core.errors import ProbeError
+
+SHARED_FOLDER = Path("share") / "model-probe"
+
+
+def dashboard_folder() -> Path:
+    """The folder holding ``app.py``: this checkout's, else the installed copy's.
+
+    Raises
+    ------
+    ProbeError
+        If neither exists (a broken install).
+    """
+    checkout = Path(__file__).resolve().parents[2]
+    candidates = [checkout, *(Path(prefix) / SHARED_FOLDER for prefix in (sys.prefix, sys.exec_prefix))]
+    for folder in candidates:
+        if (folder / "app.py").is_file() and (folder / "pages" / "ui" / "router.py").is_file():
+            return folder
+    raise ProbeError("the dashboard's files (app.py, pages/) are not installed beside probe_core; reinstall "
+                     f"model-probe (looked in {', '.join(str(c) for c in candidates)})")
+
+
+def streamlit_options(folder: Path) -> list[str]:
+    """The project's ``.streamlit/config.toml`` as ``--section.key value`` options."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: streamlit's own dependency reads it
+        import toml as tomllib
+
+    config = folder / ".streamlit" / "config.toml"
+    if not config.is_file():
+        return []
+    options = []
+    for section, values in tomllib.loads(config.read_text()).items():
+        for key, value in values.items():
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            options += [f"--{section}.{key}", text]
+    return options
+
+
+def _ui(args: argparse.Namespace) -> int:
+    if not 1 <= args.port <= 65535:
+        raise ProbeError(f"--port must be from 1 to 65535, got {args.port}")
+    folder = dashboard_folder()
+    options = [*streamlit_options(folder), "--server.port", str(args.port), "--server.address", args.host]
+    if args.workspace:
+        os.environ["PROBE_WORKSPACE"] = os.path.abspath(args.workspace)
+    if args.data_dir:
+        os.environ["PROBE_DATA_DIR"] = os.path.abspath(args.data_dir)
+    print(f"Model Probe: http://{args.host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    # `python app.py` preloads the heavy libraries into the server before it serves (see app.py)
+    os.execv(sys.executable, [sys.executable, str(folder / "app.py"), *options])
+    return 0  # not reached
+
+
+def add_ui_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("ui", help="serve the dashboard (the same app as `make run`)")
+    parser.add_argument("--port", type=int, default=8501, help="the port to serve on (default 8501)")
+    parser.add_argument("--host", default="localhost", help="the address to bind (default localhost: this "
+                        "machine only)")
+    parser.set_defaults(handler=_ui)
