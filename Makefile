@@ -16,7 +16,7 @@ MNIST_QUICK := zoo_budgets table2 sampler
 # The README's MNIST zoo table: this grid, two one-thread models at once.
 ZOO_MNIST_ARGS := --epochs 15,30 --betas 1,4 --gan-epochs 15,30 --jobs 2 --threads 1
 
-.PHONY: install run test test-fast bench bench-quick clean-venv
+.PHONY: install run test test-fast notebooks bench bench-quick clean-venv
 
 $(STAMP): requirements.txt requirements-ray.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: $(STAMP)
 # The unit tests alone: tiny fake models, no training, well under a minute.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
+
+# The example notebooks, executed top to bottom in a throw-away workspace (CI runs this after the tests).
+notebooks: $(STAMP)
+	$(BIN)/python examples/run_notebooks.py
 
 # Every figure in the README is printed by one of these (see each script's docstring).
 bench: $(STAMP)

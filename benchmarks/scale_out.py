@@ -29,7 +29,7 @@ import ray  # noqa: E402
 
 from probe_core.bayestrex import sample  # noqa: E402
 from probe_core.catalog import load_dataset  # noqa: E402
-from probe_core.defuse.identify import identify_failures  # noqa: E402
+from probe_core.defuse.identification import identify_failures  # noqa: E402
 from probe_core.scaleout import LocalShards, RayShards, ShardTask, shard_seed, split_evenly  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 

@@ -18,13 +18,18 @@ __version__ = "0.1.0"
 
 serialize_ast_parse()
 
-_API = ("sample", "SampleResult", "open_workspace")
+_API = ("check", "ModelCheck", "sample", "SampleResult", "suite", "SuiteScore", "train", "open_workspace")
 
 
 def __getattr__(name: str):
-    """``probe_core.sample`` and the other API verbs, imported on first use (:mod:`probe_core.api`)."""
+    """``probe_core.sample`` and the other API verbs (:mod:`probe_core.api`), and ``probe_core.defuse``'s verbs,
+    imported on first use."""
     if name in _API:
         from probe_core import api
 
         return getattr(api, name)
+    if name == "defuse":
+        import importlib
+
+        return importlib.import_module("probe_core.defuse")
     raise AttributeError(f"module 'probe_core' has no attribute {name!r}")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
-from probe_core.requests import SampleRequest
+from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
 
 
 def open_workspace(workspace=None, data_dir: str | Path | None = None):
@@ -132,8 +133,7 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
     workspace : str, Path or Workspace, optional
     **settings
         The request's settings, with these defaults (:class:`~probe_core.requests.SampleRequest`; the
-        ambiguity matrix has its own): chains=64, warmup=300, samples=300, sigma=0.05, sampler="hmc",
-        seed=0, keep_every=1, anneal_sigma_from="auto", executor="local", shards=1, independence_moves=0.
+        ambiguity matrix has its own): {settings}.
 
     Returns
     -------
@@ -161,3 +161,185 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
         if bar is not None:
             bar.close()
     return SampleResult.from_run(space.store, run_id)
+
+
+@dataclass
+class ModelCheck:
+    """Whether a classifier (and a generator) can be trusted on a data set; see :mod:`probe_core.checks`.
+
+    Attributes
+    ----------
+    classifier : ClassifierCheck
+        Accuracy, per-class accuracy and the class map used, on up to 2,000 labelled test images;
+        ``usable`` is False when the classes look matched wrongly (``message`` says why).
+    generator : GeneratorCheck or None
+        FD-clf, confidence and reconstruction ratios against real images; ``weak`` flags a generator whose
+        samples are not to be trusted. ``grid`` holds 16 of its samples, shape (16, C, H, W).
+    """
+
+    classifier: object
+    generator: object = None
+
+    @property
+    def usable(self) -> bool:
+        """The classifier's classes match the data's and the generator (if any) is not weak."""
+        return self.classifier.usable and (self.generator is None or not self.generator.weak)
+
+    def summary(self) -> str:
+        clf = self.classifier
+        lines = [f"classifier {clf.classifier} on {clf.dataset}: accuracy {clf.accuracy:.1%} on {clf.images} "
+                 f"test images (chance {clf.chance:.0%})" + ("" if clf.usable else f"; REFUSED: {clf.message}")]
+        if self.generator is not None:
+            figures = ", ".join(f"{k} {v}" for k, v in self.generator.figures.items())
+            lines.append(f"generator {self.generator.generator}: {self.generator.verdict} ({figures})")
+        return "\n".join(lines)
+
+    def to_pandas(self):
+        """Per-class accuracy: one row per data set class the classifier knows."""
+        import pandas as pd
+
+        return pd.DataFrame({"class": list(self.classifier.per_class),
+                             "accuracy": list(self.classifier.per_class.values())})
+
+    def __repr__(self) -> str:
+        return f"ModelCheck({self.summary()!r})"
+
+
+def check(classifier="default", dataset: str = DEFAULT_DATASET, generator=None, *, class_names=None,
+          input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu") -> ModelCheck:
+    """Check a classifier (and a generator) on a data set; trains nothing (as ``probe models check``).
+
+    Parameters
+    ----------
+    classifier : str or torch.nn.Module
+        A reference (model id, ``default``, plugin, model file), or an in-memory module mapping images
+        (B, C, H, W) in [0, 1] to logits (B, K), with ``class_names`` (K names, matched to the data set's
+        by name) and ``input_shape`` (C, H, W).
+    dataset : str
+    generator : str, optional
+        A generator reference to check too.
+    class_map : str, optional
+        ``MODEL=DATA,...`` where a reference's class names differ from the data set's.
+
+    Returns
+    -------
+    ModelCheck
+
+    Raises
+    ------
+    ClassMismatchError
+        When the classifier's class names do not match the data set's (with how to map them).
+    """
+    import torch
+
+    from probe_core.catalog import load_dataset
+    from probe_core.checks import check_classifier, check_generator
+    from probe_core.classes import parse_class_map, with_class_map
+    from probe_core.models.registry import align_classifier, in_memory_classifier
+
+    space = open_workspace(workspace)
+    data = load_dataset(dataset, space.registry.data_dir)
+    if isinstance(classifier, torch.nn.Module):
+        if class_names is None:
+            raise ProbeError("an in-memory classifier needs its class_names (in output order)")
+        memory = in_memory_classifier(classifier, class_names, tuple(input_shape or data.image_shape))
+        loaded = align_classifier(memory, data, parse_class_map(class_map))
+    else:
+        reference = with_class_map(classifier, class_map) if class_map else classifier
+        loaded = space.registry.resolve(reference, "classifier", dataset, device=device)
+    result = ModelCheck(check_classifier(loaded, data))
+    if generator is not None:
+        resolved = space.registry.resolve(generator, "generator", dataset, device=device)
+        result.generator = check_generator(resolved, loaded, data)
+    return result
+
+
+def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: str = "cpu", **spec) -> str:
+    """Train a zoo model (or find it trained) with a progress bar; returns its model id.
+
+    Parameters
+    ----------
+    kind : {"classifier", "vae", "gan"}
+    dataset : str
+        Any data set or view, e.g. ``digits[drop=5]`` or ``digits[mislabel=9->8:0.4]`` (a planted flaw).
+    **spec
+        :class:`~probe_core.models.ModelSpec` fields: ``classes``, ``ambiguous``, ``epochs``, ``seed``, ``beta``...
+    """
+    from probe_core.models import ModelSpec
+    from probe_core.progress import progress_bar
+
+    space = open_workspace(workspace)
+    model_spec = ModelSpec(dataset=dataset, kind=kind, **spec)
+    return space.registry.get_or_train(model_spec, progress=progress_bar(f"{kind} on {dataset}"), device=device).id
+
+
+@dataclass
+class SuiteScore:
+    """A classifier scored on a regression suite.
+
+    Attributes
+    ----------
+    score : dict
+        :func:`probe_core.suites.score_suite`: per check ``id``, ``name``, ``count``, ``accuracy``,
+        ``found_on_accuracy`` (the classifier it was found on), and the checks ``skipped``.
+    regressions : list of dict
+        The checks below ``min_accuracy`` (empty: the suite holds).
+    """
+
+    score: dict
+    regressions: list
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.score["checks"])
+
+    def summary(self) -> str:
+        verdict = "holds" if not self.regressions else f"{len(self.regressions)} check(s) regress"
+        return f"suite {self.score['suite']} on {self.score['classifier']}: {len(self.score['checks'])} checks, {verdict}"
+
+    def __repr__(self) -> str:
+        return f"SuiteScore({self.summary()!r})"
+
+
+def suite(name: str, classifier: str, *, regions_of=None, source: str | None = None, min_accuracy: float = 0.8,
+          workspace=None, device: str = "cpu") -> SuiteScore:
+    """Keep failures as a regression suite and score a classifier on it (``probe suite add`` then ``score``).
+
+    Parameters
+    ----------
+    name : str
+        The suite (created on first use, for the data set of the regions added).
+    classifier : str
+        The classifier to score, e.g. a Defuse report's ``corrected_model``.
+    regions_of : DefuseReport or int, optional
+        A distillation whose labelled failure regions are added as checks (each once).
+    source : str, optional
+        Whose labels define those regions (default: the report's, else ``human``).
+    """
+    from probe_core import suites
+    from probe_core.defuse.labels import HUMAN
+
+    space = open_workspace(workspace)
+    if regions_of is not None:
+        distill_run = int(getattr(regions_of, "run_id", regions_of))
+        source = source or getattr(regions_of, "source", HUMAN)
+        known = {(check["evidence"].get("distill_run"), check["evidence"].get("cluster_id"))
+                 for check in (space.store.get_suite_checks(name) if space.store.get_suite(name) else [])}
+        regions = [cluster_id for cluster_id in suites.labelled_region_ids(space.registry, space.store, distill_run,
+                                                                           source, device=device)
+                   if (distill_run, cluster_id) not in known]
+        if regions:
+            suites.add_region_checks(space.registry, space.store, name, distill_run, regions, source=source,
+                                     device=device)
+    score = suites.score_suite(space.registry, space.store, name, classifier, device)
+    return SuiteScore(score, suites.regressions(score, min_accuracy))
+
+
+def _defaults_of(request_type, names) -> str:
+    """``name=default, ...`` of a request type's fields, read from the type (never written twice)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(request_type)}
+    return ", ".join(f"{name}={defaults[name]!r}" for name in names)
+
+
+sample.__doc__ = sample.__doc__.replace("{settings}", _defaults_of(SampleRequest, SAMPLE_SETTINGS))

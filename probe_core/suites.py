@@ -289,6 +289,12 @@ def add_region_check(registry, store, suite: str, distill_run: int, cluster_id: 
                              samples=samples, name=name, device=device)[0]
 
 
+def labelled_region_ids(registry, store, distill_run: int, source: str = HUMAN, rho: float = DEFAULT_RHO,
+                        device: str = "cpu") -> list[int]:
+    """The cluster ids of a Defuse run's labelled failure regions (those a suite check can be made of)."""
+    return list(_RegionContext(registry, store, distill_run, source, rho, device).usable_ids())
+
+
 def add_region_checks(registry, store, suite: str, distill_run: int, cluster_ids: list[int], *,
                       all_regions: bool = False, source: str = HUMAN, rho: float = DEFAULT_RHO,
                       samples: int = REGION_SAMPLES, name: str | None = None, device: str = "cpu") -> list[int]:

@@ -45,7 +45,7 @@ def classifier_class_names(registry, reference: str | None, dataset: str) -> tup
 
 def sample_request(registry, dataset: str, target: str, classifier: str = "default", generator: str = "default",
                    *, class_map: str | None = None, **settings) -> SampleRequest:
-    """The one way to make a :class:`~probe_core.runconfig.SampleRequest`: defaults, checks, references, targets.
+    """The one way to make a :class:`~probe_core.requests.SampleRequest`: defaults, checks, references, targets.
 
     Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
     size). Every setting, the executor and shards, the data set, the classifier's classes (matched to
@@ -60,7 +60,7 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
         References as the user gave them (``default``, a model id, a plugin or model file path).
     class_map : str, optional
     **settings
-        Any of :data:`~probe_core.runconfig.SAMPLE_SETTINGS`.
+        Any of :data:`~probe_core.requests.SAMPLE_SETTINGS`.
 
     Raises
     ------

@@ -27,7 +27,7 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
 # In-process page tests run background jobs in threads (fast to start); worker processes, the
-# dashboard's default, are tested in tests/integration/test_executors.py and by every browser test's server.
+# dashboard's default, are tested in tests/integration/test_launchers.py and by every browser test's server.
 os.environ.setdefault("PROBE_LAUNCHER", "thread")
 # PROBE_TEST_SEED: the seed of every model trained inside the tests (default 0). The suite must
 # pass with any seed; the product reads it as PROBE_MODEL_SEED, so subprocesses see it too.

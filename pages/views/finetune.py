@@ -8,7 +8,7 @@ from pages import ui as _ui
 from probe_core import suites
 from probe_core.catalog import generator_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import correct as defuse_correct
+from probe_core.defuse import correction
 from probe_core.defuse import queries
 from probe_core.defuse import steps
 from probe_core.errors import ProbeError
@@ -37,14 +37,14 @@ st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures wit
 
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
-    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in defuse_correct.PAPER_LAMBDAS), key="finetune_lambdas")
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in correction.PAPER_LAMBDAS), key="finetune_lambdas")
     epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", 16, 4096, 256, key="finetune_per_region")
     c4, c5 = st.columns(2)
     baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",
                                  help="\n\n".join(f"**{k}**: {v}" for k, v in steps.BASELINES.items()))
-    selection = c5.selectbox("Select λ and epoch by", list(defuse_correct.SELECTION_RULES), key="finetune_selection",
-                             help="\n\n".join(f"**{k}**: {v}" for k, v in defuse_correct.SELECTION_RULES.items()))
+    selection = c5.selectbox("Select λ and epoch by", list(correction.SELECTION_RULES), key="finetune_selection",
+                             help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items()))
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:

@@ -11,7 +11,7 @@ from probe_core.export import format_table
 from probe_core.progress import job_progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import correct as defuse_correct
+from probe_core.defuse import correction
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
@@ -348,14 +348,14 @@ def _lambda_list(text: str) -> list[float]:
 
 
 def _add_correct_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lambdas", type=_lambda_list, default=list(defuse_correct.PAPER_LAMBDAS),
+    parser.add_argument("--lambdas", type=_lambda_list, default=list(correction.PAPER_LAMBDAS),
                         help="comma-separated λ grid (default: the paper's 1e-10 … 1000)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples-per-region", type=int, default=256)
     parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "
                              "default) or the failures in failure regions with their region's label")
-    parser.add_argument("--selection", choices=list(defuse_correct.SELECTION_RULES), default="data",
+    parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default="data",
                         help="how the λ and epoch are picked: validation accuracy on the original data (the paper's, "
                              "default) or its mean with accuracy on held-out failure-region samples")
     parser.add_argument("--out", help="write the summary as JSON")

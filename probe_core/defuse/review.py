@@ -13,7 +13,7 @@ from probe_core.defuse.cluster import (
     embed_2d,
     sample_cluster_latents,
 )
-from probe_core.defuse.identify import encode_means
+from probe_core.defuse.identification import encode_means
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
     REVIEW_IMAGES,

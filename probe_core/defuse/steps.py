@@ -22,7 +22,7 @@ from probe_core.defuse.cluster import (
     FailureClusterer,
     describe_clusters,
 )
-from probe_core.defuse.correct import (
+from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
     SELECTION_RULES,
     FailureRegion,
@@ -32,7 +32,7 @@ from probe_core.defuse.correct import (
     sample_regions,
     split_validation,
 )
-from probe_core.defuse.identify import (
+from probe_core.defuse.identification import (
     FailureSet,
     concatenate_failures,
     identify_failures,
@@ -168,7 +168,7 @@ class CorrectSettings:
     """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
 
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
-    :data:`~probe_core.defuse.correct.SELECTION_RULES` (both default to the paper's choice).
+    :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
     """
 
     kind: ClassVar[str] = CORRECT

@@ -18,7 +18,7 @@ from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.requests import record
 from probe_core.defuse.cluster import embed_2d
-from probe_core.defuse.identify import FailureSet, identify_failures
+from probe_core.defuse.identification import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
 
 # --- identification ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse.cluster import FailureClusterer
-from probe_core.defuse.identify import perturbation_noise
+from probe_core.defuse.identification import perturbation_noise
 from probe_core.errors import ProbeError
 
 

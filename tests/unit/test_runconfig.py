@@ -95,3 +95,11 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
                            "--dataset", f"arrays:{path}")
     assert {key: getattr(request, key) for key in large} == large
     assert request.class_names == ("0", "1", "2", "3") and len(request.targets) == 6  # the pairs
+
+
+def test_the_api_documents_every_sample_setting_with_the_request_types_default():
+    import probe_core as mp
+    from probe_core.requests import SAMPLE_SETTINGS
+
+    for name in SAMPLE_SETTINGS:
+        assert f"{name}={getattr(SampleRequest, name)!r}" in mp.sample.__doc__

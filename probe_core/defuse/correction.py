@@ -254,7 +254,7 @@ def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, p
     from probe_core.scaleout import ShardTask
 
     models = {"classifier": classifier}  # one dict for all tasks: put in Ray's object store once, loaded once
-    tasks = [ShardTask("probe_core.defuse.correct:finetune_shard", {"lam": lam, **data, **options}, models,
+    tasks = [ShardTask("probe_core.defuse.correction:finetune_shard", {"lam": lam, **data, **options}, models,
                        f"λ = {lam:g}") for lam in lambdas]
     results: dict[int, dict] = {}
 

@@ -1,0 +1,222 @@
+"""Defuse as notebook verbs (``mp.defuse.identify``, ``distill``, ``label``, ``correct``): stored runs, result objects.
+
+Each verb builds its step's settings (validated in ``__post_init__``), runs it through the one lifecycle
+(:func:`probe_core.lifecycle.run_now`) in the workspace, so the dashboard shows it, and returns the run
+read back as a result object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from probe_core.data import DEFAULT_DATASET
+from probe_core.defuse.labels import HUMAN
+from probe_core.errors import ProbeError
+
+
+def _run(space, settings, device: str, progress: bool, description: str):
+    from probe_core.lifecycle import run_now
+    from probe_core.progress import job_progress_bar
+
+    bar, listener = job_progress_bar(description) if progress else (None, None)
+    try:
+        return run_now(space.registry, settings, listener, device)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run_id(value) -> int:
+    return int(getattr(value, "run_id", value))
+
+
+@dataclass
+class IdentifyResult:
+    """A Defuse identification run: the misclassified decodings of perturbed training codes.
+
+    Attributes
+    ----------
+    run_id : int
+    request : IdentifySettings
+        With the classifier's and VAE's stored references.
+    failures : FailureSet
+        ``latents`` (N, D), ``images`` (N, C, H, W) uint8, ``true_labels`` and ``predictions`` (N,),
+        ``confidences`` (N, K), ``source_index`` (N,).
+    summary_ : dict
+        The run's stored result (counts, seconds, the models).
+    """
+
+    run_id: int
+    request: object
+    failures: object
+    summary_: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"identification run {self.run_id}: {len(self.failures.latents)} failures of "
+                f"{self.request.classifier} on {self.request.dataset}")
+
+    def to_pandas(self):
+        """One row per failure: the original's true label, the prediction and its confidence."""
+        import pandas as pd
+
+        return pd.DataFrame({"source_index": self.failures.source_index, "true_label": self.failures.true_labels,
+                             "prediction": self.failures.predictions,
+                             "confidence": self.failures.confidences.max(1)})
+
+    def __repr__(self) -> str:
+        return f"IdentifyResult({self.summary()!r})"
+
+
+@dataclass
+class DefuseReport:
+    """A distillation (and, after :func:`correct`, correction) run read back: its clusters and results.
+
+    Attributes
+    ----------
+    run_id : int
+        The distillation run (pass it, or this object, to :func:`label`, :func:`correct` and suites).
+    report : dict
+        :func:`probe_core.defuse.queries.report`: ``clusters`` (``id``, ``size``, ``weight``,
+        ``majority_prediction``, ``is_failure``, ``label``, agreement), ``results`` (``before``, ``defuse``,
+        ``baseline`` accuracies, once corrected), ``corrected_model``.
+    source : str
+        Whose labels the report aggregates (``human`` or ``oracle:MODEL``).
+    """
+
+    run_id: int
+    report: dict
+    source: str = HUMAN
+    correct_run: int | None = None
+
+    @property
+    def corrected_model(self) -> str | None:
+        """The finetuned classifier's model id, once corrected."""
+        return self.report.get("corrected_model")
+
+    def to_pandas(self):
+        """The clusters, one row each (or, once corrected, the before / Defuse / baseline accuracies)."""
+        import pandas as pd
+
+        results = self.report.get("results") or {}
+        if results:
+            return pd.DataFrame([{"model": name, "test_accuracy": row.get("test_accuracy"),
+                                  "failure_accuracy": row.get("failure_accuracy")} for name, row in results.items()])
+        return pd.DataFrame(self.report["clusters"])
+
+    def summary(self) -> str:
+        regions = [c for c in self.report["clusters"] if c.get("is_failure")]
+        text = (f"distillation run {self.run_id}: {len(self.report['clusters'])} clusters, {len(regions)} labelled "
+                f"failure regions ({self.source})")
+        results = self.report.get("results") or {}
+        if results:
+            text += "; " + ", ".join(f"{name}: test {row['test_accuracy']:.1%}, failures {row['failure_accuracy']:.1%}"
+                                     for name, row in results.items() if row.get("test_accuracy") is not None)
+        return text
+
+    def __repr__(self) -> str:
+        return f"DefuseReport({self.summary()!r})"
+
+
+def _report(space, distill_run: int, source: str, correct_run: int | None = None) -> DefuseReport:
+    from probe_core.defuse.queries import report, run_class_names
+
+    names = run_class_names(space.store, distill_run, space.registry.data_dir)
+    return DefuseReport(distill_run, report(space.store, distill_run, names, source, correct_run=correct_run), source,
+                        correct_run)
+
+
+def identify(classifier: str = "default", dataset: str = DEFAULT_DATASET, vae: str = "default", *,
+             class_map: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
+             **settings) -> IdentifyResult:
+    """Find failures: perturb the VAE codes of training images and keep the misclassified decodings.
+
+    ``settings`` are :class:`~probe_core.defuse.steps.IdentifySettings` fields (``samples_per_image``,
+    ``max_per_image``, ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``).
+    A missing default model is trained first (announced); the classifier is checked on the data first.
+    """
+    from probe_core.api import open_workspace
+    from probe_core.classes import with_class_map
+    from probe_core.defuse.queries import failures_of
+    from probe_core.defuse.steps import IdentifySettings, checked_identify_settings
+
+    space = open_workspace(workspace)
+    reference = with_class_map(classifier, class_map) if class_map else classifier
+    request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
+                                                                         vae=vae, **settings),
+                                        device, train_missing=True)
+    run_id, result = _run(space, request, device, progress, "identifying failures")
+    return IdentifyResult(run_id, request, failures_of(space.store, run_id), result)
+
+
+def distill(identified, *, workspace=None, device: str = "cpu", progress: bool = True, **settings) -> DefuseReport:
+    """Cluster an identification's failures (Dirichlet-process GMM) into failure regions to label.
+
+    ``identified``: an :class:`IdentifyResult` or its run id; ``settings``:
+    :class:`~probe_core.defuse.steps.DistillSettings` fields (``n_components``, ``weight_threshold``, ``tau``...).
+    """
+    from probe_core.api import open_workspace
+    from probe_core.defuse.steps import DistillSettings
+
+    space = open_workspace(workspace)
+    run_id, _ = _run(space, DistillSettings(identify_run=_run_id(identified), **settings), device, progress,
+                     "distilling")
+    return _report(space, run_id, HUMAN)
+
+
+def label(distilled, labels: dict | None = None, *, annotator: str | None = None, oracle: str | None = None,
+          workspace=None, device: str = "cpu") -> DefuseReport:
+    """Label every image of clusters' review sets, as the Label page does; returns the aggregated report.
+
+    Parameters
+    ----------
+    distilled : DefuseReport or int
+    labels : dict, optional
+        ``{cluster id: the class its review images show, or "none"}``, stored under ``annotator``.
+    oracle : str, optional
+        Instead of people: a classifier reference that labels each review image with its prediction
+        (stored as ``oracle:MODEL``, never mixed with people's labels; for demos and tests).
+    """
+    from probe_core.api import open_workspace
+    from probe_core.defuse.labels import label_images
+    from probe_core.defuse.queries import distill_tau, load_run_models
+    from probe_core.defuse.review import auto_label, review_images
+
+    space = open_workspace(workspace)
+    distill_run = _run_id(distilled)
+    if (labels is None) == (oracle is None):
+        raise ProbeError("give either labels ({cluster id: class}) with an annotator, or an oracle classifier")
+    if oracle is not None:
+        source, _ = auto_label(space.registry, space.store, distill_run, oracle, device=device)
+        return _report(space, distill_run, source)
+    if not annotator:
+        raise ProbeError("labels need the annotator's name")
+    dataset, classifier, vae = load_run_models(space.registry, space.store, distill_run, device)
+    clusters = {cluster["id"]: cluster for cluster in space.store.get_clusters(distill_run)}
+    unknown = sorted(set(labels) - set(clusters))
+    if unknown:
+        raise ProbeError(f"run {distill_run} has no cluster {', '.join(map(str, unknown))}; its clusters are "
+                         f"{', '.join(map(str, sorted(clusters)))}")
+    tau = distill_tau(space.store, distill_run)
+    for cluster_id, shown_class in labels.items():
+        shown = review_images(space.store, vae, classifier, clusters[cluster_id], tau)
+        label_images(space.store, shown["ids"], annotator, shown_class, dataset.class_names)
+    return _report(space, distill_run, HUMAN)
+
+
+def correct(distilled, *, source: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
+            **settings) -> DefuseReport:
+    """Finetune the classifier with L(D) + λ·CE(D_f) over a λ sweep; the report's ``results`` hold before,
+    Defuse and baseline accuracies and ``corrected_model`` the new classifier's id.
+
+    ``source``: whose labels (default: those of the report passed in, else ``human``); ``settings``:
+    :class:`~probe_core.defuse.steps.CorrectSettings` fields (``lambdas``, ``epochs``, ``selection``...).
+    """
+    from probe_core.api import open_workspace
+    from probe_core.defuse.steps import CorrectSettings
+
+    space = open_workspace(workspace)
+    source = source or getattr(distilled, "source", HUMAN)
+    distill_run = _run_id(distilled)
+    correct_run, _ = _run(space, CorrectSettings(distill_run=distill_run, source=source, **settings), device,
+                          progress, "finetuning")
+    return _report(space, distill_run, source, correct_run)
