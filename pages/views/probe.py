@@ -8,7 +8,14 @@ import torch
 
 from pages import ui as _ui
 from probe_core import suites
-from probe_core.bayestrex import TEST_IMAGE_VERDICTS, best_samples, label_test_image, recipes, summary_rows
+from probe_core.bayestrex import (
+    PAGE_SAMPLER_DEFAULTS,
+    TEST_IMAGE_VERDICTS,
+    best_samples,
+    label_test_image,
+    recipes,
+    summary_rows,
+)
 from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, submit_latent_map
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
@@ -123,9 +130,9 @@ if not differentiable and st.session_state.get("probe_sampler") != "rwm":
     st.session_state["probe_sampler"] = "rwm"
 with st.expander("Sampler settings", expanded=False):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per target", 1, 1024, 32, key="probe_chains")
-    warmup = c2.number_input("Warm-up iterations", 10, 5000, 150, key="probe_warmup")
-    samples = c3.number_input("Samples per chain", 10, 5000, 150, key="probe_samples")
+    chains = c1.number_input("Chains per target", 1, 1024, PAGE_SAMPLER_DEFAULTS["chains"], key="probe_chains")
+    warmup = c2.number_input("Warm-up iterations", 10, 5000, PAGE_SAMPLER_DEFAULTS["warmup"], key="probe_warmup")
+    samples = c3.number_input("Samples per chain", 10, 5000, PAGE_SAMPLER_DEFAULTS["samples"], key="probe_samples")
     sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
     c5, c6, c7, c8 = st.columns(4)
     sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"] if differentiable else ["rwm"], key="probe_sampler",
@@ -133,7 +140,8 @@ with st.expander("Sampler settings", expanded=False):
                                 "(non-differentiable); nuts: Pyro's NUTS, one chain per target (the paper's sampler)")
     anneal = c6.selectbox("σ annealing", ["auto", "off", "from 0.5", "from 0.2"], key="probe_anneal",
                           help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
-    keep_every = c7.number_input("Store every n-th sample", 1, 100, 5, key="probe_keep")
+    keep_every = c7.number_input("Store every n-th sample", 1, 100, PAGE_SAMPLER_DEFAULTS["keep_every"],
+                                 key="probe_keep")
     seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
     jumps = st.number_input("Independence jumps per iteration (hmc)", 0, 64, 0, key="probe_jumps",
                             disabled=sampler != "hmc",

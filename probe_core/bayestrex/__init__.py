@@ -27,6 +27,7 @@ from probe_core.bayestrex.run import (
     MATRIX_SAMPLER_DEFAULTS,
     MAX_CHAINS,
     MAX_ITERATIONS,
+    PAGE_SAMPLER_DEFAULTS,
     SAMPLER_DEFAULTS,
     SAMPLERS,
     SMALL_IMAGE_VALUES,
@@ -50,7 +51,8 @@ from probe_core.bayestrex.summary import (
 )
 
 __all__ = [
-    "LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS", "MATRIX_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS", "matrix_sampler_defaults",
+    "LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS", "MATRIX_SAMPLER_DEFAULTS", "PAGE_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS",
+    "matrix_sampler_defaults",
     "sampler_defaults",
     "MISTAKE_CONFIDENCE",
     "TEST_IMAGE_VERDICTS",

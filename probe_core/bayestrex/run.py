@@ -46,6 +46,9 @@ MATRIX_SAMPLER_DEFAULTS = {"chains": 24, "warmup": 50, "samples": 50, "keep_ever
 # in about 8 minutes on 2 cores; 50 + 50 iterations took 15 minutes even with 8 chains per pair).
 LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS = {"chains": 8, "warmup": 20, "samples": 20, "keep_every": 5}
 SMALL_IMAGE_VALUES = 16 * 16  # values per image (C·H·W) up to which the digits matrix defaults apply
+# The Probe page's starting values: half the chains and iterations, for a first look while one watches the run.
+PAGE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS // 2, "warmup": DEFAULT_WARMUP // 2, "samples": DEFAULT_SAMPLES // 2,
+                         "keep_every": 5}
 
 
 def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
