@@ -1,12 +1,15 @@
 """Everything that leaves Model Probe as a file or as text: plain-text tables and ``.npz`` archives.
 
 One place for each format, shared by the CLI and the pages (HTML reports are in
-:mod:`probe_core.reports`, label CSVs in :mod:`probe_core.defuse.labels`).
+:mod:`probe_core.reports`, a Defuse run's label CSV in :mod:`probe_core.defuse.labels`).
 """
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -66,3 +69,55 @@ def write_file(path: str | Path, content: bytes) -> None:
         Path(path).write_bytes(content)
     except OSError as exc:
         raise ProbeError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+LABEL_EXPORT_FORMATS = ("csv", "json")
+LABEL_COLUMNS = ("item", "item_id", "annotator", "source", "label", "is_failure", "labelled_at")
+HISTORY_COLUMNS = ("item", "item_id", "annotator", "source", "old_label", "new_label", "changed_at")
+
+
+def _when(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def label_rows(store, history: bool = False) -> list[dict]:
+    """Every label in the workspace with who gave it and when (UTC, ISO 8601), oldest first.
+
+    ``item`` is ``review_image``, ``cluster``, ``sample`` or ``test_image`` (``item_id`` then reads
+    ``DATASET:INDEX``). With ``history``, every change instead: ``old_label`` -> ``new_label``.
+    """
+    if history:
+        return [{"item": row["item"], "item_id": row["item_id"], "annotator": row["annotator"],
+                 "source": row["source"], "old_label": row["old_label"], "new_label": row["new_label"],
+                 "changed_at": _when(row["changed_at"])} for row in store.label_history()]
+    rows = []
+    for label in store.get_labels():
+        item, item_id = next((name, label[f"{name}_id"]) for name in ("review_image", "sample", "cluster")
+                             if label[f"{name}_id"] is not None)
+        rows.append({"item": item, "item_id": str(item_id), "annotator": label["annotator"],
+                     "source": label["source"], "label": label["label"], "is_failure": label["is_failure"],
+                     "labelled_at": _when(label["created_at"])})
+    for verdict in store.get_test_image_labels(None):
+        rows.append({"item": "test_image", "item_id": f"{verdict['dataset']}:{verdict['test_index']}",
+                     "annotator": verdict["annotator"], "source": verdict["source"], "label": verdict["label"],
+                     "is_failure": None, "labelled_at": _when(verdict["created_at"])})
+    return rows
+
+
+def labels_text(rows: list[dict], file_format: str, history: bool = False) -> str:
+    """:func:`label_rows` as CSV (a header row) or JSON (a list of objects).
+
+    Raises
+    ------
+    ProbeError
+        For a format other than ``csv`` or ``json``.
+    """
+    if file_format not in LABEL_EXPORT_FORMATS:
+        raise ProbeError(f"--format is one of {', '.join(LABEL_EXPORT_FORMATS)}, got {file_format!r}")
+    if file_format == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=HISTORY_COLUMNS if history else LABEL_COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()

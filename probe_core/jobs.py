@@ -11,9 +11,11 @@ dashboard only reads the database. Runs are usually started from a typed request
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
 from probe_core.launchers import ThreadLauncher, make_launcher
 from probe_core.lifecycle import JobSpec
@@ -29,15 +31,25 @@ class JobManager:
     launcher : str or RunLauncher, optional
         ``process`` (default, or ``$PROBE_LAUNCHER``) or ``thread``; see :mod:`probe_core.launchers`.
         A job given as a plain function (not a :class:`JobSpec`) always runs in a thread.
+    actor : Actor, optional
+        Who starts the runs (default the local owner). The dashboard shares one manager and gives
+        each person a view of it with :meth:`acting_as`.
     """
 
-    def __init__(self, store: Store, launcher=None) -> None:
+    def __init__(self, store: Store, launcher=None, actor: Actor | None = None) -> None:
         self.store = store
+        self.actor = actor or local_owner()
         self.launcher = launcher if launcher is not None and not isinstance(launcher, str) \
             else make_launcher(launcher)
         self._threads = ThreadLauncher()
         self._started: dict[int, object] = {}
         self._guard = threading.Lock()
+
+    def acting_as(self, actor: Actor) -> "JobManager":
+        """This manager (same launchers and runs) starting runs on behalf of ``actor``."""
+        view = copy.copy(self)
+        view.actor = actor
+        return view
 
     def submit(self, kind: str, config: dict, job, dedupe: bool = False) -> int:
         """Record a run and start it in the background; returns the run id.
@@ -45,21 +57,29 @@ class JobManager:
         ``job`` is a :class:`JobSpec` (started by this manager's launcher) or a job function
         (runs in a thread). With ``dedupe``, an active run of the same kind and config is
         reused instead of starting a second one (e.g. two tabs asking for the same training).
+
+        Raises
+        ------
+        PermissionDenied
+            When the manager's actor may not start runs (an annotator); nothing is stored then.
         """
+        require(self.actor, Permission.RUN)
         with self._guard:
             if dedupe:
                 for run in self.store.list_runs(kind=kind, active_only=True):
                     if run.config == _normalise(config):
                         return run.id
             spec = job if isinstance(job, JobSpec) else None
-            run_id = self.store.create_run(kind, config, job=spec.to_json() if spec else None)
+            run_id = self.store.create_run(kind, config, job=spec.to_json() if spec else None,
+                                           user=self.actor.recorded_name)
             launcher = self.launcher if spec is not None else self._threads
             self._started[run_id] = launcher
         launcher.start(self.store, run_id, job)
         return run_id
 
     def cancel(self, run_id: int) -> None:
-        """Ask a run to stop (it stops at its next progress report)."""
+        """Ask a run to stop (it stops at its next progress report); refused for an actor who may not run."""
+        require(self.actor, Permission.RUN)
         self.store.request_cancel(run_id)
 
     def wait(self, run_id: int, timeout: float | None = None) -> Run:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
+from probe_core.accounts import check_run_starter, local_owner
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.requests import record
 from probe_core.store import Store
@@ -105,10 +106,13 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
     """Run a recorded job in this thread: running, progress through the store, then its final status.
 
     Never raises for a job's own failure (the run records it); used by worker processes and threads.
+    A run recorded for an account that may not start runs fails here without doing anything: the
+    page refused it too, but a hidden control is not a permission.
     """
     store.start_run(run_id)
     try:
         try:
+            check_run_starter(store, store.get_run(run_id))
             result = fn(JobContext(store, run_id, listener=listener)) or {}
         except BaseException as exc:  # a job must never die silently; the run records why
             if not isinstance(exc, (CancelledError, ProbeError, KeyboardInterrupt)):
@@ -132,7 +136,7 @@ def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
     Failures, cancellation and Ctrl-C finish the run accordingly (anything it
     already stored is kept) and are raised again.
     """
-    run_id = store.create_run(kind, config)
+    run_id = store.create_run(kind, config, user=local_owner().recorded_name)
     store.start_run(run_id)
     try:
         result = fn(JobContext(store, run_id, listener=listener)) or {}

@@ -32,7 +32,7 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -186,6 +186,33 @@ _MIGRATIONS: dict[int, str] = {
         UNIQUE(check_id, classifier)
     );
     """,
+    # Team labelling (probe_core/accounts.py): accounts with bcrypt hashes, the secret that signs the
+    # dashboard's sign-in cookie, who started each run, and every change of a label (who, when, old -> new).
+    7: """
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        role TEXT NOT NULL,
+        password_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        changed_at REAL NOT NULL
+    );
+    CREATE TABLE workspace_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    ALTER TABLE runs ADD COLUMN user TEXT;
+    CREATE TABLE label_history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        annotator TEXT NOT NULL,
+        source TEXT NOT NULL,
+        item TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        old_label TEXT,
+        new_label TEXT,
+        changed_at REAL NOT NULL
+    );
+    CREATE INDEX label_history_by_item ON label_history(item, item_id, id);
+    """,
 }
 
 ACTIVE_STATUSES = ("queued", "running")
@@ -278,6 +305,7 @@ class Run:
     updated_at: float
     finished_at: float | None
     job: dict | None = None  # how a worker rebuilds it (probe_core.launchers.JobSpec), if it can
+    user: str | None = None  # who started it (probe_core.accounts.Actor.recorded_name)
 
     @property
     def active(self) -> bool:
@@ -289,6 +317,16 @@ def _checked_annotator(annotator: str | None) -> str:
     if not annotator:
         raise ProbeError("an annotator name is required to store a label")
     return annotator
+
+
+def _record_change(connection: sqlite3.Connection, annotator: str, source: str, item: str, item_id: Any,
+                   previous: sqlite3.Row | None, label: str | None) -> None:
+    """Append one change of a label to its history (inside the writing transaction): relabelling never loses
+    the earlier value."""
+    connection.execute(
+        "INSERT INTO label_history (annotator, source, item, item_id, old_label, new_label, changed_at) "
+        "VALUES (?,?,?,?,?,?,?)",
+        (annotator, source, item, str(item_id), None if previous is None else previous[0], label, time.time()))
 
 
 def _loads(text: str | None) -> Any:
@@ -400,16 +438,19 @@ class Store:
         }
 
     # -- runs ------------------------------------------------------------------------
-    def create_run(self, kind: str, config: dict, status: str = "queued", job: str | None = None) -> int:
+    def create_run(self, kind: str, config: dict, status: str = "queued", job: str | None = None,
+                   user: str | None = None) -> int:
         """Record a new run owned by this process; returns its id.
 
-        ``job`` is the JSON of a :class:`probe_core.launchers.JobSpec`, for a worker process to rebuild it.
+        ``job`` is the JSON of a :class:`probe_core.lifecycle.JobSpec`, for a worker process to rebuild it;
+        ``user`` who started it (:attr:`probe_core.accounts.Actor.recorded_name`).
         """
         now = time.time()
         with self.transaction() as connection:
             cursor = connection.execute(
-                "INSERT INTO runs (kind, config, status, owner, created_at, updated_at, job) VALUES (?,?,?,?,?,?,?)",
-                (kind, json.dumps(config, sort_keys=True, default=str), status, current_owner(), now, now, job),
+                "INSERT INTO runs (kind, config, status, owner, created_at, updated_at, job, user) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (kind, json.dumps(config, sort_keys=True, default=str), status, current_owner(), now, now, job, user),
             )
             return int(cursor.lastrowid)
 
@@ -513,7 +554,7 @@ class Store:
             result=_loads(row["result"]), error=error, owner=row["owner"],
             cancel_requested=bool(row["cancel_requested"]), created_at=row["created_at"],
             started_at=row["started_at"], updated_at=row["updated_at"], finished_at=finished_at,
-            job=_loads(row["job"]),
+            job=_loads(row["job"]), user=row["user"],
         )
 
     # -- samples ---------------------------------------------------------------------
@@ -666,6 +707,9 @@ class Store:
         column, item = ("cluster_id", cluster_id) if cluster_id is not None else ("sample_id", sample_id)
         extra = " AND review_image_id IS NULL" if column == "cluster_id" else ""
         with self.transaction() as connection:
+            previous = connection.execute(f"SELECT label FROM labels WHERE annotator=? AND source=? AND {column}=?"
+                                          f"{extra}", (annotator, source, item)).fetchone()
+            _record_change(connection, annotator, source, column.removesuffix("_id"), item, previous, label)
             connection.execute(
                 f"DELETE FROM labels WHERE annotator=? AND source=? AND {column}=?{extra}", (annotator, source, item)
             )
@@ -688,6 +732,9 @@ class Store:
                                          (review_image_id,)).fetchone()
                 if row is None:
                     raise ProbeError(f"no review image {review_image_id}")
+                previous = connection.execute("SELECT label FROM labels WHERE annotator=? AND source=? AND "
+                                              "review_image_id=?", (annotator, source, review_image_id)).fetchone()
+                _record_change(connection, annotator, source, "review_image", review_image_id, previous, label)
                 connection.execute("DELETE FROM labels WHERE annotator=? AND source=? AND review_image_id=?",
                                    (annotator, source, review_image_id))
                 cursor = connection.execute(
@@ -742,6 +789,11 @@ class Store:
         """Write one verdict on a test image now, replacing this annotator's earlier one; returns the row id."""
         annotator = _checked_annotator(annotator)
         with self.transaction() as connection:
+            previous = connection.execute("SELECT label FROM test_image_labels WHERE annotator=? AND source=? AND "
+                                          "dataset=? AND test_index=?",
+                                          (annotator, source, dataset, int(test_index))).fetchone()
+            _record_change(connection, annotator, source, "test_image", f"{dataset}:{int(test_index)}", previous,
+                           label)
             connection.execute("DELETE FROM test_image_labels WHERE annotator=? AND source=? AND dataset=? AND "
                                "test_index=?", (annotator, source, dataset, int(test_index)))
             cursor = connection.execute(
@@ -749,15 +801,62 @@ class Store:
                 "VALUES (?,?,?,?,?,?)", (annotator, source, dataset, int(test_index), label, time.time()))
             return int(cursor.lastrowid)
 
-    def get_test_image_labels(self, dataset: str, test_index: int | None = None) -> list[dict]:
-        """Verdicts on a data set's test images (``annotator``, ``source``, ``test_index``, ``label``), oldest first."""
-        sql, params = "SELECT * FROM test_image_labels WHERE dataset=?", [dataset]
+    def get_test_image_labels(self, dataset: str | None, test_index: int | None = None) -> list[dict]:
+        """Verdicts on a data set's test images (``annotator``, ``source``, ``test_index``, ``label``), oldest first.
+
+        ``dataset`` None: every data set's."""
+        sql, params = "SELECT * FROM test_image_labels WHERE dataset=COALESCE(?, dataset)", [dataset]
         if test_index is not None:
             sql += " AND test_index=?"
             params.append(int(test_index))
         return [{"id": r["id"], "annotator": r["annotator"], "source": r["source"], "dataset": r["dataset"],
                  "test_index": r["test_index"], "label": r["label"], "created_at": r["created_at"]}
                 for r in self._query(sql + " ORDER BY id", params)]
+
+    def label_history(self, item: str | None = None, item_id: Any = None, annotator: str | None = None) -> list[dict]:
+        """Every change of a label, oldest first: ``annotator``, ``source``, ``item`` (``review_image``,
+        ``cluster``, ``sample`` or ``test_image``), ``item_id``, ``old_label``, ``new_label``, ``changed_at``."""
+        sql, params = "SELECT * FROM label_history WHERE 1=1", []
+        for column, value in (("item", item), ("item_id", None if item_id is None else str(item_id)),
+                              ("annotator", annotator)):
+            if value is not None:
+                sql += f" AND {column}=?"
+                params.append(value)
+        return [dict(row) for row in self._query(sql + " ORDER BY id", params)]
+
+    # -- accounts (probe_core.accounts holds the rules; these are the rows) ----------------
+    def put_user(self, name: str, role: str, password_hash: str) -> None:
+        """Insert an account or replace its role and hash (its creation time stays)."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO users (name, role, password_hash, created_at, changed_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET role=excluded.role, password_hash=excluded.password_hash, "
+                "changed_at=excluded.changed_at", (name, role, password_hash, now, now))
+
+    def get_user(self, name: str) -> dict | None:
+        """An account: ``name``, ``role``, ``password_hash``, ``created_at``, ``changed_at``; None if none."""
+        rows = self._query("SELECT * FROM users WHERE name=?", (name,))
+        return dict(rows[0]) if rows else None
+
+    def list_users(self) -> list[dict]:
+        """Every account, by name."""
+        return [dict(row) for row in self._query("SELECT * FROM users ORDER BY name")]
+
+    def delete_user(self, name: str) -> bool:
+        """Remove an account (its labels and runs keep its name); returns whether it existed."""
+        with self.transaction() as connection:
+            return connection.execute("DELETE FROM users WHERE name=?", (name,)).rowcount > 0
+
+    def secret(self, name: str, make: Any) -> str:
+        """The workspace secret ``name``, made by ``make()`` and stored the first time it is asked for."""
+        with self.transaction() as connection:
+            row = connection.execute("SELECT value FROM workspace_secrets WHERE name=?", (name,)).fetchone()
+            if row is not None:
+                return row[0]
+            value = str(make())
+            connection.execute("INSERT INTO workspace_secrets (name, value) VALUES (?,?)", (name, value))
+            return value
 
     # -- regression suites -----------------------------------------------------------
     def get_suite(self, name: str) -> dict | None:

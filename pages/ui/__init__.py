@@ -1,5 +1,6 @@
 """UI glue shared by the pages, split by concern; the pages use it as ``from pages import ui as _ui``.
 
+- :mod:`pages.ui.auth`: signing in and who the session acts as (roles are enforced by ``probe_core``);
 - :mod:`pages.ui.resources`: cached resources shared by every session (workspace, job manager,
   loaded models, read-only data) and the server's preloading;
 - :mod:`pages.ui.session`: one person's settings in ``st.session_state`` and what derives from
@@ -12,6 +13,7 @@ Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 
 from probe_core.render import image_grid, upscale_for_display
 
+from pages.ui.auth import current_actor, may, require, require_load, sign_in
 from pages.ui.resources import AUTOTRAIN_ENV, generator_samples, get_job_manager, get_workspace, preload_for_server
 from pages.ui.session import (
     MODEL_KINDS,
@@ -59,5 +61,5 @@ __all__ = [
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
-    "workspace",
+    "workspace", "current_actor", "may", "require", "require_load", "sign_in",
 ]

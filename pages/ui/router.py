@@ -16,6 +16,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages import ui as _ui
+from probe_core.accounts import Permission, PermissionDenied
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.runconfig import start_default_training
@@ -40,8 +41,11 @@ PAGES = [
 def run() -> None:
     """Set up the page and run the page the URL names."""
     st.set_page_config(page_title="Model Probe", page_icon=":material/biotech:", layout="wide")
+    actor = _ui.sign_in()
+    if actor is None:  # the sign-in form is showing; no page runs before someone signs in
+        st.stop()
     _ui.sidebar_settings()
-    if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0":
+    if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN):
         # First start: train the embedded data set's default models in the background
         # while the page is already up (deduplicated across reruns and tabs).
         try:
@@ -51,4 +55,7 @@ def run() -> None:
             st.error(f"Could not start training the default models: {exc}")
     pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)
              for index, (script, title, icon) in enumerate(PAGES)]
-    st.navigation(pages).run()
+    try:
+        st.navigation(pages).run()
+    except PermissionDenied as exc:  # the one place a page's refused action is shown
+        st.error(f"Not allowed: {exc}")

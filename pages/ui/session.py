@@ -8,11 +8,13 @@ import os
 import streamlit as st
 import torch
 
+from pages.ui.auth import current_actor, may, require_load
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
 from probe_core import lifecycle
 from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.files import is_file_reference
+from probe_core.accounts import Permission
 from probe_core.errors import ProbeError
 from probe_core.jobs import JobManager
 from probe_core.scaleout import check_executor
@@ -30,7 +32,8 @@ def workspace() -> Workspace:
 
 
 def job_manager() -> JobManager:
-    return get_job_manager(str(default_workspace_path().resolve()))
+    """The server's job manager, starting runs as this session's person (refused for annotators)."""
+    return get_job_manager(str(default_workspace_path().resolve())).acting_as(current_actor())
 
 
 def device() -> str:
@@ -94,6 +97,7 @@ YOUR_DATA = "your data: a folder or .npz…"
 def _use_your_data() -> None:
     """Button callback: the typed path becomes a stored reference and the session's data set."""
     try:
+        require_load(st.session_state.get("data_path", "").strip() or "./")
         reference = canonical_dataset_name(st.session_state.get("data_path", "").strip() or "?",
                                            int(st.session_state.get("data_size") or 0) or None,
                                            bool(st.session_state.get("data_skip")))
@@ -113,7 +117,8 @@ def sidebar_settings() -> None:
     yours = st.session_state.setdefault("user_datasets", [])
     if "dataset" not in st.session_state:
         from_url = st.query_params.get("dataset")
-        if from_url and is_file_reference(split_view(from_url)[0]) and from_url not in yours:
+        if from_url and is_file_reference(split_view(from_url)[0]) and from_url not in yours \
+                and may(Permission.LOAD):
             yours.append(from_url)  # a shared link to someone's folder or .npz
         st.session_state["dataset"] = from_url if from_url in names + yours else DEFAULT_DATASET
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
@@ -131,8 +136,8 @@ def sidebar_settings() -> None:
             if "data_path_error" in st.session_state:
                 st.error(st.session_state["data_path_error"])
         if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], False):
-            st.text_input("Data folder (IDX files)", key="data_dir",
-                          help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV}")
+            st.text_input("Data folder (IDX files)", key="data_dir", disabled=not may(Permission.LOAD),
+                          help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV} (admins only)")
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
         st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
         st.session_state.setdefault("executor", "local")
@@ -170,7 +175,12 @@ def prior_samples(reference: str, count: int = 8, seed: int = 0):
 
 
 def annotator_name(label: str = "Your name (annotator)") -> str:
-    """The annotator's name, remembered across reloads and pages in the URL (``?annotator=...``)."""
+    """The annotator's name: the signed-in account's, else (single-user mode) typed and remembered across
+    reloads and pages in the URL (``?annotator=...``)."""
+    actor = current_actor()
+    if actor.signed_in:
+        st.caption(f"Labelling as **{actor.name}**")
+        return actor.name
     if "annotator" not in st.session_state:
         st.session_state["annotator"] = st.query_params.get("annotator", "")
     name = st.text_input(label, key="annotator", placeholder="e.g. alice").strip()
@@ -211,8 +221,10 @@ def load_model(reference: str, kind: str, dataset: str):
     Raises
     ------
     ProbeError
-        If it cannot be loaded (unknown id, untrained default, broken plugin).
+        If it cannot be loaded (unknown id, untrained default, broken plugin), or it is a plugin or model
+        file and this person may not load files.
     """
+    require_load(reference)
     return _load(str(workspace().root.resolve()), reference, kind, dataset, device(),
                  st.session_state.get("data_dir") or None)
 

@@ -12,11 +12,11 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from pages.ui.resources import _load
 from pages.ui.session import (
     current_dataset,
     device,
     job_manager,
+    load_model,
     model_ref,
     session_model,
     session_models,
@@ -94,8 +94,7 @@ def model_choice(kind: str, dataset: str) -> None:
         if not path:
             return
         try:  # checked here, where it is typed, not later on another page
-            loaded = _load(str(ws.root.resolve()), path, kind, dataset, device(),
-                           st.session_state.get("data_dir") or None)
+            loaded = load_model(path, kind, dataset)
         except ProbeError as exc:
             st.error(f"Cannot use this plugin: {exc}")
             return

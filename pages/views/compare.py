@@ -5,10 +5,10 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import suites
+from probe_core import lifecycle, suites
+from probe_core.accounts import Permission
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
-from probe_core import lifecycle
 from probe_core.runconfig import CompareConfig
 
 ws = _ui.workspace()
@@ -105,6 +105,7 @@ with st.expander("Keep the labelled samples as regression checks"):
     suite_name = _ui.suite_choice(dataset.name, "compare_suite")
     if st.button("Add to the suite", key=f"compare_add_checks_{run.id}", disabled=not suite_name):
         try:
+            _ui.require(Permission.SUITES)
             added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, device=_ui.device())
         except ProbeError as exc:
             st.error(str(exc))

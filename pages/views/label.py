@@ -7,6 +7,7 @@ import torch
 
 from pages import ui as _ui
 from probe_core import suites
+from probe_core.accounts import Permission
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -146,6 +147,7 @@ if verdict["is_failure"] and verdict["label"]:
         suite_name = _ui.suite_choice(dataset.name, "label_suite")
         if st.button("Add to the suite", key=f"label_add_check_{cluster['id']}", disabled=not suite_name):
             try:
+                _ui.require(Permission.SUITES)
                 check_id = suites.add_region_check(ws.registry, ws.store, suite_name, distill_run.id, cluster["id"],
                                                    device=_ui.device())
             except ProbeError as exc:
@@ -177,6 +179,13 @@ with st.expander("Is this failure new? The nearest misclassified training images
             "ℓ2 to nearest training image": novelty["nearest_any_distance"].round(2)}), hide_index=True)
 
 st.subheader("All annotators")
+progress = label_tools.annotator_progress(ws.store, distill_run.id)
+if progress:
+    st.dataframe(pd.DataFrame([{
+        "annotator": r["annotator"], "images labelled": r["images_labelled"],
+        "clusters complete": f"{r['clusters_complete']}/{len(clusters)}", "relabels": r["relabels"],
+        "last label": pd.Timestamp(r["last_labelled_at"], unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M UTC")}
+        for r in progress]), hide_index=True, key="label_annotator_progress")
 table = label_tools.cluster_label_table(ws.store, distill_run.id, names)
 frame = pd.DataFrame([{
     "cluster": r["id"], "classifier says": names[r["majority_prediction"]], "annotators": r["annotators"],
@@ -226,6 +235,8 @@ with e3.popover("Auto-label (demo)"):
     oracle = st.text_input("Oracle model id or plugin", "default", key="label_oracle")
     if st.button("Auto-label all clusters", key="label_auto"):
         try:
+            _ui.require(Permission.RUN)  # an oracle is a model the server loads and runs
+            _ui.require_load(oracle)
             source, written = defuse_review.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
             st.success(f"{len(written)} clusters labelled as {source}")
         except ProbeError as exc:

@@ -8,6 +8,7 @@ import torch
 
 from pages import ui as _ui
 from probe_core import suites
+from probe_core.accounts import Permission
 from probe_core.bayestrex import (
     PAGE_SAMPLER_DEFAULTS,
     TEST_IMAGE_VERDICTS,
@@ -386,6 +387,7 @@ if hits:
         if st.button(f"Add the {len(labelled)} labelled samples to the suite", key=f"probe_add_check_{run.id}",
                      disabled=not (labelled and suite_name)):
             try:
+                _ui.require(Permission.SUITES)
                 added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, labelled,
                                                   device=_ui.device())
             except ProbeError as exc:

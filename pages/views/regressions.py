@@ -7,6 +7,7 @@ import torch
 
 from pages import ui as _ui
 from probe_core import suites
+from probe_core.accounts import Permission
 from probe_core.catalog import generator_dataset
 from probe_core.errors import ProbeError
 
@@ -139,8 +140,9 @@ else:
 d1, d2 = st.columns(2)
 d1.download_button("Suite report (HTML, self-contained)", lambda: suites.suite_report(ws.store, suite_name),
                    f"suite-{suite_name}.html", mime="text/html", key="regressions_report")
-if d2.button("Retire this check", key=f"regressions_retire_{check_id}",
+if d2.button("Retire this check", key=f"regressions_retire_{check_id}", disabled=not _ui.may(Permission.SUITES),
              help="take it out of the suite from the next version on; its evidence and scores are kept"):
+    _ui.require(Permission.SUITES)
     ws.store.retire_suite_check(check_id)
     st.session_state.pop("regressions_check", None)
     st.rerun()

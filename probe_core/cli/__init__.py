@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from probe_core.catalog import canonical_dataset_name
 from probe_core import __version__
-from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, ui
+from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, team, ui
 from probe_core.data.files import CACHE_ENV
 from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
@@ -32,6 +32,7 @@ from probe_core.scaleout import check_executor
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,
     defuse.add_defuse_commands, scenes.add_scene_commands, suite.add_suite_commands, ui.add_ui_command,
+    team.add_team_commands,
 ]
 
 

@@ -199,6 +199,36 @@ def agreement_summary(rows: list[dict]) -> dict:
     }
 
 
+def annotator_progress(store, distill_run_id: int, source: str = HUMAN) -> list[dict]:
+    """Each annotator's progress on a run's review images, most images first.
+
+    Returns
+    -------
+    list of dict
+        ``annotator``, ``images_labelled``, ``clusters_complete`` (all of a cluster's review images
+        labelled), ``relabels`` (changes of an earlier label, from the history) and ``last_labelled_at``.
+    """
+    clusters = store.get_clusters(distill_run_id)
+    review_counts = {c["id"]: len(store.get_review_images(c["id"])) for c in clusters}
+    per_annotator: dict[str, dict] = {}
+    for cluster in clusters:
+        for label in store.get_labels(cluster_id=cluster["id"], source=source, per_image=True):
+            row = per_annotator.setdefault(label["annotator"], {"images": Counter(), "last": 0.0, "ids": set()})
+            row["images"][cluster["id"]] += 1
+            row["ids"].add(str(label["review_image_id"]))
+            row["last"] = max(row["last"], label["created_at"])
+    progress = []
+    for annotator, row in per_annotator.items():
+        changes = [h for h in store.label_history(item="review_image", annotator=annotator)
+                   if h["source"] == source and h["item_id"] in row["ids"] and h["old_label"] is not None]
+        progress.append({
+            "annotator": annotator, "images_labelled": sum(row["images"].values()),
+            "clusters_complete": sum(1 for cluster_id, count in row["images"].items()
+                                     if count >= review_counts[cluster_id] > 0),
+            "relabels": len(changes), "last_labelled_at": row["last"]})
+    return sorted(progress, key=lambda r: (-r["images_labelled"], r["annotator"]))
+
+
 def labels_csv(store, distill_run_id: int) -> tuple[str, int]:
     """Every stored label of a run's clusters (all sources) as CSV text, and the number of rows.
 

@@ -1,0 +1,116 @@
+"""Signing in (streamlit-authenticator over the workspace's accounts) and who this session acts as.
+
+Single-user mode (no accounts, no ``probe ui --auth``) is the default: nobody signs in and the session
+acts as the local owner, an admin, as before. Once the workspace has an account, the router shows the
+sign-in form before any page; the signed-in account is kept in ``st.session_state`` (per person) and a
+signed cookie keeps it across reloads. Roles are read from the database on every check, so removing an
+account or changing its role takes effect at the next click.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+import streamlit_authenticator as stauth
+from streamlit_authenticator.utilities.exceptions import LoginError
+
+from pages.ui.resources import get_workspace
+from probe_core import accounts
+from probe_core.accounts import Actor, Permission, PermissionDenied
+from probe_core.workspace import default_workspace_path
+
+COOKIE_NAME = "model_probe_sign_in"
+COOKIE_DAYS = 7.0
+ACTOR_KEY = "signed_in_actor"
+
+
+def _store():
+    return get_workspace(str(default_workspace_path().resolve())).store
+
+
+def _credentials(store) -> dict:
+    """The accounts in the form streamlit-authenticator reads (bcrypt hashes, never passwords)."""
+    return {"usernames": {row["name"]: {"name": row["name"], "password": row["password_hash"],
+                                        "roles": [row["role"]], "email": ""}
+                          for row in store.list_users()}}
+
+
+def sign_in() -> Actor | None:
+    """The router's gate: the actor of this session, after the sign-in form when accounts exist.
+
+    Returns None while nobody is signed in (the form is shown, the page must not run).
+    """
+    store = _store()
+    if not accounts.sign_in_required(store):
+        st.session_state.pop(ACTOR_KEY, None)
+        return accounts.local_owner()
+    authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
+                                        COOKIE_DAYS, auto_hash=False)
+    try:
+        authenticator.login(location="main", fields={"Form name": "Sign in to Model Probe", "Username": "Name",
+                                                     "Password": "Password", "Login": "Sign in"})
+    except LoginError as exc:  # a cookie of an account that was removed
+        st.error(f"Cannot sign in: {exc}")
+        authenticator.logout(location="unrendered")
+    status = st.session_state.get("authentication_status")
+    if status is False:
+        st.error("Wrong name or password.")
+    actor = accounts.account_actor(store, st.session_state.get("username") or "") if status else None
+    if actor is None:
+        st.session_state.pop(ACTOR_KEY, None)
+        return None
+    st.session_state[ACTOR_KEY] = actor
+    with st.sidebar:
+        st.caption(f"Signed in as **{actor.name}** ({actor.role})")
+        authenticator.logout("Sign out", location="sidebar", key="sign_out",
+                             callback=lambda _: st.session_state.pop(ACTOR_KEY, None))
+    return actor
+
+
+def current_actor() -> Actor:
+    """Who this session acts as, with the role the database gives it now.
+
+    Raises
+    ------
+    PermissionDenied
+        When sign-in is required and nobody is signed in, or the account is gone.
+    """
+    store = _store()
+    if not accounts.sign_in_required(store):
+        return accounts.local_owner()
+    signed_in = st.session_state.get(ACTOR_KEY)
+    actor = None if signed_in is None else accounts.account_actor(store, signed_in.name)
+    if actor is None:
+        raise PermissionDenied("sign in first")
+    return actor
+
+
+def may(permission: Permission) -> bool:
+    """Whether this session may do it (to show or disable a control; the action checks again)."""
+    try:
+        return current_actor().may(permission)
+    except PermissionDenied:
+        return False
+
+
+def require(permission: Permission) -> Actor:
+    """This session's actor, when its role allows ``permission``.
+
+    Raises
+    ------
+    PermissionDenied
+        Otherwise (the page shows it with ``st.error``).
+    """
+    actor = current_actor()
+    accounts.require(actor, permission)
+    return actor
+
+
+def require_load(reference: str) -> None:
+    """Refuse a plugin, model file or data path named by someone who may not load files.
+
+    Raises
+    ------
+    PermissionDenied
+        When ``reference`` names a file and this session's role lacks :attr:`Permission.LOAD`.
+    """
+    accounts.require_load(current_actor(), reference)

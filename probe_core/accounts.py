@@ -1,0 +1,238 @@
+"""Who may do what: workspace accounts, roles and the one permission check.
+
+A workspace has no accounts at first: the dashboard then runs in single-user mode, as it always did
+on localhost, and whoever runs it is the workspace's owner (an admin). Once one account exists (``probe
+users add``) or sign-in is forced (``probe ui --auth``), the dashboard asks everyone to sign in, and
+each person acts under their account's role:
+
+- **annotators** label, browse runs, maps, saliency and reports, and download exports;
+- **admins** also start runs, train and finetune models, load plugins, model files and data paths
+  (which execute code or read files on the server), and manage suites and accounts.
+
+Passwords are stored as salted bcrypt hashes (never the password). The CLI and the Python API run as
+the local owner: whoever can run them already has the machine.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from enum import Enum
+
+import bcrypt
+
+from probe_core.errors import ProbeError
+
+ANNOTATOR = "annotator"
+ADMIN = "admin"
+ROLES = (ANNOTATOR, ADMIN)
+AUTH_ENV = "PROBE_AUTH"  # "1": ask for sign-in even before the first account exists (probe ui --auth)
+LOCAL_PREFIX = "local:"  # runs started from a shell on the server record "local:<os user>"
+COOKIE_SECRET = "sign-in-cookie"
+MIN_PASSWORD_LENGTH = 8
+MAX_PASSWORD_BYTES = 72  # bcrypt's limit: longer passwords are refused, never silently cut
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.@-]{0,39}$")  # lower case: the sign-in form folds case
+
+
+class Permission(str, Enum):
+    """What a role allows; the value reads in a sentence ("may not <value>")."""
+
+    LABEL = "label images"
+    BROWSE = "browse runs and reports"
+    EXPORT = "download exports"
+    RUN = "start runs, train or finetune models"
+    LOAD = "load plugins, model files or data paths"
+    SUITES = "manage regression suites"
+    USERS = "manage accounts"
+
+
+ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
+    ANNOTATOR: frozenset({Permission.LABEL, Permission.BROWSE, Permission.EXPORT}),
+    ADMIN: frozenset(Permission),
+}
+
+
+class PermissionDenied(ProbeError):
+    """The signed-in person's role does not allow this."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The person doing something: a signed-in account, or the local owner in single-user mode.
+
+    Attributes
+    ----------
+    name : str
+        The account name, or the operating-system user for the local owner.
+    role : str
+        ``"annotator"`` or ``"admin"``.
+    signed_in : bool
+        True for an account; False for the local owner (single-user mode, the CLI, the API).
+    """
+
+    name: str
+    role: str
+    signed_in: bool = False
+
+    def may(self, permission: Permission) -> bool:
+        return permission in ROLE_PERMISSIONS.get(self.role, frozenset())
+
+    @property
+    def recorded_name(self) -> str:
+        """The name stored on the runs this person starts (``local:<user>`` for the local owner)."""
+        return self.name if self.signed_in else f"{LOCAL_PREFIX}{self.name}"
+
+
+def local_owner() -> Actor:
+    """Whoever runs the CLI, the API or a single-user dashboard on this machine: an admin."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = "owner"
+    return Actor(name=name, role=ADMIN, signed_in=False)
+
+
+def require(actor: Actor, permission: Permission) -> None:
+    """Refuse what ``actor``'s role does not allow; the one check every front end and worker calls.
+
+    Raises
+    ------
+    PermissionDenied
+        When the role lacks ``permission``.
+    """
+    if not actor.may(permission):
+        raise PermissionDenied(f"{actor.name} is signed in as an {actor.role} and may not {permission.value}; "
+                               f"ask an admin")
+
+
+def names_a_file(reference: str) -> bool:
+    """Whether a model or data reference names a file on the server (a plugin, a model file, a data folder
+    or array file), as opposed to a stored model id, ``default`` or an embedded data set."""
+    from probe_core.data.files import is_file_reference, looks_like_path
+    from probe_core.models.plugins import is_plugin_reference
+
+    reference = (reference or "").strip()
+    return bool(reference) and (is_plugin_reference(reference) or is_file_reference(reference)
+                                or looks_like_path(reference))
+
+
+def require_load(actor: Actor, reference: str) -> None:
+    """Refuse a file reference (plugin, model file, data path) to an actor who may not load files.
+
+    Raises
+    ------
+    PermissionDenied
+        When ``reference`` names a file and ``actor`` lacks :attr:`Permission.LOAD`.
+    """
+    if names_a_file(reference):
+        require(actor, Permission.LOAD)
+
+
+def sign_in_required(store, forced: bool | None = None) -> bool:
+    """Whether the dashboard asks people to sign in: once an account exists, or when forced.
+
+    ``forced`` defaults to ``$PROBE_AUTH`` (set by ``probe ui --auth``).
+    """
+    if forced is None:
+        forced = os.environ.get(AUTH_ENV, "") == "1"
+    return bool(forced) or bool(store.list_users())
+
+
+def _checked_name(name: str) -> str:
+    name = (name or "").strip()
+    if not _NAME.match(name):
+        raise ProbeError(f"an account name is 1-40 lower-case letters, digits, '_', '.', '@' or '-', starting "
+                         f"with a letter or digit; got {name!r}")
+    return name
+
+
+def _checked_role(role: str) -> str:
+    if role not in ROLES:
+        raise ProbeError(f"a role is one of {', '.join(ROLES)}; got {role!r}")
+    return role
+
+
+def _password_hash(password: str) -> str:
+    encoded = (password or "").encode()
+    if len(password or "") < MIN_PASSWORD_LENGTH:
+        raise ProbeError(f"a password has at least {MIN_PASSWORD_LENGTH} characters")
+    if len(encoded) > MAX_PASSWORD_BYTES:
+        raise ProbeError(f"a password has at most {MAX_PASSWORD_BYTES} bytes (bcrypt's limit)")
+    return bcrypt.hashpw(encoded, bcrypt.gensalt()).decode()
+
+
+def add_account(store, name: str, role: str, password: str) -> Actor:
+    """Create an account with a salted bcrypt hash of ``password``.
+
+    Raises
+    ------
+    ProbeError
+        For a bad name, role or password, or a name already taken (nothing is stored then).
+    """
+    name, role = _checked_name(name), _checked_role(role)
+    if store.get_user(name) is not None:
+        raise ProbeError(f"there is already an account {name!r} (probe users passwd to change its password)")
+    store.put_user(name, role, _password_hash(password))
+    return Actor(name, role, signed_in=True)
+
+
+def change_password(store, name: str, password: str) -> None:
+    """Replace an account's password. Raises ProbeError for an unknown account or a bad password."""
+    account = _existing(store, name)
+    store.put_user(account["name"], account["role"], _password_hash(password))
+
+
+def set_role(store, name: str, role: str) -> None:
+    """Change an account's role. Raises ProbeError for an unknown account or role."""
+    account = _existing(store, name)
+    store.put_user(account["name"], _checked_role(role), account["password_hash"])
+
+
+def remove_account(store, name: str) -> None:
+    """Delete an account; its labels and runs keep its name. Raises ProbeError for an unknown account."""
+    store.delete_user(_existing(store, name)["name"])
+
+
+def list_accounts(store) -> list[dict]:
+    """Accounts without their hashes: ``name``, ``role``, ``created_at``, ``changed_at``."""
+    return [{key: value for key, value in row.items() if key != "password_hash"} for row in store.list_users()]
+
+
+def _existing(store, name: str) -> dict:
+    account = store.get_user((name or "").strip())
+    if account is None:
+        raise ProbeError(f"there is no account {name!r} (probe users list)")
+    return account
+
+
+def account_actor(store, name: str) -> Actor | None:
+    """The actor of an existing account (as signed in), or None when the account is gone."""
+    account = store.get_user(name)
+    return None if account is None else Actor(account["name"], account["role"], signed_in=True)
+
+
+def cookie_secret(store) -> str:
+    """The workspace's secret that signs sign-in cookies (made on first use, kept in the database)."""
+    return store.secret(COOKIE_SECRET, lambda: secrets.token_urlsafe(32))
+
+
+def check_run_starter(store, run) -> None:
+    """A worker's check before it runs ``run``: a run recorded for an account needs an admin account now.
+
+    Runs started from a shell on the server (``local:<user>``) and runs from before accounts pass.
+
+    Raises
+    ------
+    PermissionDenied
+        When the account that started the run is gone or is not an admin.
+    """
+    user = getattr(run, "user", None)
+    if not user or user.startswith(LOCAL_PREFIX):
+        return
+    actor = account_actor(store, user)
+    if actor is None:
+        raise PermissionDenied(f"run {run.id} was started by {user!r}, which is no longer an account")
+    require(actor, Permission.RUN)

@@ -1,0 +1,273 @@
+"""Team labelling: accounts, roles enforced where the pages and workers call, label history, concurrent annotators."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from probe_core import accounts
+from probe_core.accounts import Actor, PermissionDenied
+from probe_core.errors import ProbeError
+from probe_core.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+PASSWORD = "correct horse 1"
+
+
+@pytest.fixture
+def team(tmp_path, monkeypatch):
+    """A workspace with the shipped digits models, two annotators and an admin; the dashboard points at it."""
+    from make_default_models import install
+
+    from probe_core.workspace import Workspace
+
+    workspace = Workspace(tmp_path / "team")
+    if not install(workspace, "digits"):
+        pytest.fail("the shipped digits models do not match the code (tests/data/make_default_models.py)")
+    for name, role in (("ann", "annotator"), ("bea", "annotator"), ("boss", "admin")):
+        accounts.add_account(workspace.store, name, role, PASSWORD)
+    monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
+    return workspace
+
+
+def _digits_models(workspace) -> tuple[str, str]:
+    """The shipped full digits classifier and VAE (not the use cases' models trained on some classes)."""
+    def plain(kind):
+        return next(m["id"] for m in workspace.registry.list(kind=kind)
+                    if not m["spec"].get("classes") and not m["spec"].get("ambiguous"))
+    return plain("classifier"), plain("vae")
+
+
+def test_accounts_keep_salted_hashes_and_refuse_bad_input_storing_nothing(workspace):
+    store = workspace.store
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    stored = store.get_user("alice")
+    assert stored["password_hash"].startswith("$2") and PASSWORD not in stored["password_hash"]
+    accounts.add_account(store, "carol", "annotator", PASSWORD)
+    assert store.get_user("carol")["password_hash"] != stored["password_hash"]  # salted
+    for name, role, password, message in (("alice", "admin", PASSWORD, "already an account"),
+                                          ("dave", "annotator", "short", "at least 8"),
+                                          ("erin", "annotator", "x" * 73, "at most 72 bytes"),
+                                          ("frank", "owner", PASSWORD, "role is one of"),
+                                          ("Bad Name", "admin", PASSWORD, "account name")):
+        with pytest.raises(ProbeError, match=message):
+            accounts.add_account(store, name, role, password)
+    assert [a["name"] for a in accounts.list_accounts(store)] == ["alice", "carol"]
+    assert store.get_user("alice")["role"] == "annotator"
+    accounts.change_password(store, "alice", "another password")
+    assert store.get_user("alice")["password_hash"] != stored["password_hash"]
+    accounts.remove_account(store, "carol")
+    with pytest.raises(ProbeError, match="no account"):
+        accounts.remove_account(store, "carol")
+
+
+def test_a_wrong_password_is_refused_and_opens_no_session(team):
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert [b.label for b in at.button] == ["Sign in"] and not at.title  # no page runs before signing in
+    at.text_input[0].input("ann")
+    at.text_input[1].input("not the password")
+    at.button[0].click().run()
+    assert any("Wrong name or password" in e.value for e in at.error)
+    assert "signed_in_actor" not in at.session_state and not at.title
+    at.text_input[0].input("ann")
+    at.text_input[1].input(PASSWORD)
+    at.button[0].click().run()
+    assert not at.exception
+    assert at.session_state["signed_in_actor"] == Actor("ann", "annotator", signed_in=True)
+    assert any("Signed in as **ann** (annotator)" in c.value for c in at.caption)
+
+
+def _page_actions(plugin: str, classifier: str, vae: str) -> None:
+    """What the pages call to start a run, load a plugin and name a data path (run by AppTest)."""
+    from pathlib import Path
+
+    import streamlit as st
+
+    from pages import ui as _ui
+    from probe_core.errors import ProbeError
+    from probe_core.models import ModelSpec
+    from probe_core.runconfig import submit_training
+
+    outcome = {}
+    outcome["sampling_run"] = _ui.start_sampling("digits", "high:3", models=(classifier, vae), chains=2, warmup=2,
+                                                 samples=2)
+    for name, action in (
+            ("training", lambda: submit_training(_ui.job_manager(), _ui.workspace().registry, [ModelSpec(
+                dataset="digits", kind="classifier", epochs=1, seed=7)], "digits")),
+            ("plugin", lambda: _ui.load_model(plugin, "classifier", "digits").id),
+            ("data path", lambda: _ui.require_load(str(Path(plugin).parent)))):
+        try:
+            outcome[name] = action() or "allowed"
+        except ProbeError as exc:
+            outcome[name] = f"refused: {exc}"
+    st.session_state["outcome"] = outcome
+
+
+def _act_as(actor: Actor, plugin: Path, classifier: str, vae: str) -> dict:
+    at = AppTest.from_function(_page_actions, args=(str(plugin), classifier, vae), default_timeout=60)
+    at.session_state["signed_in_actor"] = actor
+    at.run()
+    assert not at.exception, at.exception
+    return at.session_state["outcome"], [e.value for e in at.error]
+
+
+def test_an_annotator_cannot_start_runs_or_load_files_and_an_admin_can(team, tmp_path):
+    from helpers import write_tiny_plugin
+
+    classifier, vae = _digits_models(team)
+    marker = tmp_path / "plugin-ran"
+    plugin = write_tiny_plugin(tmp_path, extra=f"\nfrom pathlib import Path as _P\n_P({str(marker)!r}).write_text('ran')\n")
+    runs_before = len(team.store.list_runs())
+
+    outcome, errors = _act_as(Actor("ann", "annotator", signed_in=True), plugin, classifier, vae)
+    assert outcome["sampling_run"] is None and any("may not start runs" in e for e in errors), errors
+    for name in ("training", "plugin", "data path"):
+        assert outcome[name].startswith("refused:") and "annotator" in outcome[name], outcome
+    assert len(team.store.list_runs()) == runs_before and not marker.exists()  # nothing stored, no code ran
+
+    # a crafted run recorded for an annotator (bypassing the page) is refused by the worker's lifecycle
+    from probe_core.lifecycle import execute_run
+
+    forged = team.store.create_run("train", {}, user="ann")
+    execute_run(team.store, forged, lambda context: pytest.fail("the job ran"))
+    assert team.store.get_run(forged).status == "failed" and "may not start runs" in team.store.get_run(forged).error
+
+    outcome, errors = _act_as(Actor("boss", "admin", signed_in=True), plugin, classifier, vae)
+    assert isinstance(outcome["sampling_run"], int) and not errors, (outcome, errors)
+    assert isinstance(outcome["training"], int) and outcome["data path"] == "allowed"
+    assert outcome["plugin"].startswith("plugin:") and marker.exists()
+    for run_id in (outcome["sampling_run"], outcome["training"]):
+        deadline = time.time() + 120
+        while team.store.get_run(run_id).active and time.time() < deadline:
+            time.sleep(0.2)
+        assert team.store.get_run(run_id).user == "boss"
+    assert team.store.get_run(outcome["sampling_run"]).status == "done"
+
+
+def test_relabelling_keeps_the_history_and_the_export_names_who_and_when(workspace, tmp_path):
+    store = workspace.store
+    images = _review_images(store, clusters=1)[0]
+    store.set_labels("ann", [(images[0], "3")])
+    store.set_labels("ann", [(images[0], "5")])
+    store.set_labels("bea", [(images[0], "5")])
+    store.set_test_image_label("ann", "digits", 12, "mislabel")
+    store.set_test_image_label("ann", "digits", 12, "misclassification")
+    history = store.label_history(item="review_image", item_id=images[0])
+    assert [(h["annotator"], h["old_label"], h["new_label"]) for h in history] == [
+        ("ann", None, "3"), ("ann", "3", "5"), ("bea", None, "5")]
+    assert [(h["old_label"], h["new_label"]) for h in store.label_history(item="test_image")] == [
+        (None, "mislabel"), ("mislabel", "misclassification")]
+    assert sorted(label["label"] for label in store.get_labels(review_image_id=images[0])) == ["5", "5"]
+
+    probe = [sys.executable, "-m", "probe_core.cli", "--workspace", str(workspace.root), "labels", "export"]
+    rows = json.loads(subprocess.run(probe + ["--format", "json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert {(r["item"], r["annotator"], r["label"]) for r in rows} == {
+        ("review_image", "ann", "5"), ("review_image", "bea", "5"), ("test_image", "ann", "misclassification")}
+    assert all(r["labelled_at"].endswith("+00:00") for r in rows)
+    done = subprocess.run(probe + ["--history", "--format", "csv", "-o", str(tmp_path / "h.csv")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "h.csv").read_text().splitlines()
+    assert lines[0] == "item,item_id,annotator,source,old_label,new_label,changed_at" and len(lines) == 6
+    bad = subprocess.run(probe + ["--format", "xml"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def _review_images(store, clusters: int) -> list[list[int]]:
+    """A distillation run with ``clusters`` clusters of 10 review images each; their ids per cluster."""
+    run_id = store.create_run("defuse-distill", {})
+    cluster_ids = store.add_clusters(run_id, [
+        {"cluster_index": index, "weight": 1.0 / clusters, "size": 10, "mean": np.zeros(2),
+         "covariance": np.eye(2), "info": {}} for index in range(clusters)])
+    return [store.put_review_images(cluster_id, np.zeros((10, 2), np.float32), np.zeros((10, 1, 8, 8), np.float32),
+                                    np.full(10, 3)) for cluster_id in cluster_ids]
+
+
+def test_ten_annotators_labelling_the_same_images_at_once_lose_no_label(workspace):
+    from probe_core.defuse import labels as label_tools
+
+    images = [image for cluster in _review_images(workspace.store, clusters=5) for image in cluster]
+    names = tuple(str(c) for c in range(10))
+    start, failures = threading.Barrier(10), []
+
+    def annotate(annotator: str) -> None:
+        store = Store(workspace.store.path)  # a connection of its own, as another server process has
+        try:
+            start.wait()
+            for position, image_id in enumerate(images):
+                label_tools.label_images(store, [image_id], annotator, str(position % 10), names)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=annotate, args=(f"annotator{i}",)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    labels = workspace.store.get_labels(per_image=True)
+    assert len(labels) == 500
+    for i in range(10):
+        mine = {l["review_image_id"]: l["label"] for l in labels if l["annotator"] == f"annotator{i}"}
+        assert mine == {image_id: str(position % 10) for position, image_id in enumerate(images)}
+    assert len(workspace.store.label_history()) == 500
+
+
+def test_probe_ui_refuses_another_host_without_accounts(tmp_path):
+    probe = [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path / "ws"), "ui", "--port", "8599"]
+    refused = subprocess.run(probe + ["--host", "0.0.0.0"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert "no accounts" in refused.stderr and "--insecure-no-auth" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    forced = subprocess.run(probe + ["--auth"], capture_output=True, text=True, timeout=120)
+    assert forced.returncode == 2 and "would let nobody in" in forced.stderr
+
+    from probe_core.cli.ui import check_exposure
+
+    assert check_exposure("localhost", False, False, False) is None
+    assert check_exposure("0.0.0.0", True, False, False) is None
+    assert "warning" in check_exposure("0.0.0.0", False, False, True)
+
+
+def test_users_commands_read_the_password_from_stdin(tmp_path):
+    probe = [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path / "ws"), "users"]
+    added = subprocess.run(probe + ["add", "ann", "--role", "annotator"], input=PASSWORD + "\n",
+                           capture_output=True, text=True)
+    assert added.returncode == 0, added.stderr
+    short = subprocess.run(probe + ["add", "bob", "--role", "admin"], input="short\n", capture_output=True, text=True)
+    assert short.returncode == 2 and "at least 8" in short.stderr
+    listed = subprocess.run(probe + ["list"], capture_output=True, text=True, check=True).stdout
+    assert "ann" in listed and "annotator" in listed and "bob" not in listed
+    role = subprocess.run(probe + ["role", "ann", "admin"], capture_output=True, text=True)
+    assert role.returncode == 0
+    removed = subprocess.run(probe + ["remove", "nobody"], capture_output=True, text=True)
+    assert removed.returncode == 2 and "no account" in removed.stderr
+    assert Store(tmp_path / "ws" / "probe.sqlite").get_user("ann")["role"] == "admin"
+
+
+def test_an_annotator_may_label_but_the_actor_check_refuses_runs(workspace):
+    annotator = Actor("ann", "annotator", signed_in=True)
+    from probe_core.jobs import JobManager
+
+    manager = JobManager(workspace.store, launcher="thread").acting_as(annotator)
+    with pytest.raises(PermissionDenied, match="may not start runs"):
+        manager.submit("train", {}, lambda context: {})
+    assert workspace.store.list_runs() == []
+    assert annotator.may(accounts.Permission.LABEL) and not annotator.may(accounts.Permission.LOAD)
+    with pytest.raises(PermissionDenied):
+        accounts.require_load(annotator, "/tmp/some_plugin.py")
+    accounts.require_load(annotator, "digits")  # an embedded data set or a model id is not a file
