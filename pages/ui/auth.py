@@ -45,6 +45,7 @@ def sign_in() -> Actor | None:
         return accounts.local_owner()
     authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
                                         COOKIE_DAYS, auto_hash=False)
+    was_signed_in = bool(st.session_state.get("authentication_status"))
     try:
         authenticator.login(location="main", fields={"Form name": "Sign in to Model Probe", "Username": "Name",
                                                      "Password": "Password", "Login": "Sign in"})
@@ -59,10 +60,14 @@ def sign_in() -> Actor | None:
         st.session_state.pop(ACTOR_KEY, None)
         return None
     st.session_state[ACTOR_KEY] = actor
+    if not was_signed_in:  # signed in by this run's form: draw the page without it
+        st.rerun()
     with st.sidebar:
         st.caption(f"Signed in as **{actor.name}** ({actor.role})")
         authenticator.logout("Sign out", location="sidebar", key="sign_out",
                              callback=lambda _: st.session_state.pop(ACTOR_KEY, None))
+    if not st.session_state.get("authentication_status"):  # just signed out: show the form, not the page
+        st.rerun()
     return actor
 
 

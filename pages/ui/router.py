@@ -41,8 +41,11 @@ PAGES = [
 def run() -> None:
     """Set up the page and run the page the URL names."""
     st.set_page_config(page_title="Model Probe", page_icon=":material/biotech:", layout="wide")
+    pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)
+             for index, (script, title, icon) in enumerate(PAGES)]
     actor = _ui.sign_in()
     if actor is None:  # the sign-in form is showing; no page runs before someone signs in
+        st.navigation(pages, position="hidden")  # keeps the address's page for after signing in
         st.stop()
     _ui.sidebar_settings()
     if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN):
@@ -53,8 +56,6 @@ def run() -> None:
             start_default_training(_ui.job_manager(), ws.registry, DEFAULT_DATASET, device=_ui.device())
         except ProbeError as exc:
             st.error(f"Could not start training the default models: {exc}")
-    pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)
-             for index, (script, title, icon) in enumerate(PAGES)]
     try:
         st.navigation(pages).run()
     except PermissionDenied as exc:  # the one place a page's refused action is shown

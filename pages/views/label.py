@@ -187,6 +187,11 @@ if progress:
         "last label": pd.Timestamp(r["last_labelled_at"], unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M UTC")}
         for r in progress]), hide_index=True, key="label_annotator_progress")
 table = label_tools.cluster_label_table(ws.store, distill_run.id, names)
+this_cluster = next(r for r in table if r["id"] == cluster["id"])
+if this_cluster["agreement"] is not None:
+    spread = "" if this_cluster["agreement_se"] is None else f" ± {this_cluster['agreement_se'] * 100:.0f}"
+    st.markdown(f"Cluster {cluster['id']}: agreement **{this_cluster['agreement'] * 100:.0f}{spread} %** over "
+                f"**{this_cluster['annotators']} annotators** (one vote per annotator and image)")
 frame = pd.DataFrame([{
     "cluster": r["id"], "classifier says": names[r["majority_prediction"]], "annotators": r["annotators"],
     "images labelled": r["images_labelled"],

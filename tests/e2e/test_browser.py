@@ -350,3 +350,80 @@ def test_the_wheel_installs_from_its_metadata_alone_and_probe_ui_serves_the_app(
         links = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
         assert [text.split("\n")[-1].strip() for text in links] == NAVIGATION, page.inner_text("body")[:800]
 
+
+
+TEAM_PASSWORD = "browser pass 1"
+
+
+def _sign_in(page, server, name: str) -> None:
+    page.goto(f"{server.url}/label")
+    page.get_by_role("button", name="Sign in").wait_for()
+    page.get_by_role("textbox", name="Name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(TEAM_PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    try:
+        page.get_by_text(f"Labelling as {name}").wait_for(timeout=60_000)
+    except Exception as exc:
+        raise AssertionError(f"{name} is not signed in: {page.inner_text('body')[:1500]!r}; server log: "
+                             f"{server.log.read_text()[-2000:]}") from exc
+
+
+def _label_three_clusters_with_hotkeys(page, keys: list[str]) -> None:
+    """Press a class key (all ten review images of the shown cluster) then Right, for each of ``keys``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for position, key in enumerate(keys, start=1):
+        page.get_by_text(f"· {position} of ").first.wait_for(timeout=60_000)
+        enabled = f"""() => {{
+            const buttons = document.querySelectorAll('.st-key-label_all_{key} button');
+            return buttons.length === 1 && !buttons[0].disabled;
+        }}"""
+        for attempt in range(3):  # a key pressed while a rerun redraws the buttons can be lost (see above)
+            page.wait_for_function(enabled, timeout=60_000)
+            page.get_by_role("heading", name="Label").first.click()
+            page.keyboard.press(key)
+            try:
+                page.get_by_text(f"= {key}", exact=False).first.wait_for(timeout=20_000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 2:
+                    raise
+        page.wait_for_timeout(500)
+        page.keyboard.press("ArrowRight")
+
+
+def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(trained_workspace, flawed_run,
+                                                                             tmp_path):
+    """Sign in as one annotator, label with the hotkeys, sign out, sign in as another: agreement over both."""
+    require_browser()
+    from probe_core import accounts
+
+    store = trained_workspace.store
+    people = ("ann-browser", "bea-browser")
+    for name in people:
+        accounts.add_account(store, name, "annotator", TEAM_PASSWORD)
+    try:
+        with running_server(trained_workspace.root, tmp_path / "server.log") as server, browser_page() as page:
+            page.goto(f"{server.url}/label")
+            page.get_by_role("button", name="Sign in").wait_for()
+            assert page.get_by_role("heading", name="Label").count() == 0  # nothing before signing in
+            _sign_in(page, server, people[0])
+            _label_three_clusters_with_hotkeys(page, ["9", "9", "9"])
+            page.get_by_role("button", name="Sign out").click()
+            page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
+            _sign_in(page, server, people[1])
+            _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
+            page.keyboard.press("ArrowLeft")  # back to the third cluster, where the two disagree
+            page.get_by_text("· 3 of ").first.wait_for(timeout=60_000)
+            page.get_by_text("over 2 annotators").first.wait_for(timeout=60_000)
+            body = page.inner_text("body")
+            assert "agreement 50" in body, body[-2500:]
+        distill_run = store.list_runs(kind="defuse-distill")[0].id
+        clusters = [c["id"] for c in store.get_clusters(distill_run)]
+        for name, expected in zip(people, (["9"] * 30, ["9"] * 20 + ["8"] * 10)):
+            labels = [l for c in clusters for l in store.get_labels(cluster_id=c, per_image=True)
+                      if l["annotator"] == name]
+            assert sorted(l["label"] for l in labels) == sorted(expected), name
+    finally:
+        for name in people:
+            accounts.remove_account(store, name)
