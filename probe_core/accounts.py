@@ -30,6 +30,7 @@ ANNOTATOR = "annotator"
 ADMIN = "admin"
 ROLES = (ANNOTATOR, ADMIN)
 AUTH_ENV = "PROBE_AUTH"  # "1": ask for sign-in even before the first account exists (probe ui --auth)
+INSECURE_ENV = "PROBE_INSECURE_NO_AUTH"  # "1": serve beyond localhost without accounts (probe ui --insecure-no-auth)
 LOCAL_PREFIX = "local:"  # runs started from a shell on the server record "local:<os user>"
 COOKIE_SECRET = "sign-in-cookie"
 MIN_PASSWORD_LENGTH = 8
@@ -236,3 +237,29 @@ def check_run_starter(store, run) -> None:
     if actor is None:
         raise PermissionDenied(f"run {run.id} was started by {user!r}, which is no longer an account")
     require(actor, Permission.RUN)
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def check_exposure(host: str, has_accounts: bool, forced_auth: bool, insecure_no_auth: bool) -> str | None:
+    """Refuse to serve beyond this machine with nobody signing in; returns a warning to print, if any.
+
+    Raises
+    ------
+    ProbeError
+        For a host other than localhost when the workspace has no accounts and sign-in is not forced,
+        unless ``insecure_no_auth``.
+    """
+    if forced_auth and not has_accounts:
+        raise ProbeError("--auth with no accounts would let nobody in: add one first "
+                         "(probe users add NAME --role admin)")
+    if host in LOCAL_HOSTS or has_accounts:
+        return None
+    if not insecure_no_auth:
+        raise ProbeError(f"serving on {host} reaches beyond this machine, and this workspace has no "
+                         f"accounts, so anyone who reaches the port could start runs and load plugins (which "
+                         f"execute code). Add accounts first (probe users add NAME --role admin), or pass "
+                         f"--insecure-no-auth (probe ui) on a network you trust")
+    return (f"warning: serving on {host} without sign-in (--insecure-no-auth): anyone who reaches the port "
+            f"acts as an admin, and the model and plugin loaders execute code")

@@ -9,6 +9,8 @@ account or changing its role takes effect at the next click.
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 import streamlit_authenticator as stauth
 from streamlit_authenticator.utilities.exceptions import LoginError
@@ -16,6 +18,7 @@ from streamlit_authenticator.utilities.exceptions import LoginError
 from pages.ui.resources import get_workspace
 from probe_core import accounts
 from probe_core.accounts import Actor, Permission, PermissionDenied
+from probe_core.errors import ProbeError
 from probe_core.workspace import default_workspace_path
 
 COOKIE_NAME = "model_probe_sign_in"
@@ -37,9 +40,17 @@ def _credentials(store) -> dict:
 def sign_in() -> Actor | None:
     """The router's gate: the actor of this session, after the sign-in form when accounts exist.
 
-    Returns None while nobody is signed in (the form is shown, the page must not run).
+    Returns None while nobody is signed in (the form is shown, the page must not run), or when the server
+    is reachable beyond this machine with nobody to sign in (the refusal is shown).
     """
     store = _store()
+    try:  # `streamlit run app.py --server.address 0.0.0.0` gets the same refusal as `probe ui --host 0.0.0.0`
+        accounts.check_exposure(st.get_option("server.address") or "0.0.0.0",
+                                accounts.sign_in_required(store, forced=False), os.environ.get(accounts.AUTH_ENV) == "1",
+                                os.environ.get(accounts.INSECURE_ENV) == "1")
+    except ProbeError as exc:
+        st.error(str(exc))
+        return None
     if not accounts.sign_in_required(store):
         st.session_state.pop(ACTOR_KEY, None)
         return accounts.local_owner()

@@ -53,34 +53,8 @@ def streamlit_options(folder: Path) -> list[str]:
     return options
 
 
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
-
-
-def check_exposure(host: str, has_accounts: bool, forced_auth: bool, insecure_no_auth: bool) -> str | None:
-    """Refuse to serve beyond this machine with nobody signing in; returns a warning to print, if any.
-
-    Raises
-    ------
-    ProbeError
-        For a host other than localhost when the workspace has no accounts and sign-in is not forced,
-        unless ``insecure_no_auth``.
-    """
-    if forced_auth and not has_accounts:
-        raise ProbeError("--auth with no accounts would let nobody in: add one first "
-                         "(probe users add NAME --role admin)")
-    if host in LOCAL_HOSTS or has_accounts:
-        return None
-    if not insecure_no_auth:
-        raise ProbeError(f"--host {host} serves the dashboard beyond this machine, and this workspace has no "
-                         f"accounts, so anyone who reaches the port could start runs and load plugins (which "
-                         f"execute code). Add accounts first (probe users add NAME --role admin), or pass "
-                         f"--insecure-no-auth on a network you trust")
-    return (f"warning: serving on {host} without sign-in (--insecure-no-auth): anyone who reaches the port "
-            f"acts as an admin, and the model and plugin loaders execute code")
-
-
 def _ui(args: argparse.Namespace) -> int:
-    from probe_core.accounts import AUTH_ENV, sign_in_required
+    from probe_core.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
     from probe_core.cli.common import workspace_from_args
 
     if not 1 <= args.port <= 65535:
@@ -97,6 +71,8 @@ def _ui(args: argparse.Namespace) -> int:
         os.environ["PROBE_DATA_DIR"] = os.path.abspath(args.data_dir)
     if args.auth:
         os.environ[AUTH_ENV] = "1"
+    if args.insecure_no_auth:
+        os.environ[INSECURE_ENV] = "1"
     print(f"Model Probe: http://{args.host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     # `python app.py` preloads the heavy libraries into the server before it serves (see app.py)
     os.execv(sys.executable, [sys.executable, str(folder / "app.py"), *options])

@@ -236,7 +236,7 @@ def test_probe_ui_refuses_another_host_without_accounts(tmp_path):
     forced = subprocess.run(probe + ["--auth"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 2 and "would let nobody in" in forced.stderr
 
-    from probe_core.cli.ui import check_exposure
+    from probe_core.accounts import check_exposure
 
     assert check_exposure("localhost", False, False, False) is None
     assert check_exposure("0.0.0.0", True, False, False) is None
@@ -271,3 +271,23 @@ def test_an_annotator_may_label_but_the_actor_check_refuses_runs(workspace):
     with pytest.raises(PermissionDenied):
         accounts.require_load(annotator, "/tmp/some_plugin.py")
     accounts.require_load(annotator, "digits")  # an embedded data set or a model id is not a file
+
+
+def test_the_app_served_on_a_network_address_without_accounts_shows_only_the_refusal(tmp_path, monkeypatch):
+    from streamlit import config
+
+    from probe_core.cli.ui import dashboard_folder, streamlit_options
+
+    options = streamlit_options(dashboard_folder())
+    assert options[options.index("--server.enableXsrfProtection") + 1] == "true"  # probe ui keeps XSRF on
+    monkeypatch.setenv("PROBE_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "0")
+    monkeypatch.delenv("PROBE_INSECURE_NO_AUTH", raising=False)
+    address = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    finally:
+        config.set_option("server.address", address)
+    assert not at.exception and not at.title
+    assert [e.value for e in at.error] and "no accounts" in at.error[0].value
