@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 
 import streamlit as st
-import streamlit_authenticator as stauth
-from streamlit_authenticator.utilities.exceptions import LoginError
 
 from pages.ui.resources import get_workspace
 from probe_core import accounts
@@ -37,6 +35,16 @@ def _credentials(store) -> dict:
                           for row in store.list_users()}}
 
 
+def needs_sign_in() -> bool:
+    """Whether this session must pass the sign-in form first: accounts exist and nobody is signed in."""
+    return accounts.sign_in_required(_store()) and not st.session_state.get("authentication_status")
+
+
+def sign_in_form() -> None:
+    """The page shown in place of every page until someone signs in (a signed cookie signs in at once)."""
+    sign_in()
+
+
 def sign_in() -> Actor | None:
     """The router's gate: the actor of this session, after the sign-in form when accounts exist.
 
@@ -54,6 +62,11 @@ def sign_in() -> Actor | None:
     if not accounts.sign_in_required(store):
         st.session_state.pop(ACTOR_KEY, None)
         return accounts.local_owner()
+    # Imported here, in a script run: it declares its cookie component at import, and a component declared
+    # before the server's runtime exists (``python app.py`` preloads the pages' modules) is never served.
+    import streamlit_authenticator as stauth
+    from streamlit_authenticator.utilities.exceptions import LoginError
+
     authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
                                         COOKIE_DAYS, auto_hash=False)
     was_signed_in = bool(st.session_state.get("authentication_status"))
@@ -69,12 +82,18 @@ def sign_in() -> Actor | None:
     actor = accounts.account_actor(store, st.session_state.get("username") or "") if status else None
     if actor is None:
         st.session_state.pop(ACTOR_KEY, None)
+        if st.session_state.get("logout"):  # signed out here: keep the deleting component until it has run
+            with st.sidebar:
+                authenticator.cookie_controller.delete_cookie()
         return None
     st.session_state[ACTOR_KEY] = actor
     if not was_signed_in:  # signed in by this run's form: draw the page without it
         st.rerun()
     with st.sidebar:
         st.caption(f"Signed in as **{actor.name}** ({actor.role})")
+        # The cookie is written by a browser component; rendered on every run (one stable element), it
+        # lives long enough to write it however soon the next click comes, and each visit renews it.
+        authenticator.cookie_controller.set_cookie()
         authenticator.logout("Sign out", location="sidebar", key="sign_out",
                              callback=lambda _: st.session_state.pop(ACTOR_KEY, None))
     if not st.session_state.get("authentication_status"):  # just signed out: show the form, not the page

@@ -43,6 +43,14 @@ def run() -> None:
     st.set_page_config(page_title="Model Probe", page_icon=":material/biotech:", layout="wide")
     pages = [st.Page(VIEWS / script, title=title, icon=icon, default=index == 0)
              for index, (script, title, icon) in enumerate(PAGES)]
+    if _ui.needs_sign_in():
+        # The form runs as the addressed page: one page identity in all its reruns, so the cookie
+        # component keeps its identity and a new one cannot interrupt the run of the Sign in click.
+        # The address is kept for after signing in.
+        st.navigation([st.Page(_ui.sign_in_form, title=title, icon=icon, url_path=Path(script).stem,
+                               default=index == 0) for index, (script, title, icon) in enumerate(PAGES)],
+                      position="hidden").run()
+        return
     actor = _ui.sign_in()
     if actor is None:  # the sign-in form is showing; no page runs before someone signs in
         st.navigation(pages, position="hidden")  # keeps the address's page for after signing in

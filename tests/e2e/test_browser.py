@@ -409,7 +409,12 @@ def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(tra
             assert page.get_by_role("heading", name="Label").count() == 0  # nothing before signing in
             _sign_in(page, server, people[0])
             _label_three_clusters_with_hotkeys(page, ["9", "9", "9"])
+            page.reload()  # the signed cookie keeps the session: no form after a reload
+            page.get_by_text(f"Labelling as {people[0]}").wait_for(timeout=60_000)
+            assert page.get_by_role("button", name="Sign in").count() == 0
             page.get_by_role("button", name="Sign out").click()
+            page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
+            page.reload()  # signing out deleted the cookie: the form again after a reload
             page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
             _sign_in(page, server, people[1])
             _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
