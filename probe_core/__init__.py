@@ -18,12 +18,17 @@ __version__ = "0.1.0"
 
 serialize_ast_parse()
 
-_API = ("check", "ModelCheck", "sample", "SampleResult", "suite", "SuiteScore", "train", "open_workspace")
+_API = ("check", "ModelCheck", "sample", "SampleResult", "matrix", "MatrixResult", "suite", "SuiteScore", "train",
+        "open_workspace", "show", "Dashboard")
 
 
 def __getattr__(name: str):
     """``probe_core.sample`` and the other API verbs (:mod:`probe_core.api`), and ``probe_core.defuse``'s verbs,
     imported on first use."""
+    if name in ("show", "Dashboard"):
+        from probe_core import dashboard
+
+        return getattr(dashboard, name)
     if name in _API:
         from probe_core import api
 

@@ -106,6 +106,18 @@ class SampleResult:
         frame.insert(2, "hit", self.hit)
         return frame
 
+    def plot(self, target: int = 0):
+        """The Probe page's violin of achieved confidences for one target (``go.Figure``)."""
+        from probe_core.figures import achieved_violin
+
+        if self.confidences is None or not self.targets:
+            raise ProbeError(f"run {self.run_id} stored no samples to plot")
+        if not 0 <= target < len(self.targets):
+            raise ProbeError(f"target must be 0 to {len(self.targets) - 1}, got {target}")
+        chosen = self.confidences[self.target_index == self.targets[target].get("target_index", target)]
+        return achieved_violin(chosen, list(self.request.class_names), list(self.targets[target]["summary"]["achieved"]),
+                               title=self.targets[target]["description"])
+
     def __repr__(self) -> str:
         reached = sum(not t.get("failed", True) for t in self.targets)
         weak = ", generator weak" if self.generator_weak else ""
@@ -113,9 +125,9 @@ class SampleResult:
                 f"{0 if self.z is None else len(self.z)} samples{weak})")
 
 
-def sample(target: str, classifier: str = "default", generator: str = "default", *, dataset: str = DEFAULT_DATASET,
-           class_map: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
-           **settings) -> SampleResult:
+def sample(target: str, classifier="default", generator="default", *, dataset=DEFAULT_DATASET,
+           class_names=None, input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu",
+           progress: bool = True, **settings) -> SampleResult:
     """Bayes-TrEx: sample in-distribution images at a target confidence; the run is stored in the workspace.
 
     Parameters
@@ -123,11 +135,18 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
     target : str
         ``high:3``, ``ambiguous:4,9``, ``uniform``, ``probs:8=0.7,9=0.3``, ``path:8->9:11`` or
         ``ambiguous-matrix``, in the classifier's class names (or indices).
-    classifier, generator : str
+    classifier, generator : str or torch.nn.Module
         ``default`` (the data set's; trained first if missing, with a progress bar), a model id, a plugin
-        ``.py`` or a model file (``.pt``/``.pt2`` with its ``.json`` sidecar).
-    dataset : str
-        ``digits``, ``mnist``, ``folder:PATH``, ``arrays:PATH.npz`` ...
+        ``.py`` or a model file (``.pt``/``.pt2`` with its ``.json`` sidecar); or an in-memory module (a
+        classifier maps images (B, C, H, W) to logits (B, K); a generator has ``latent_dim`` and
+        ``decode``), kept in the workspace as a model file (:mod:`probe_core.kept`).
+    dataset : str or (x, y)
+        ``digits``, ``mnist``, ``folder:PATH``, ``arrays:PATH.npz`` ..., or arrays: images x (N, C, H, W)
+        and labels y (N,), kept as an ``.npz``.
+    class_names : sequence of str, optional
+        An in-memory classifier's K class names in output order; also the names of the labels of ``(x, y)``.
+    input_shape : tuple of int, optional
+        An in-memory classifier's (C, H, W) (default: the data set's image shape).
     class_map : str, optional
         ``MODEL=DATA,...`` where the classifier's class names differ from the data set's.
     workspace : str, Path or Workspace, optional
@@ -150,6 +169,7 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
     from probe_core.validation import sample_request
 
     space = open_workspace(workspace)
+    dataset, classifier, generator = _references(space, dataset, classifier, generator, class_names, input_shape)
     request = sample_request(space.registry, dataset, target, classifier, generator, class_map=class_map, **settings)
     request, warning = prepare_sample(space.registry, request, device)
     if warning:
@@ -161,6 +181,124 @@ def sample(target: str, classifier: str = "default", generator: str = "default",
         if bar is not None:
             bar.close()
     return SampleResult.from_run(space.store, run_id)
+
+
+def _references(space, dataset, classifier, generator, class_names, input_shape) -> tuple:
+    """References for what a verb was given (in-memory objects are kept as files), data set first."""
+    from probe_core.catalog import load_dataset
+    from probe_core.kept import dataset_reference, model_reference
+
+    dataset = dataset_reference(space.root, dataset, class_names)
+    if input_shape is None and not isinstance(classifier, str):
+        input_shape = load_dataset(dataset, space.registry.data_dir).image_shape
+    classifier = model_reference(space.root, classifier, "classifier", class_names, input_shape)
+    generator = generator if generator is None else model_reference(space.root, generator, "generator")
+    return dataset, classifier, generator
+
+
+@dataclass
+class MatrixResult:
+    """An ambiguity matrix (Bayes-TrEx Fig. 5): a sampling run with one ``ambiguous:i,j`` target per class pair.
+
+    Attributes
+    ----------
+    sampled : SampleResult
+        The run, its per-pair targets and its stored samples.
+    reached : ndarray of bool, shape (K, K)
+        Symmetric: whether a chain reached the pair's target (the diagonal is False).
+    hit_rate : ndarray of float, shape (K, K)
+        Symmetric: the share of the pair's stored samples that are hits.
+    images : ndarray, shape (K, K, C, H, W)
+        Each pair's closest hit, zeros where none was found.
+    class_names : list of str
+    """
+
+    sampled: SampleResult
+    reached: np.ndarray
+    hit_rate: np.ndarray
+    images: np.ndarray
+    class_names: list
+
+    @classmethod
+    def from_sample(cls, sampled: SampleResult) -> "MatrixResult":
+        from probe_core.bayestrex import best_hit_per_target
+
+        names = list(sampled.request.class_names)
+        count = len(names)
+        shape = sampled.images.shape[1:] if sampled.images is not None else (1, 1, 1)
+        reached, rates = np.zeros((count, count), bool), np.zeros((count, count))
+        images = np.zeros((count, count, *shape), np.float32)
+        samples = [] if sampled.images is None else [
+            {"target_index": int(t), "hit": bool(h), "target_distance": float(d), "image": image}
+            for t, h, d, image in zip(sampled.target_index, sampled.hit, _target_distances(sampled), sampled.images)]
+        best = best_hit_per_target(samples)
+        for index, entry in enumerate(sampled.targets):
+            first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+            stored = entry.get("target_index", index)
+            for row, column in ((first, second), (second, first)):
+                reached[row, column] = not entry["failed"]
+                rates[row, column] = entry["hit_rate"]
+                if stored in best:
+                    images[row, column] = best[stored]["image"]
+        return cls(sampled, reached, rates, images, names)
+
+    def summary(self) -> str:
+        count = len(self.class_names)
+        pairs = count * (count - 1) // 2
+        return f"ambiguity matrix of run {self.sampled.run_id}: {int(self.reached.sum()) // 2} of {pairs} pairs reached"
+
+    def to_pandas(self):
+        """One row per class pair: ``first``, ``second``, ``reached``, ``hit_rate``."""
+        import pandas as pd
+
+        rows = [{"first": self.class_names[i], "second": self.class_names[j], "reached": bool(self.reached[i, j]),
+                 "hit_rate": float(self.hit_rate[i, j])}
+                for i in range(len(self.class_names)) for j in range(i + 1, len(self.class_names))]
+        return pd.DataFrame(rows)
+
+    def plot(self):
+        """The Ambiguity matrix page's picture (``go.Figure``); the edges show each pair's own classes' hits."""
+        from probe_core.figures import matrix_figure
+
+        count = len(self.class_names)
+        cells = [(i, j, self.images[i, j] if self.reached[i, j] else None,
+                  f"{self.class_names[i]} vs {self.class_names[j]}: hit rate {self.hit_rate[i, j]:.0%}"
+                  if self.reached[i, j] else f"{self.class_names[i]} vs {self.class_names[j]}: not reached")
+                 for i in range(count) for j in range(i + 1, count)]
+        return matrix_figure([None] * count, cells)
+
+    def __repr__(self) -> str:
+        return f"MatrixResult({self.summary()!r})"
+
+
+def _target_distances(sampled: SampleResult) -> np.ndarray:
+    """Each stored sample's distance to an equal split of its pair (the matrix's targets are ambiguous:i,j)."""
+    distances = np.zeros(len(sampled.target_index))
+    for index, entry in enumerate(sampled.targets):
+        first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+        mine = sampled.target_index == entry.get("target_index", index)
+        pair = sampled.confidences[mine][:, [first, second]]
+        distances[mine] = np.abs(pair - 0.5).sum(axis=1)
+    return distances
+
+
+def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET, class_names=None,
+           input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu",
+           progress: bool = True, **settings) -> MatrixResult:
+    """The ambiguity matrix: ``ambiguous:i,j`` for every class pair in one batched run (as the Ambiguity page).
+
+    Takes :func:`sample`'s arguments without the target; the settings default to the matrix's own, which
+    depend on the image size (:func:`~probe_core.bayestrex.run.matrix_sampler_defaults`).
+
+    Returns
+    -------
+    MatrixResult
+    """
+    from probe_core.targets import MATRIX_SPEC
+
+    return MatrixResult.from_sample(sample(MATRIX_SPEC, classifier, generator, dataset=dataset,
+                                           class_names=class_names, input_shape=input_shape, class_map=class_map,
+                                           workspace=workspace, device=device, progress=progress, **settings))
 
 
 @dataclass
@@ -205,7 +343,7 @@ class ModelCheck:
         return f"ModelCheck({self.summary()!r})"
 
 
-def check(classifier="default", dataset: str = DEFAULT_DATASET, generator=None, *, class_names=None,
+def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, class_names=None,
           input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu") -> ModelCheck:
     """Check a classifier (and a generator) on a data set; trains nothing (as ``probe models check``).
 
@@ -215,9 +353,10 @@ def check(classifier="default", dataset: str = DEFAULT_DATASET, generator=None, 
         A reference (model id, ``default``, plugin, model file), or an in-memory module mapping images
         (B, C, H, W) in [0, 1] to logits (B, K), with ``class_names`` (K names, matched to the data set's
         by name) and ``input_shape`` (C, H, W).
-    dataset : str
-    generator : str, optional
-        A generator reference to check too.
+    dataset : str or (x, y)
+        A data set name, or images x (N, C, H, W) and labels y (N,) named by ``class_names``.
+    generator : str or torch.nn.Module, optional
+        A generator to check too (a module is kept in the workspace as a model file).
     class_map : str, optional
         ``MODEL=DATA,...`` where a reference's class names differ from the data set's.
 
@@ -235,9 +374,11 @@ def check(classifier="default", dataset: str = DEFAULT_DATASET, generator=None, 
     from probe_core.catalog import load_dataset
     from probe_core.checks import check_classifier, check_generator
     from probe_core.classes import parse_class_map, with_class_map
+    from probe_core.kept import dataset_reference
     from probe_core.models.registry import align_classifier, in_memory_classifier
 
     space = open_workspace(workspace)
+    dataset = dataset_reference(space.root, dataset, class_names)
     data = load_dataset(dataset, space.registry.data_dir)
     if isinstance(classifier, torch.nn.Module):
         if class_names is None:
@@ -249,6 +390,9 @@ def check(classifier="default", dataset: str = DEFAULT_DATASET, generator=None, 
         loaded = space.registry.resolve(reference, "classifier", dataset, device=device)
     result = ModelCheck(check_classifier(loaded, data))
     if generator is not None:
+        from probe_core.kept import model_reference
+
+        generator = model_reference(space.root, generator, "generator")
         resolved = space.registry.resolve(generator, "generator", dataset, device=device)
         result.generator = check_generator(resolved, loaded, data)
     return result

@@ -151,3 +151,21 @@ def echo_shard(models, report, should_stop, value):
     """A shard function (probe_core.scaleout) that reports half-way and returns its value."""
     report(0.5)
     return value
+
+
+def resolve_elsewhere(workspace_root, references: dict) -> str:
+    """Resolve stored ``dataset``, ``classifier`` and ``generator`` references in a new Python process (as a
+    worker or another day would): prints the data set's class count and the two model ids."""
+    import json
+    import subprocess
+    import sys
+
+    script = ("import json, sys\nfrom probe_core.api import open_workspace\nfrom probe_core.catalog import load_dataset\n"
+              "root, refs = sys.argv[1], json.loads(sys.argv[2])\nspace = open_workspace(root)\n"
+              "data = load_dataset(refs['dataset'])\n"
+              "print(len(data.class_names), *(space.registry.resolve(refs[k], k, refs['dataset']).id "
+              "for k in ('classifier', 'generator')))")
+    done = subprocess.run([sys.executable, "-c", script, str(workspace_root), json.dumps(references)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()

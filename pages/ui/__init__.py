@@ -37,7 +37,6 @@ from pages.ui.widgets import (
     LIVE_REFRESH_S,
     MODELS_COLUMN_CONFIG,
     active_runs,
-    confidence_figure,
     hover_images,
     keys_to_page,
     model_choice,
@@ -55,7 +54,7 @@ from pages.ui.widgets import (
 
 __all__ = [
     "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",
-    "confidence_figure", "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
+    "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
     "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_choice",
     "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",

@@ -92,6 +92,7 @@ def _sync_query_params() -> None:
 
 
 YOUR_DATA = "your data: a folder or .npz…"
+SIDEBAR_KEYS = ("dataset", "data_dir", "device", "executor", "shards")
 
 
 def _use_your_data() -> None:
@@ -122,6 +123,11 @@ def sidebar_settings() -> None:
             yours.append(from_url)  # a shared link to someone's folder or .npz
         st.session_state["dataset"] = from_url if from_url in names + yours else DEFAULT_DATASET
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
+    for key in SIDEBAR_KEYS:
+        # Set again each run: a session's first run (Streamlit's folder page mode, see the router) gives the
+        # widgets another identity than later runs, and a widget whose identity changed would start over.
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
     with st.sidebar:
         choice = st.selectbox("Data set", names + yours + [YOUR_DATA], key="dataset",
                               help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files; "

@@ -155,18 +155,6 @@ def pick_distill_run(key: str):
     return pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe)
 
 
-def confidence_figure(probs, class_names, title: str | None = None, height: int = 160):
-    """A small bar chart of one confidence vector (K,)."""
-    import plotly.graph_objects as go
-
-    values = [float(p) for p in probs]
-    figure = go.Figure(go.Bar(x=list(class_names), y=values, marker_color=[
-        "#d62728" if v == max(values) else "#1f77b4" for v in values]))
-    figure.update_layout(height=height, margin=dict(l=10, r=10, t=30 if title else 10, b=10), title=title,
-                         yaxis=dict(range=[0, 1], title=None), xaxis=dict(type="category"))
-    return figure
-
-
 def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:
     """A download button for (N, C, H, W) images as one PNG grid."""
     from probe_core.render import png_bytes

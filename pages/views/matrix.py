@@ -1,11 +1,11 @@
 """Ambiguity matrix: an ambiguous example for every class pair, failed pairs blacked out (Bayes-TrEx Fig. 5)."""
 
 import numpy as np
-import plotly.graph_objects as go
 import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import figures
 from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
 from probe_core.runconfig import config_of
 from probe_core.targets import MATRIX_SPEC
@@ -54,56 +54,28 @@ run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
                          format_func=lambda i: f"run {i} · {config_of(by_id[i]).chains} chains/pair")]
 
 _ui.shards_not_done(run.result)
-pairs, stored_index = {}, {}  # pair -> position in the result; position -> target index of its stored samples
-for index, entry in enumerate(run.result["targets"]):
-    first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
-    pairs[(first, second)] = index
-    stored_index[index] = entry.get("target_index", index)  # sharded runs with a lost shard skip targets
 stored = ws.store.get_samples(run.id)
-best = best_hit_per_target(stored)
-channels, height, width = dataset.image_shape
+best = {index: sample["image"] for index, sample in best_hit_per_target(stored).items()}
 representatives = []
 for c in range(K):  # a test image of each class for the edges (grey where the data set has none)
     members = (dataset.test_labels == c).nonzero()
-    representatives.append(dataset.test_images[members[0, 0]] if len(members) else
-                           torch.full((channels, height, width), 0.35))
-tile = height + 1
-canvas = np.ones((channels, (K + 1) * tile, (K + 1) * tile), dtype=np.float32) * 0.35
-for c in range(K):  # class representatives on the top and left edges
-    canvas[:, 0:height, (c + 1) * tile:(c + 1) * tile + width] = representatives[c].numpy()
-    canvas[:, (c + 1) * tile:(c + 1) * tile + height, 0:width] = representatives[c].numpy()
-for (first, second), index in pairs.items():
-    picture = best[stored_index[index]]["image"] if stored_index[index] in best else np.zeros((channels, height, width), np.float32)
-    for row, column in ((first, second), (second, first)):
-        canvas[:, (row + 1) * tile:(row + 1) * tile + height, (column + 1) * tile:(column + 1) * tile + width] = picture
-rgb = (np.repeat(canvas, 3, axis=0) if channels == 1 else canvas).transpose(1, 2, 0)
-figure = go.Figure(go.Image(z=(rgb * 255).astype(np.uint8)))
-centres, labels = [], []
-for (first, second), index in pairs.items():
-    for row, column in ((first, second), (second, first)):
-        centres.append(((column + 1) * tile + width / 2, (row + 1) * tile + height / 2))
-        summary = run.result["targets"][index]["summary"]
-        hits = summary["hits"]
-        labels.append(f"{names[first]} vs {names[second]}: {hits} of {summary['kept']} samples are hits" if hits
-                      else f"{names[first]} vs {names[second]}: not reached")
-figure.add_trace(go.Scatter(x=[c[0] for c in centres], y=[c[1] for c in centres], mode="markers",
-                            marker=dict(size=18, opacity=0.01), hovertext=labels, hoverinfo="text"))
-figure.update_layout(height=620, width=620, margin=dict(l=0, r=0, t=0, b=0), xaxis=dict(visible=False),
-                     yaxis=dict(visible=False))
+    representatives.append(dataset.test_images[members[0, 0]].numpy() if len(members) else None)
+cells = figures.matrix_cells(names, run.result["targets"], best)
+pairs = [(first, second) for first, second, _, _ in cells]
+figure = figures.matrix_figure(representatives, cells)
 reached = sum(not t["failed"] for t in run.result["targets"])
 st.caption(f"{reached} of {len(pairs)} pairs reached · edges: a test image of each class · click a cell to open it")
 event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="matrix_chart")
 points = event.selection.points if event and hasattr(event, "selection") else []
-cells = [p.get("point_index", p.get("pointIndex")) for p in points if p.get("curve_number", p.get("curveNumber")) == 1]
+clicked = [p.get("point_index", p.get("pointIndex")) for p in points if p.get("curve_number", p.get("curveNumber")) == 1]
 pair_names = [f"{names[a]} vs {names[b]}" for a, b in pairs]
-if cells and cells[0] is not None and st.session_state.get("matrix_clicked") != cells[0]:
+if clicked and clicked[0] is not None and st.session_state.get("matrix_clicked") != clicked[0]:
     # a click on a cell opens its pair (the picker below is keyed, so it is set through its state)
-    st.session_state["matrix_clicked"] = cells[0]
-    st.session_state["matrix_pair"] = cells[0] // 2
+    st.session_state["matrix_clicked"] = clicked[0]
+    st.session_state["matrix_pair"] = clicked[0] // 2
 picked = st.selectbox("Pair", range(len(pairs)), format_func=lambda i: pair_names[i], key="matrix_pair")
-index = list(pairs.values())[picked]
-entry = run.result["targets"][index]
-pair_samples = [s for s in stored if s["target_index"] == stored_index[index]]
+entry = run.result["targets"][picked]
+pair_samples = [s for s in stored if s["target_index"] == entry.get("target_index", picked)]
 shown = best_samples(pair_samples, misses_limit=10)
 keep_every = config_of(run).keep_every
 st.write(f"**{entry['description']}** · {entry['summary']['hits']} of {entry['summary']['kept']} samples are hits "

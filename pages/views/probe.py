@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import suites
+from probe_core import figures, suites
 from probe_core.accounts import Permission
 from probe_core.bayestrex import (
     PAGE_SAMPLER_DEFAULTS,
@@ -65,7 +65,7 @@ def target_spec() -> str | None:
             return None
         vector = np.round(weights / weights.sum(), 4)
         vector[int(vector.argmax())] += 1.0 - vector.sum()
-        st.plotly_chart(_ui.confidence_figure(vector, names, "target vector"), key="probe_vector_chart")
+        st.plotly_chart(figures.confidence_bars(vector, names, "target vector"), key="probe_vector_chart")
         return "probs:" + ",".join(f"{i}={v:.4f}" for i, v in enumerate(vector) if v > 0)
     if kind == "Interpolation path":
         first, second, third = st.columns(3)
@@ -175,47 +175,6 @@ if run is None:
     st.stop()
 
 
-def _chains_as_one_line(iterations: list[int], values: np.ndarray) -> tuple[list, list]:
-    """Every chain's series in one line, chains separated by gaps: values (T, n) -> x and y of length n * (T + 1)."""
-    gap = [None]
-    xs, ys = [], []
-    for column in range(values.shape[1]):
-        xs += list(iterations) + gap
-        ys += values[:, column].tolist() + gap
-    return xs, ys
-
-
-def trace_figure(trace: dict) -> dict:
-    """The live trace as one chart of three panels with four lines, whatever the number of chains.
-
-    One line per series (the chains joined with gaps), because the server's cost of a refresh and the browser's
-    cost of a redraw both grow with the number of lines: a live view must not take CPU from the run it shows.
-    """
-    panels = (("log density per chain", "logdensity"), ("achieved target confidence", "confidence"))
-    traces = []
-    for panel, (_, series) in enumerate(panels, start=1):
-        values = np.array(trace[series], dtype=float) if trace[series] else np.zeros((0, 0))
-        xs, ys = _chains_as_one_line(trace["iteration"], values)
-        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", line=dict(width=1), showlegend=False,
-                           name=series, xaxis=f"x{panel}", yaxis=f"y{panel}", hoverinfo="skip"))
-    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["acceptance"], name="acceptance",
-                       xaxis="x3", yaxis="y3"))
-    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["step_size"], name="step size",
-                       xaxis="x3", yaxis="y4"))
-    thirds = ((0.0, 0.29), (0.355, 0.645), (0.71, 1.0))
-    titles = [title for title, _ in panels] + ["acceptance and step size"]
-    layout = dict(height=260, margin=dict(l=10, r=10, t=35, b=10), legend=dict(orientation="h"),
-                  yaxis2=dict(anchor="x2", range=[0, 1]), yaxis3=dict(anchor="x3"),
-                  yaxis4=dict(anchor="x3", overlaying="y3", side="right", type="log"),
-                  yaxis=dict(anchor="x"),
-                  annotations=[dict(text=title, x=sum(domain) / 2, y=1.0, xref="paper", yref="paper",
-                                    xanchor="center", yanchor="bottom", showarrow=False)
-                               for title, domain in zip(titles, thirds)])
-    for number, domain in enumerate(thirds, start=1):
-        layout[f"xaxis{number}"] = dict(domain=list(domain), anchor=f"y{number}")
-    return dict(data=traces, layout=layout)
-
-
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def live_view(run_id: int) -> None:
     """Polls the run every LIVE_REFRESH_S seconds; reruns the page once when the run ends."""
@@ -226,7 +185,7 @@ def live_view(run_id: int) -> None:
     details = current.details or {}
     trace = details.get("trace")
     if trace and trace["iteration"]:
-        st.plotly_chart(trace_figure(trace), key=f"trace_{run_id}")
+        st.plotly_chart(figures.trace_figure(trace), key=f"trace_{run_id}")
         m1, m2, m3, m4 = st.columns([2, 1, 1, 1])  # the stage text is the longest
         m1.metric("Stage", f"{details.get('stage', '?')} {details.get('iteration', 0)}/{details.get('total', 0)}")
         m2.metric("σ now", f"{details.get('sigma', float('nan')):.3f}")
@@ -280,13 +239,7 @@ chosen = st.selectbox("Target", range(len(descriptions)), format_func=lambda i: 
 rows = [s for s in stored if s["target_index"] == chosen]
 hits = [s for s in rows if s["hit"]]
 achieved = result["targets"][chosen]["summary"]["achieved"]
-violin = go.Figure()
-for name in achieved:
-    index = names.index(name) if name in names else int(name)
-    violin.add_trace(go.Violin(y=[s["confidences"][index] for s in rows], name=f"p({name})", box_visible=True,
-                               meanline_visible=True))
-violin.update_layout(height=300, title="Achieved confidences of stored samples", yaxis=dict(range=[0, 1]),
-                     margin=dict(l=10, r=10, t=35, b=10))
+violin = figures.achieved_violin(np.array([s["confidences"] for s in rows]), names, list(achieved))
 left, right = st.columns([3, 2])
 left.plotly_chart(violin, key="probe_violin")
 baseline = result["targets"][chosen].get("test_set_baseline")
@@ -354,7 +307,7 @@ a, b = st.columns([1, 3])
 a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
 if scenes_described:
     a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
-b.plotly_chart(_ui.confidence_figure(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
+b.plotly_chart(figures.confidence_bars(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
                                      f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
 
 if hits:

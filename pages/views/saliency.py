@@ -5,6 +5,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import figures
 from probe_core.errors import ProbeError
 from probe_core.saliency import overlay, smoothgrad
 from probe_core.scenes.generator import SceneGenerator
@@ -71,7 +72,7 @@ columns[0].image(_ui.image_grid(image[None], columns=1, scale=scale), caption="i
 for column, cls, heat in zip(columns[1:], classes, maps.cpu()):
     picture = np.kron(overlay(image.cpu(), heat), np.ones((scale, scale, 1), dtype=np.uint8))
     column.image(picture, caption=f"SmoothGrad for {names[cls]} (p = {float(probs[cls]):.2f})")
-columns[-1].plotly_chart(_ui.confidence_figure(probs, names, "confidences", height=220), key="saliency_bars")
+columns[-1].plotly_chart(figures.confidence_bars(probs, names, "confidences", height=220), key="saliency_bars")
 
 if scene is not None:
     from probe_core.scenes.counterfactual import object_removal, removal_table

@@ -432,3 +432,56 @@ def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(tra
     finally:
         for name in people:
             accounts.remove_account(store, name)
+
+
+
+def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_page_runs_on_them(tmp_path):
+    """mp.show: a freshly trained in-memory classifier and VAE on digits arrays; the Probe page runs a target
+    against them, in a worker process, and the stored models resolve in another process."""
+    require_browser()
+    import torch
+
+    import probe_core as mp
+    from helpers import resolve_elsewhere
+    from probe_core.catalog import load_dataset
+    from probe_core.models.training import train_classifier, train_vae
+    from probe_core.runconfig import config_of
+    from probe_core.store import Store
+    from probe_core.workspace import DATABASE_NAME
+
+    digits = load_dataset("digits")
+    classifier, _ = train_classifier(digits, epochs=4)
+    vae, _ = train_vae(digits, epochs=40)
+    x, y = torch.cat([digits.train_images, digits.test_images]), torch.cat([digits.train_labels, digits.test_labels])
+    workspace = tmp_path / "show-workspace"
+    shown = dict(classifier=classifier, generator=vae, data=(x, y), class_names=list(digits.class_names),
+                 workspace=workspace)
+    dashboard = mp.show(**shown)
+    try:
+        assert dashboard.running() and dashboard.url.startswith(dashboard.base_url + "/probe?dataset=arrays")
+        assert mp.show(**shown).pid == dashboard.pid  # the running dashboard is reused, the files are not rewritten
+        assert resolve_elsewhere(workspace, dashboard.references).split() == [
+            "10", dashboard.references["classifier"], dashboard.references["generator"]]
+        store = Store(workspace / DATABASE_NAME)
+        with browser_page() as page:
+            page.goto(dashboard.url)
+            page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
+            page.get_by_text("Sampler settings").click()
+            for label, value in (("Chains per target", "8"), ("Warm-up iterations", "40"), ("Samples per chain", "40")):
+                page.get_by_label(label).fill(value)
+                page.get_by_label(label).press("Enter")
+            page.wait_for_timeout(500)
+            page.get_by_role("button", name="Start sampling").click()
+            deadline = time.time() + 180
+            while time.time() < deadline and not [r for r in store.list_runs(kind="sample") if r.status == "done"]:
+                time.sleep(1)
+            runs = store.list_runs(kind="sample")
+            assert runs and runs[0].status == "done" and store.count_samples(runs[0].id) > 0, (
+                [(r.id, r.status) for r in runs], (workspace / "dashboard.log").read_text()[-2000:])
+            request = config_of(runs[0])
+            assert (request.dataset, request.classifier, request.generator) == tuple(
+                dashboard.references[key] for key in ("dataset", "classifier", "generator"))
+            page.get_by_text("Hits (").first.wait_for(timeout=60_000)
+    finally:
+        dashboard.stop()
+    assert not dashboard.running()

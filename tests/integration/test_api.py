@@ -48,3 +48,56 @@ def test_the_defuse_verbs_find_label_fix_and_keep_a_planted_flaw(trained_workspa
     assert len(again.score["checks"]) == len(kept.score["checks"])  # a region is added once
     with pytest.raises(ProbeError, match="either labels"):
         mp.defuse.label(clusters, workspace=space)
+
+
+class _FirstLogits(torch.nn.Module):
+    """A classifier of the first ``count`` classes only: the first ``count`` logits of a 10-class net."""
+
+    def __init__(self, net: torch.nn.Module, count: int) -> None:
+        super().__init__()
+        self.net, self.count = net, count
+
+    def forward(self, x):
+        return self.net(x)[:, :self.count]
+
+
+def test_in_memory_models_and_arrays_are_kept_as_files_that_resolve_in_another_process(trained_workspace, tmp_path):
+    """mp.sample and mp.matrix on modules and (x, y) arrays in a new workspace: nothing trained, all stored."""
+    import plotly.graph_objects as go
+
+    from helpers import resolve_elsewhere
+    from probe_core.catalog import load_dataset
+    from probe_core.kept import keep_classifier, keep_generator
+
+    digits = load_dataset("digits")
+    three = digits.train_labels < 3  # a three-class problem, so the matrix has three pairs
+    x, y = digits.train_images[three], digits.train_labels[three]
+    classifier = _FirstLogits(trained_workspace.registry.resolve("default", "classifier", "digits").module.net, 3)
+    vae = trained_workspace.registry.resolve("default", "generator", "digits").module
+    names = ["0", "1", "2"]
+    space = tmp_path / "notebook-workspace"
+    small = dict(chains=4, warmup=20, samples=20, workspace=space, progress=False)
+
+    sampled = mp.sample("ambiguous:1,2", classifier, vae, dataset=(x, y), class_names=names, **small)
+    assert sampled.request.classifier.startswith("modelfile:") and sampled.request.dataset.startswith("arrays:")
+    assert sampled.confidences.shape[1] == 3 and len(sampled.to_pandas()) == len(sampled.z)
+    figure = sampled.plot()
+    assert isinstance(figure, go.Figure) and {trace.name for trace in figure.data} == {"p(1)", "p(2)"}
+    references = {"dataset": sampled.request.dataset, "classifier": sampled.request.classifier,
+                  "generator": sampled.request.generator}
+    assert resolve_elsewhere(space, references).split() == ["3", references["classifier"], references["generator"]]
+    # the same objects again: the same files, nothing new written
+    assert keep_classifier(space, classifier, names, (1, 8, 8)) == references["classifier"]
+    assert keep_generator(space, vae) == references["generator"]
+
+    matrix = mp.matrix(classifier, vae, dataset=(x, y), class_names=names, **small)
+    assert matrix.reached.shape == (3, 3) and (matrix.reached == matrix.reached.T).all()
+    assert not matrix.reached.diagonal().any() and matrix.images.shape == (3, 3, 1, 8, 8)
+    assert len(matrix.to_pandas()) == 3 and len(matrix.plot().data) == 2
+
+    with pytest.raises(ProbeError, match="class_names"):
+        mp.sample("high:1", classifier, vae, dataset=(x, y), **small)
+    with pytest.raises(ProbeError, match="distinct class names"):
+        keep_classifier(space, classifier, ["0", "0", "1"], (1, 8, 8))
+    with pytest.raises(ProbeError, match="pair \\(x, y\\)"):
+        mp.sample("high:1", classifier, vae, dataset=[x], class_names=names, **small)

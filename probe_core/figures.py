@@ -1,0 +1,134 @@
+"""The Plotly figures of the dashboard, built from stored results: the pages and the result objects'
+``.plot()`` (:mod:`probe_core.api`) draw the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+MISSING_CELL_GREY = 0.35
+
+
+def confidence_bars(probs, class_names: Sequence[str], title: str | None = None, height: int = 160) -> go.Figure:
+    """A small bar chart of one confidence vector, shape (K,), the largest in red."""
+    values = [float(p) for p in probs]
+    figure = go.Figure(go.Bar(x=list(class_names), y=values, marker_color=[
+        "#d62728" if v == max(values) else "#1f77b4" for v in values]))
+    figure.update_layout(height=height, margin=dict(l=10, r=10, t=30 if title else 10, b=10), title=title,
+                         yaxis=dict(range=[0, 1], title=None), xaxis=dict(type="category"))
+    return figure
+
+
+def _chains_as_one_line(iterations: list[int], values: np.ndarray) -> tuple[list, list]:
+    """Every chain's series in one line, chains separated by gaps: values (T, n) -> x and y of length n * (T + 1)."""
+    gap = [None]
+    xs, ys = [], []
+    for column in range(values.shape[1]):
+        xs += list(iterations) + gap
+        ys += values[:, column].tolist() + gap
+    return xs, ys
+
+
+def trace_figure(trace: dict) -> dict:
+    """A run's live trace as one chart of three panels with four lines, whatever the number of chains.
+
+    ``trace`` holds ``iteration`` (T,), ``logdensity`` and ``confidence`` (T, chains), ``acceptance`` and
+    ``step_size`` (T,). One line per series (the chains joined with gaps), because the server's cost of a
+    refresh and the browser's cost of a redraw both grow with the number of lines: a live view must not
+    take CPU from the run it shows. Returns the figure as a dict (cheaper to send than a ``go.Figure``).
+    """
+    panels = (("log density per chain", "logdensity"), ("achieved target confidence", "confidence"))
+    traces = []
+    for panel, (_, series) in enumerate(panels, start=1):
+        values = np.array(trace[series], dtype=float) if trace[series] else np.zeros((0, 0))
+        xs, ys = _chains_as_one_line(trace["iteration"], values)
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", line=dict(width=1), showlegend=False,
+                           name=series, xaxis=f"x{panel}", yaxis=f"y{panel}", hoverinfo="skip"))
+    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["acceptance"], name="acceptance",
+                       xaxis="x3", yaxis="y3"))
+    traces.append(dict(type="scatter", x=trace["iteration"], y=trace["step_size"], name="step size",
+                       xaxis="x3", yaxis="y4"))
+    thirds = ((0.0, 0.29), (0.355, 0.645), (0.71, 1.0))
+    titles = [title for title, _ in panels] + ["acceptance and step size"]
+    layout = dict(height=260, margin=dict(l=10, r=10, t=35, b=10), legend=dict(orientation="h"),
+                  yaxis2=dict(anchor="x2", range=[0, 1]), yaxis3=dict(anchor="x3"),
+                  yaxis4=dict(anchor="x3", overlaying="y3", side="right", type="log"),
+                  yaxis=dict(anchor="x"),
+                  annotations=[dict(text=title, x=sum(domain) / 2, y=1.0, xref="paper", yref="paper",
+                                    xanchor="center", yanchor="bottom", showarrow=False)
+                               for title, domain in zip(titles, thirds)])
+    for number, domain in enumerate(thirds, start=1):
+        layout[f"xaxis{number}"] = dict(domain=list(domain), anchor=f"y{number}")
+    return dict(data=traces, layout=layout)
+
+
+def achieved_violin(confidences: np.ndarray, class_names: Sequence[str], shown: Sequence[str],
+                    title: str = "Achieved confidences of stored samples") -> go.Figure:
+    """One violin per class in ``shown``: the confidences (N, K) of a target's stored samples in that class."""
+    figure = go.Figure()
+    for name in shown:
+        index = list(class_names).index(name) if name in class_names else int(name)
+        figure.add_trace(go.Violin(y=np.asarray(confidences)[:, index], name=f"p({name})", box_visible=True,
+                                   meanline_visible=True))
+    figure.update_layout(height=300, title=title, yaxis=dict(range=[0, 1]), margin=dict(l=10, r=10, t=35, b=10))
+    return figure
+
+
+def matrix_figure(representatives: Sequence[np.ndarray | None], cells: Sequence[tuple[int, int, np.ndarray | None, str]]
+                  ) -> go.Figure:
+    """The ambiguity matrix (Bayes-TrEx Fig. 5): each pair's most ambiguous image, black where none was found.
+
+    Parameters
+    ----------
+    representatives : sequence of ndarray (C, H, W) or None
+        An image of each of the K classes for the top and left edges (None: grey).
+    cells : sequence of (first, second, image, label)
+        One per class pair: the pair's image (C, H, W) in [0, 1] or None (not reached), and its hover text.
+        The image is drawn at (first, second) and (second, first).
+
+    Returns
+    -------
+    go.Figure
+        The picture, and a scatter trace (curve 1) with two points per cell, in ``cells`` order, for clicks.
+    """
+    shape = next(np.asarray(image).shape for image in [*representatives, *(cell[2] for cell in cells)]
+                 if image is not None)
+    channels, height, width = shape
+    count, tile = len(representatives), height + 1
+    canvas = np.full((channels, (count + 1) * tile, (count + 1) * tile), MISSING_CELL_GREY, dtype=np.float32)
+    for c, image in enumerate(representatives):
+        if image is not None:
+            canvas[:, 0:height, (c + 1) * tile:(c + 1) * tile + width] = image
+            canvas[:, (c + 1) * tile:(c + 1) * tile + height, 0:width] = image
+    centres, labels = [], []
+    for first, second, image, label in cells:
+        picture = np.zeros(shape, np.float32) if image is None else np.asarray(image)
+        for row, column in ((first, second), (second, first)):
+            canvas[:, (row + 1) * tile:(row + 1) * tile + height, (column + 1) * tile:(column + 1) * tile + width] = picture
+            centres.append(((column + 1) * tile + width / 2, (row + 1) * tile + height / 2))
+            labels.append(label)
+    rgb = (np.repeat(canvas, 3, axis=0) if channels == 1 else canvas).transpose(1, 2, 0)
+    figure = go.Figure(go.Image(z=(np.clip(rgb, 0, 1) * 255).astype(np.uint8)))
+    figure.add_trace(go.Scatter(x=[c[0] for c in centres], y=[c[1] for c in centres], mode="markers",
+                                marker=dict(size=18, opacity=0.01), hovertext=labels, hoverinfo="text"))
+    figure.update_layout(height=620, width=620, margin=dict(l=0, r=0, t=0, b=0), xaxis=dict(visible=False),
+                         yaxis=dict(visible=False))
+    return figure
+
+
+def matrix_cells(class_names: Sequence[str], targets: Sequence[dict], best_images: dict[int, np.ndarray]
+                 ) -> list[tuple[int, int, np.ndarray | None, str]]:
+    """The cells of :func:`matrix_figure` from a matrix run's per-target entries (``spec`` ``ambiguous:i,j``,
+    ``summary``, optional ``target_index`` where a lost shard skipped targets) and its best hit image per
+    stored target index."""
+    cells = []
+    for index, entry in enumerate(targets):
+        first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+        summary = entry["summary"]
+        label = (f"{class_names[first]} vs {class_names[second]}: {summary['hits']} of {summary['kept']} samples "
+                 f"are hits" if summary["hits"] else f"{class_names[first]} vs {class_names[second]}: not reached")
+        cells.append((first, second, best_images.get(entry.get("target_index", index)), label))
+    return cells
