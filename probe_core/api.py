@@ -164,12 +164,13 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
         For any setting, model or target the run cannot use, before anything is trained or stored.
     """
     from probe_core.bayestrex.recipes import prepare_sample
+    from probe_core.kept import references
     from probe_core.progress import job_progress_bar
     from probe_core.lifecycle import run_now
     from probe_core.validation import sample_request
 
     space = open_workspace(workspace)
-    dataset, classifier, generator = _references(space, dataset, classifier, generator, class_names, input_shape)
+    dataset, classifier, generator = references(space, dataset, classifier, generator, class_names, input_shape)
     request = sample_request(space.registry, dataset, target, classifier, generator, class_map=class_map, **settings)
     request, warning = prepare_sample(space.registry, request, device)
     if warning:
@@ -181,19 +182,6 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
         if bar is not None:
             bar.close()
     return SampleResult.from_run(space.store, run_id)
-
-
-def _references(space, dataset, classifier, generator, class_names, input_shape) -> tuple:
-    """References for what a verb was given (in-memory objects are kept as files), data set first."""
-    from probe_core.catalog import load_dataset
-    from probe_core.kept import dataset_reference, model_reference
-
-    dataset = dataset_reference(space.root, dataset, class_names)
-    if input_shape is None and not isinstance(classifier, str):
-        input_shape = load_dataset(dataset, space.registry.data_dir).image_shape
-    classifier = model_reference(space.root, classifier, "classifier", class_names, input_shape)
-    generator = generator if generator is None else model_reference(space.root, generator, "generator")
-    return dataset, classifier, generator
 
 
 @dataclass
@@ -323,6 +311,14 @@ class ModelCheck:
         """The classifier's classes match the data's and the generator (if any) is not weak."""
         return self.classifier.usable and (self.generator is None or not self.generator.weak)
 
+    def plot(self):
+        """Per-class accuracy on the test images (``go.Figure``)."""
+        from probe_core.figures import accuracy_bars
+
+        per_class = self.classifier.per_class
+        return accuracy_bars(list(per_class), list(per_class.values()),
+                             f"{self.classifier.classifier}: accuracy per class")
+
     def summary(self) -> str:
         clf = self.classifier
         lines = [f"classifier {clf.classifier} on {clf.dataset}: accuracy {clf.accuracy:.1%} on {clf.images} "
@@ -437,6 +433,15 @@ class SuiteScore:
         import pandas as pd
 
         return pd.DataFrame(self.score["checks"])
+
+    def plot(self):
+        """Accuracy per check, beside the accuracy of the classifier it was found on (``go.Figure``)."""
+        from probe_core.figures import accuracy_bars
+
+        checks = self.score["checks"]
+        return accuracy_bars([check["name"] for check in checks], [check["accuracy"] for check in checks],
+                             f"suite {self.score['suite']} on {self.score['classifier']}",
+                             [check["found_on_accuracy"] for check in checks], "found on")
 
     def summary(self) -> str:
         verdict = "holds" if not self.regressions else f"{len(self.regressions)} check(s) regress"

@@ -199,18 +199,19 @@ def show(classifier=None, generator=None, data=None, class_names=None, *, input_
     ProbeError
         For models or data that cannot be kept or checked, before any server starts.
     """
-    from probe_core.api import _references, open_workspace
+    from probe_core.api import open_workspace
+    from probe_core.kept import references as references_of
     from probe_core.catalog import load_dataset
 
     space = open_workspace(workspace)
     references = {}
     if data is not None:
-        references["dataset"] = _references(space, data, "default", None, class_names, input_shape)[0]
+        references["dataset"] = references_of(space, data, "default", None, class_names, input_shape)[0]
     dataset = references.get("dataset") or "digits"
     if classifier is not None:
-        references["classifier"] = _references(space, dataset, classifier, None, class_names, input_shape)[1]
+        references["classifier"] = references_of(space, dataset, classifier, None, class_names, input_shape)[1]
     if generator is not None:
-        references["generator"] = _references(space, dataset, "default", generator, class_names, input_shape)[2]
+        references["generator"] = references_of(space, dataset, "default", generator, class_names, input_shape)[2]
     load_dataset(dataset, space.registry.data_dir)
     for kind in ("classifier", "generator"):
         if kind in references:

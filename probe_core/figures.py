@@ -132,3 +132,67 @@ def matrix_cells(class_names: Sequence[str], targets: Sequence[dict], best_image
                  f"are hits" if summary["hits"] else f"{class_names[first]} vs {class_names[second]}: not reached")
         cells.append((first, second, best_images.get(entry.get("target_index", index)), label))
     return cells
+
+
+def agreement_figure(agreement: dict) -> go.Figure | None:
+    """The Label page's annotator agreement (Defuse Fig. 7): per image, the share voting for its majority
+    label, mean ± standard error over failure regions, other clusters and all (None before any label).
+
+    ``agreement`` is :func:`probe_core.defuse.labels.agreement_summary`'s dict.
+    """
+    if not agreement.get("clusters_labelled"):
+        return None
+    parts = [("failure regions", agreement["failure_regions"]), ("other clusters", agreement["other_clusters"]),
+             ("all", agreement["all"])]
+    shown = [(name, part) for name, part in parts if part["mean"] is not None]
+    figure = go.Figure(go.Bar(
+        x=[name for name, _ in shown], y=[part["mean"] for _, part in shown],
+        error_y=dict(type="data", array=[part["se"] or 0.0 for _, part in shown]),
+        text=[f"{part['mean'] * 100:.0f} % ({part['images']} images)" for _, part in shown],
+        marker_color=["#d62728", "#7f7f7f", "#1f77b4"][:len(shown)]))
+    figure.update_layout(height=300, title="Annotator agreement per image (mean ± standard error, as in the paper)",
+                         yaxis=dict(range=[0, 1.05], title="share voting for the majority", tickformat=".0%"),
+                         margin=dict(l=10, r=10, t=40, b=10))
+    return figure
+
+
+def tradeoff_figure(sweep: Sequence[dict], baseline_sweep: Sequence[dict]) -> go.Figure:
+    """The Finetune page's trade-off over λ: test and failure-region accuracy of Defuse and of the baseline.
+
+    Each sweep holds one dict per λ with ``lambda``, ``test_accuracy`` and ``failure_accuracy``.
+    """
+    figure = go.Figure()
+    for points, name, dash in ((sweep, "Defuse", None), (baseline_sweep, "baseline", "dot")):
+        lam = [s["lambda"] for s in points]
+        figure.add_trace(go.Scatter(x=lam, y=[s["test_accuracy"] for s in points], name=f"{name}: test accuracy",
+                                    line=dict(dash=dash, color="#1f77b4")))
+        figure.add_trace(go.Scatter(x=lam, y=[s["failure_accuracy"] for s in points], name=f"{name}: failure regions",
+                                    line=dict(dash=dash, color="#d62728")))
+    figure.update_layout(height=360, title="Trade-off over λ", xaxis=dict(type="log", title="λ"),
+                         yaxis=dict(range=[0, 1.02], title="accuracy"), margin=dict(l=10, r=10, t=40, b=10))
+    return figure
+
+
+def accuracy_bars(names: Sequence[str], accuracies: Sequence[float], title: str,
+                  reference: Sequence[float] | None = None, reference_name: str = "") -> go.Figure:
+    """Accuracy per class or per check (and, grey, a reference accuracy of each, e.g. the model it was found on)."""
+    figure = go.Figure(go.Bar(x=list(names), y=list(accuracies), name="accuracy", marker_color="#1f77b4"))
+    if reference is not None:
+        figure.add_trace(go.Bar(x=list(names), y=list(reference), name=reference_name, marker_color="#aaaaaa"))
+    figure.update_layout(height=320, title=title, barmode="group", xaxis=dict(type="category"),
+                         yaxis=dict(range=[0, 1.02], tickformat=".0%"), margin=dict(l=10, r=10, t=40, b=10))
+    return figure
+
+
+def confusion_figure(true_labels: np.ndarray, predictions: np.ndarray, class_names: Sequence[str],
+                     title: str = "Failures: true class (rows) and prediction (columns)") -> go.Figure:
+    """Counts of (true class, prediction) pairs, shape (K, K), as a heat map."""
+    count = len(class_names)
+    counts = np.zeros((count, count), dtype=int)
+    np.add.at(counts, (np.asarray(true_labels, int), np.asarray(predictions, int)), 1)
+    figure = go.Figure(go.Heatmap(z=counts, x=list(class_names), y=list(class_names), colorscale="Reds",
+                                  text=counts, texttemplate="%{text}"))
+    figure.update_layout(height=420, title=title, xaxis=dict(type="category", title="prediction"),
+                         yaxis=dict(type="category", title="true class", autorange="reversed"),
+                         margin=dict(l=10, r=10, t=40, b=10))
+    return figure

@@ -233,3 +233,17 @@ def dataset_reference(workspace_root: str | Path, data, class_names: Sequence[st
         return keep_arrays(workspace_root, data[0], data[1], class_names)
     raise ProbeError(f"data is a data set name (digits, mnist, a folder or .npz) or a pair (x, y) of arrays, "
                      f"not {type(data).__name__}")
+
+
+def references(space, dataset, classifier, generator, class_names=None, input_shape=None) -> tuple:
+    """``(dataset, classifier, generator)`` references for what a notebook verb was given: references as they
+    are, in-memory objects kept as files. ``space`` is the :class:`~probe_core.workspace.Workspace`; the
+    classifier's input shape defaults to the data's image shape; a None generator stays None."""
+    from probe_core.catalog import load_dataset
+
+    dataset = dataset_reference(space.root, dataset, class_names)
+    if input_shape is None and not isinstance(classifier, str):
+        input_shape = load_dataset(dataset, space.registry.data_dir).image_shape
+    classifier = model_reference(space.root, classifier, "classifier", class_names, input_shape)
+    generator = generator if generator is None else model_reference(space.root, generator, "generator")
+    return dataset, classifier, generator

@@ -1,11 +1,10 @@
 """Finetune: correct the classifier on the labelled failure clusters over a λ sweep; before/after/baseline."""
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core import suites
+from probe_core import figures, suites
 from probe_core.catalog import generator_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import correction
@@ -109,16 +108,7 @@ if test_drop * 100 > allowed:
     st.warning(f"The corrected classifier costs {test_drop * 100:.1f} points of test accuracy (more than the "
                f"{allowed:g} you allow): look at the trade-off below before using it.")
 
-figure = go.Figure()
-for key, name, dash in (("sweep", "Defuse", None), ("baseline_sweep", "baseline", "dot")):
-    sweep = result[key]
-    lam = [s["lambda"] for s in sweep]
-    figure.add_trace(go.Scatter(x=lam, y=[s["test_accuracy"] for s in sweep], name=f"{name}: test accuracy",
-                                line=dict(dash=dash, color="#1f77b4")))
-    figure.add_trace(go.Scatter(x=lam, y=[s["failure_accuracy"] for s in sweep], name=f"{name}: failure regions",
-                                line=dict(dash=dash, color="#d62728")))
-figure.update_layout(height=360, title="Trade-off over λ", xaxis=dict(type="log", title="λ"),
-                     yaxis=dict(range=[0, 1.02], title="accuracy"), margin=dict(l=10, r=10, t=40, b=10))
+figure = figures.tradeoff_figure(result["sweep"], result["baseline_sweep"])
 event = st.plotly_chart(figure, key="finetune_tradeoff", on_select="rerun", selection_mode="points")
 
 # Another point of the trade-off: click it on the chart (or pick it), then finetune at that λ alone.

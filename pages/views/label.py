@@ -1,12 +1,11 @@
 """Label: say what each review image of a failure cluster shows; every label is saved the moment it is given."""
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import suites
+from probe_core import figures, suites
 from probe_core.accounts import Permission
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
@@ -205,18 +204,8 @@ st.dataframe(frame, hide_index=True, column_config={
                                                  help="per image, the share of annotators voting for its majority "
                                                       "label; the cluster's mean")})
 agreement = label_tools.agreement_summary(table)
-if agreement["clusters_labelled"]:
-    parts = [("failure regions", agreement["failure_regions"]), ("other clusters", agreement["other_clusters"]),
-             ("all", agreement["all"])]
-    shown_parts = [(name, part) for name, part in parts if part["mean"] is not None]
-    figure = go.Figure(go.Bar(
-        x=[name for name, _ in shown_parts], y=[part["mean"] for _, part in shown_parts],
-        error_y=dict(type="data", array=[part["se"] or 0.0 for _, part in shown_parts]),
-        text=[f"{part['mean'] * 100:.0f} % ({part['images']} images)" for _, part in shown_parts],
-        marker_color=["#d62728", "#7f7f7f", "#1f77b4"][:len(shown_parts)]))
-    figure.update_layout(height=300, title="Annotator agreement per image (mean ± standard error, as in the paper)",
-                         yaxis=dict(range=[0, 1.05], title="share voting for the majority", tickformat=".0%"),
-                         margin=dict(l=10, r=10, t=40, b=10))
+figure = figures.agreement_figure(agreement)
+if figure is not None:
     st.plotly_chart(figure, key="label_agreement")
 
 st.subheader("Export")

@@ -44,12 +44,15 @@ class IdentifyResult:
         ``confidences`` (N, K), ``source_index`` (N,).
     summary_ : dict
         The run's stored result (counts, seconds, the models).
+    class_names : list of str
+        The data set's K classes, in label order.
     """
 
     run_id: int
     request: object
     failures: object
     summary_: dict = field(default_factory=dict)
+    class_names: list = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"identification run {self.run_id}: {len(self.failures.latents)} failures of "
@@ -62,6 +65,14 @@ class IdentifyResult:
         return pd.DataFrame({"source_index": self.failures.source_index, "true_label": self.failures.true_labels,
                              "prediction": self.failures.predictions,
                              "confidence": self.failures.confidences.max(1)})
+
+    def plot(self):
+        """How the failures fall: true class (rows) against prediction (columns), counts (``go.Figure``)."""
+        from probe_core.figures import confusion_figure
+
+        names = self.class_names or [str(k) for k in range(self.failures.confidences.shape[1])]
+        return confusion_figure(self.failures.true_labels, self.failures.predictions, names)
+
 
     def __repr__(self) -> str:
         return f"IdentifyResult({self.summary()!r})"
@@ -87,6 +98,7 @@ class DefuseReport:
     report: dict
     source: str = HUMAN
     correct_run: int | None = None
+    sweeps: dict = field(default_factory=dict)
 
     @property
     def corrected_model(self) -> str | None:
@@ -113,6 +125,15 @@ class DefuseReport:
                                      for name, row in results.items() if row.get("test_accuracy") is not None)
         return text
 
+    def plot(self):
+        """Once corrected, the Finetune page's trade-off over λ; before, the Label page's annotator agreement
+        (``go.Figure``; None while nothing is labelled)."""
+        from probe_core.figures import agreement_figure, tradeoff_figure
+
+        if self.sweeps.get("sweep"):
+            return tradeoff_figure(self.sweeps["sweep"], self.sweeps.get("baseline_sweep", []))
+        return agreement_figure(self.report.get("agreement") or {})
+
     def __repr__(self) -> str:
         return f"DefuseReport({self.summary()!r})"
 
@@ -121,31 +142,39 @@ def _report(space, distill_run: int, source: str, correct_run: int | None = None
     from probe_core.defuse.queries import report, run_class_names
 
     names = run_class_names(space.store, distill_run, space.registry.data_dir)
+    corrected = space.store.get_run(correct_run) if correct_run is not None else None
+    sweeps = {key: (corrected.result or {}).get(key, []) for key in ("sweep", "baseline_sweep")} if corrected else {}
     return DefuseReport(distill_run, report(space.store, distill_run, names, source, correct_run=correct_run), source,
-                        correct_run)
+                        correct_run, sweeps)
 
 
-def identify(classifier: str = "default", dataset: str = DEFAULT_DATASET, vae: str = "default", *,
+def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, class_names=None, input_shape=None,
              class_map: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
              **settings) -> IdentifyResult:
     """Find failures: perturb the VAE codes of training images and keep the misclassified decodings.
 
-    ``settings`` are :class:`~probe_core.defuse.steps.IdentifySettings` fields (``samples_per_image``,
-    ``max_per_image``, ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``).
-    A missing default model is trained first (announced); the classifier is checked on the data first.
+    ``classifier`` and ``vae`` are references or in-memory modules, ``dataset`` a name or ``(x, y)`` arrays,
+    as in :func:`probe_core.api.sample` (``class_names``, ``input_shape``). ``settings`` are
+    :class:`~probe_core.defuse.steps.IdentifySettings` fields (``samples_per_image``, ``max_per_image``,
+    ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``). A missing default model
+    is trained first (announced); the classifier is checked on the data first.
     """
     from probe_core.api import open_workspace
     from probe_core.classes import with_class_map
     from probe_core.defuse.queries import failures_of
     from probe_core.defuse.steps import IdentifySettings, checked_identify_settings
+    from probe_core.catalog import load_dataset
+    from probe_core.kept import references
 
     space = open_workspace(workspace)
+    dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
     request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
                                                                          vae=vae, **settings),
                                         device, train_missing=True)
     run_id, result = _run(space, request, device, progress, "identifying failures")
-    return IdentifyResult(run_id, request, failures_of(space.store, run_id), result)
+    names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)
+    return IdentifyResult(run_id, request, failures_of(space.store, run_id), result, names)
 
 
 def distill(identified, *, workspace=None, device: str = "cpu", progress: bool = True, **settings) -> DefuseReport:
