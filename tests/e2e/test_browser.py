@@ -133,17 +133,13 @@ def _open(page, server, path: str, title: str, settle: bool = False) -> None:
     page.wait_for_timeout(1500 if settle or os.environ.get("PROBE_SCREENSHOT_DIR") else 500)
 
 
-def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run,
-                                                               regression_suite, tmp_path):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import expect
-
-    store = trained_workspace.store
-    before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
-    _open(page, server, "probe", "Probe")
-    if not os.environ.get("PROBE_SCREENSHOT_DIR"):  # a smaller run than the page's default, for the suite's time
+def _start_sampling(page, store, before: int, iterations: int | None) -> None:
+    """Press Start sampling on the open Probe page (8 chains, ``iterations`` warm-up and samples; None: the
+    page's defaults) and wait up to 3 minutes for a run after ``before`` to be done."""
+    if iterations is not None:  # a smaller run than the page's default, for the suite's time
         page.get_by_text("Sampler settings").click()
-        for label, value in (("Chains per target", "8"), ("Warm-up iterations", "60"), ("Samples per chain", "60")):
+        for label, value in (("Chains per target", "8"), ("Warm-up iterations", str(iterations)),
+                             ("Samples per chain", str(iterations))):
             page.get_by_label(label).fill(value)
             page.get_by_label(label).press("Enter")
         page.wait_for_timeout(500)
@@ -152,6 +148,17 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     while time.time() < deadline and not any(r.id > before and r.status == "done"
                                              for r in store.list_runs(kind="sample")):
         time.sleep(1)
+
+
+def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, trained_workspace, flawed_run,
+                                                               regression_suite, tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    store = trained_workspace.store
+    before = max((r.id for r in store.list_runs(kind="sample")), default=0)  # other tests' runs may be there
+    _open(page, server, "probe", "Probe")
+    _start_sampling(page, store, before, iterations=None if os.environ.get("PROBE_SCREENSHOT_DIR") else 60)
     run = store.list_runs(kind="sample")[0]
     assert run.id > before and run.status == "done" and store.count_samples(run.id) > 0, (run.id, run.status)
     page.get_by_text("Hits (").first.wait_for(timeout=60_000)
@@ -466,15 +473,7 @@ def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_p
         with browser_page() as page:
             page.goto(dashboard.url)
             page.get_by_role("heading", name="Probe").first.wait_for(timeout=120_000)
-            page.get_by_text("Sampler settings").click()
-            for label, value in (("Chains per target", "8"), ("Warm-up iterations", "40"), ("Samples per chain", "40")):
-                page.get_by_label(label).fill(value)
-                page.get_by_label(label).press("Enter")
-            page.wait_for_timeout(500)
-            page.get_by_role("button", name="Start sampling").click()
-            deadline = time.time() + 180
-            while time.time() < deadline and not [r for r in store.list_runs(kind="sample") if r.status == "done"]:
-                time.sleep(1)
+            _start_sampling(page, store, 0, iterations=40)
             runs = store.list_runs(kind="sample")
             assert runs and runs[0].status == "done" and store.count_samples(runs[0].id) > 0, (
                 [(r.id, r.status) for r in runs], (workspace / "dashboard.log").read_text()[-2000:])
