@@ -451,16 +451,17 @@ class SuiteScore:
         return f"SuiteScore({self.summary()!r})"
 
 
-def suite(name: str, classifier: str, *, regions_of=None, source: str | None = None, min_accuracy: float = 0.8,
-          workspace=None, device: str = "cpu") -> SuiteScore:
+def suite(name: str, classifier, *, regions_of=None, source: str | None = None, min_accuracy: float = 0.8,
+          class_names=None, input_shape=None, workspace=None, device: str = "cpu") -> SuiteScore:
     """Keep failures as a regression suite and score a classifier on it (``probe suite add`` then ``score``).
 
     Parameters
     ----------
     name : str
         The suite (created on first use, for the data set of the regions added).
-    classifier : str
-        The classifier to score, e.g. a Defuse report's ``corrected_model``.
+    classifier : str or torch.nn.Module
+        The classifier to score, e.g. a Defuse report's ``corrected_model``; or an in-memory module with its
+        ``class_names`` (and ``input_shape``, default the suite's data set's), kept as a model file.
     regions_of : DefuseReport or int, optional
         A distillation whose labelled failure regions are added as checks (each once).
     source : str, optional
@@ -481,6 +482,13 @@ def suite(name: str, classifier: str, *, regions_of=None, source: str | None = N
         if regions:
             suites.add_region_checks(space.registry, space.store, name, distill_run, regions, source=source,
                                      device=device)
+    if not isinstance(classifier, str):
+        from probe_core.catalog import load_dataset
+        from probe_core.kept import model_reference
+
+        stored = suites.require_suite(space.store, name)
+        shape = input_shape or load_dataset(stored["dataset"], space.registry.data_dir).image_shape
+        classifier = model_reference(space.root, classifier, "classifier", class_names, shape)
     score = suites.score_suite(space.registry, space.store, name, classifier, device)
     return SuiteScore(score, suites.regressions(score, min_accuracy))
 
