@@ -165,7 +165,6 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
     """
     from probe_core.bayestrex.recipes import prepare_sample
     from probe_core.kept import references
-    from probe_core.progress import job_progress_bar
     from probe_core.lifecycle import run_now
     from probe_core.validation import sample_request
 
@@ -175,12 +174,7 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
     request, warning = prepare_sample(space.registry, request, device)
     if warning:
         warnings.warn(warning, stacklevel=2)
-    bar, listener = job_progress_bar("sampling") if progress else (None, None)
-    try:
-        run_id, _ = run_now(space.registry, request, listener)
-    finally:
-        if bar is not None:
-            bar.close()
+    run_id, _ = run_now(space.registry, request, device=device, progress_bar="sampling" if progress else None)
     return SampleResult.from_run(space.store, run_id)
 
 

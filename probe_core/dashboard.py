@@ -143,9 +143,9 @@ def serve(workspace_root: str | Path, port: int | None = None, host: str = "127.
     if _healthy(base_url):
         raise ProbeError(f"port {port} already serves something else; choose another port or leave it out")
     env = {**os.environ, "PROBE_WORKSPACE": str(root), "PROBE_AUTOTRAIN": "1" if autotrain else "0"}
-    log = open(root / LOG_FILE, "w")
-    process = subprocess.Popen([sys.executable, "-m", "probe_core.cli", "ui", "--port", str(port), "--host", host],
-                               env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    with open(root / LOG_FILE, "w") as log:  # the server writes to its own copy of the file descriptor
+        process = subprocess.Popen([sys.executable, "-m", "probe_core.cli", "ui", "--port", str(port), "--host", host],
+                                   env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     deadline = time.time() + timeout
     while time.time() < deadline:
         if process.poll() is not None:

@@ -245,7 +245,25 @@ def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bo
 
 
 def run_now(registry, request: RunRequest, listener: Callable[[float | None, str | None], None] | None = None,
-            device: str = "cpu") -> tuple[int, dict]:
-    """Run ``request`` in this thread, recorded like a background run; returns ``(run_id, result)``."""
+            device: str = "cpu", progress_bar: str | None = None) -> tuple[int, dict]:
+    """Run ``request`` in this thread, recorded like a background run; returns ``(run_id, result)``.
+
+    ``progress_bar``: the description of a bar that follows the run's progress (a widget in a notebook, a line
+    in a terminal); ``listener(progress, message)`` sees every report as well.
+    """
+    from probe_core.progress import job_progress_bar
+
     function = job_spec(request, registry.data_dir, device).build_for(registry)
-    return run_inline(registry.store, request.kind, record(request), function, listener)
+    if progress_bar is None:
+        return run_inline(registry.store, request.kind, record(request), function, listener)
+    bar, follow = job_progress_bar(progress_bar)
+
+    def report(progress, message) -> None:
+        follow(progress, message)
+        if listener is not None:
+            listener(progress, message)
+
+    try:
+        return run_inline(registry.store, request.kind, record(request), function, report)
+    finally:
+        bar.close()

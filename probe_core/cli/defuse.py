@@ -8,7 +8,6 @@ import sys
 
 from probe_core.cli.common import workspace_from_args
 from probe_core.export import format_table
-from probe_core.progress import job_progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import correction
@@ -21,11 +20,7 @@ from probe_core.scaleout import shard_count
 
 
 def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
-    bar, listener = job_progress_bar(description)
-    try:
-        return steps.run_step(workspace.registry, workspace.store, settings, args.device, listener)
-    finally:
-        bar.close()
+    return steps.run_step(workspace.registry, workspace.store, settings, args.device, progress_bar=description)
 
 
 def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:

@@ -467,14 +467,16 @@ def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageData
     return LabelledImages(images, torch.from_numpy(chosen["labels"]), torch.full((len(images),), -1))
 
 
-def run_step(registry, store, settings, device: str = "cpu", listener=None) -> tuple[int, dict]:
+def run_step(registry, store, settings, device: str = "cpu", listener=None,
+             progress_bar: str | None = None) -> tuple[int, dict]:
     """Run one step now in this thread (CLI, scripts): :func:`probe_core.lifecycle.run_now`.
 
-    ``store`` must be ``registry.store``; ``listener(progress, message)`` sees every progress report.
+    ``store`` must be ``registry.store``; ``listener(progress, message)`` sees every progress report, and a
+    bar described ``progress_bar`` shows them.
     """
     if store is not registry.store:
         raise ProbeError("run_step records the run in the registry's own store")
-    return run_now(registry, _step(settings), listener, device)
+    return run_now(registry, _step(settings), listener, device, progress_bar)
 
 
 def submit_step(manager, registry, settings, device: str = "cpu") -> int:

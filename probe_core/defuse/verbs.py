@@ -12,18 +12,7 @@ from dataclasses import dataclass, field
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse.labels import HUMAN
 from probe_core.errors import ProbeError
-
-
-def _run(space, settings, device: str, progress: bool, description: str):
-    from probe_core.lifecycle import run_now
-    from probe_core.progress import job_progress_bar
-
-    bar, listener = job_progress_bar(description) if progress else (None, None)
-    try:
-        return run_now(space.registry, settings, listener, device)
-    finally:
-        if bar is not None:
-            bar.close()
+from probe_core.lifecycle import run_now
 
 
 def _run_id(value) -> int:
@@ -172,7 +161,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
                                                                          vae=vae, **settings),
                                         device, train_missing=True)
-    run_id, result = _run(space, request, device, progress, "identifying failures")
+    run_id, result = run_now(space.registry, request, device=device,
+                             progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)
     return IdentifyResult(run_id, request, failures_of(space.store, run_id), result, names)
 
@@ -187,8 +177,8 @@ def distill(identified, *, workspace=None, device: str = "cpu", progress: bool =
     from probe_core.defuse.steps import DistillSettings
 
     space = open_workspace(workspace)
-    run_id, _ = _run(space, DistillSettings(identify_run=_run_id(identified), **settings), device, progress,
-                     "distilling")
+    run_id, _ = run_now(space.registry, DistillSettings(identify_run=_run_id(identified), **settings), device=device,
+                        progress_bar="distilling" if progress else None)
     return _report(space, run_id, HUMAN)
 
 
@@ -246,6 +236,6 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     space = open_workspace(workspace)
     source = source or getattr(distilled, "source", HUMAN)
     distill_run = _run_id(distilled)
-    correct_run, _ = _run(space, CorrectSettings(distill_run=distill_run, source=source, **settings), device,
-                          progress, "finetuning")
+    correct_run, _ = run_now(space.registry, CorrectSettings(distill_run=distill_run, source=source, **settings),
+                             device=device, progress_bar="finetuning" if progress else None)
     return _report(space, distill_run, source, correct_run)
