@@ -247,7 +247,7 @@ class MatrixResult:
                   f"{self.class_names[i]} vs {self.class_names[j]}: hit rate {self.hit_rate[i, j]:.0%}"
                   if self.reached[i, j] else f"{self.class_names[i]} vs {self.class_names[j]}: not reached")
                  for i in range(count) for j in range(i + 1, count)]
-        return matrix_figure([None] * count, cells)
+        return matrix_figure([None] * count, cells, tuple(self.images.shape[2:]))
 
     def __repr__(self) -> str:
         return f"MatrixResult({self.summary()!r})"

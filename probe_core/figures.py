@@ -77,8 +77,8 @@ def achieved_violin(confidences: np.ndarray, class_names: Sequence[str], shown: 
     return figure
 
 
-def matrix_figure(representatives: Sequence[np.ndarray | None], cells: Sequence[tuple[int, int, np.ndarray | None, str]]
-                  ) -> go.Figure:
+def matrix_figure(representatives: Sequence[np.ndarray | None], cells: Sequence[tuple[int, int, np.ndarray | None, str]],
+                  image_shape: tuple[int, int, int] | None = None) -> go.Figure:
     """The ambiguity matrix (Bayes-TrEx Fig. 5): each pair's most ambiguous image, black where none was found.
 
     Parameters
@@ -88,14 +88,16 @@ def matrix_figure(representatives: Sequence[np.ndarray | None], cells: Sequence[
     cells : sequence of (first, second, image, label)
         One per class pair: the pair's image (C, H, W) in [0, 1] or None (not reached), and its hover text.
         The image is drawn at (first, second) and (second, first).
+    image_shape : tuple of int, optional
+        (C, H, W), needed only when no image at all is given.
 
     Returns
     -------
     go.Figure
         The picture, and a scatter trace (curve 1) with two points per cell, in ``cells`` order, for clicks.
     """
-    shape = next(np.asarray(image).shape for image in [*representatives, *(cell[2] for cell in cells)]
-                 if image is not None)
+    shape = next((np.asarray(image).shape for image in [*representatives, *(cell[2] for cell in cells)]
+                  if image is not None), image_shape)
     channels, height, width = shape
     count, tile = len(representatives), height + 1
     canvas = np.full((channels, (count + 1) * tile, (count + 1) * tile), MISSING_CELL_GREY, dtype=np.float32)
