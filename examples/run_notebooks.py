@@ -17,6 +17,9 @@ import nbformat
 from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
+# A guard against a hung kernel, not a speed test: unloaded, the quickstart takes about 2 minutes on 2 cores, but
+# with another job on the machine its first cell (two-thread torch training) has taken over 10.
+CELL_TIMEOUT_S = 1800
 
 
 def run(path: Path) -> float:
@@ -24,7 +27,7 @@ def run(path: Path) -> float:
     with tempfile.TemporaryDirectory(prefix="probe-notebook-") as workspace:
         os.environ["PROBE_WORKSPACE"] = workspace
         started = time.perf_counter()
-        NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": workspace}}).execute()
+        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": workspace}}).execute()
         return time.perf_counter() - started
 
 
