@@ -204,14 +204,11 @@ def show(classifier=None, generator=None, data=None, class_names=None, *, input_
     from probe_core.catalog import load_dataset
 
     space = open_workspace(workspace)
-    references = {}
-    if data is not None:
-        references["dataset"] = references_of(space, data, "default", None, class_names, input_shape)[0]
-    dataset = references.get("dataset") or "digits"
-    if classifier is not None:
-        references["classifier"] = references_of(space, dataset, classifier, None, class_names, input_shape)[1]
-    if generator is not None:
-        references["generator"] = references_of(space, dataset, "default", generator, class_names, input_shape)[2]
+    given = {"dataset": data, "classifier": classifier, "generator": generator}
+    kept = references_of(space, "digits" if data is None else data, "default" if classifier is None else classifier,
+                         generator, class_names, input_shape)
+    references = {kind: reference for (kind, value), reference in zip(given.items(), kept) if value is not None}
+    dataset = kept[0]
     load_dataset(dataset, space.registry.data_dir)
     for kind in ("classifier", "generator"):
         if kind in references:
