@@ -60,7 +60,8 @@ def main() -> None:
             continue
         started = time.perf_counter()
         if isinstance(target, str):
-            result = recipes.probe_target(registry, sample_request(registry, args.dataset, target, **settings))
+            result = recipes.probe_target(recipes.prepare_sample(
+                registry, sample_request(registry, args.dataset, target, **settings), suggest_generator=False))
         else:
             name, options = target
             plan = recipes.plan_use_case(registry, args.dataset, name, **options)

@@ -170,11 +170,12 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
 
     space = open_workspace(workspace)
     dataset, classifier, generator = references(space, dataset, classifier, generator, class_names, input_shape)
-    request = sample_request(space.registry, dataset, target, classifier, generator, class_map=class_map, **settings)
-    request, warning = prepare_sample(space.registry, request, device)
-    if warning:
-        warnings.warn(warning, stacklevel=2)
-    run_id, _ = run_now(space.registry, request, device=device, progress_bar="sampling" if progress else None)
+    registry = space.registry.remembering()  # validation, preparation and the run load each model once
+    request = sample_request(registry, dataset, target, classifier, generator, class_map=class_map, **settings)
+    prepared = prepare_sample(registry, request, device)
+    if prepared.warning:
+        warnings.warn(prepared.warning, stacklevel=2)
+    run_id, _ = run_now(registry, prepared.request, device=device, progress_bar="sampling" if progress else None)
     return SampleResult.from_run(space.store, run_id)
 
 

@@ -16,10 +16,11 @@ from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
 from probe_core.targets import is_matrix_spec
 
 
-def _resolved(registry, reference: str, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
+def _resolved(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
     """``(stored reference, class names)`` of a model on ``dataset``, without training anything.
 
-    A ``default`` that is not trained yet keeps its name (the run trains it, announced); a classifier's
+    A model already resolved for ``dataset`` (a ``LoadedModel``, as the dashboard holds) is taken as it
+    is. A ``default`` that is not trained yet keeps its name (the run trains it, announced); a classifier's
     names are then the data set's, which it will be trained on. Anything else is resolved, so a
     classifier's classes are matched to the data set's by name here, and its id is what is stored.
 
@@ -27,6 +28,8 @@ def _resolved(registry, reference: str, role: str, dataset: str) -> tuple[str, t
     ------
     ClassMismatchError, ModelNotFoundError, PluginError
     """
+    if not isinstance(reference, str):
+        return reference.id, tuple(reference.class_names)
     base, _ = split_class_map(reference)
     if base == "default":
         spec = registry.default_spec(dataset, role)
@@ -56,8 +59,9 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     ----------
     registry : ModelRegistry
     dataset, target : str
-    classifier, generator : str
-        References as the user gave them (``default``, a model id, a plugin or model file path).
+    classifier, generator : str or LoadedModel
+        References as the user gave them (``default``, a model id, a plugin or model file path), or
+        models already resolved for ``dataset`` (:meth:`ModelRegistry.resolve`; not loaded again).
     class_map : str, optional
     **settings
         Any of :data:`~probe_core.requests.SAMPLE_SETTINGS`.
@@ -86,8 +90,11 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
         raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
     classifier = classifier or "default"
-    classifier_id, names = _resolved(registry, with_class_map(classifier, class_map) if class_map else classifier,
-                                     "classifier", dataset)
+    if class_map:
+        if not isinstance(classifier, str):
+            raise ProbeError("a class map goes with a classifier reference, not an already resolved classifier")
+        classifier = with_class_map(classifier, class_map)
+    classifier_id, names = _resolved(registry, classifier, "classifier", dataset)
     generator_id, _ = _resolved(registry, generator or "default", "generator", dataset)
     request = SampleRequest(dataset=dataset, target=target.strip(), classifier=classifier_id, generator=generator_id,
                             class_names=names, **given)

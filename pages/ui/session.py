@@ -275,7 +275,7 @@ def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     registry = workspace().registry
-    config = sample_request(registry, dataset_name, spec, classifier.id, generator.id, **{**scaleout(), **sample_kwargs})
+    config = sample_request(registry, dataset_name, spec, classifier, generator, **{**scaleout(), **sample_kwargs})
     checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
     run_id = lifecycle.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True,

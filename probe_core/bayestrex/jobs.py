@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from probe_core.bayestrex.recipes import probe_target
+from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
@@ -123,14 +121,11 @@ def sampling_job(registry, device: str = "cpu", **request_fields):
                                for key, value in request_fields.items()})
 
     def run(context) -> dict:
-        models = registry.announcing(training_announcer(context))
-        if not request.class_names:  # a request made by hand, without its class names: the classifier's
-            clf = models.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
-            request_now = replace(request, class_names=tuple(clf.class_names))
-        else:
-            request_now = request
+        context.report(0.0, "loading models and starting chains", force=True)
+        prepared = prepare_sample(registry.announcing(training_announcer(context)), request, device,
+                                  suggest_generator=False)
         chains = 1 if request.sampler == "nuts" else request.chains
-        trace = LiveTrace(request_now.targets, chains)
+        trace = LiveTrace(prepared.request.targets, chains)
         stop = {"requested": False}
 
         def on_progress(progress) -> None:
@@ -148,9 +143,8 @@ def sampling_job(registry, device: str = "cpu", **request_fields):
             except CancelledError:
                 stop["requested"] = True
 
-        context.report(0.0, "loading models and starting chains", force=True)
-        result = probe_target(models, request_now, device, store=context.store, run_id=context.run_id,
-                              progress=on_progress, should_stop=lambda: stop["requested"], shard_progress=on_shards)
+        result = probe_target(prepared, store=context.store, run_id=context.run_id, progress=on_progress,
+                              should_stop=lambda: stop["requested"], shard_progress=on_shards)
         for entry in result["targets"]:
             entry.pop("samples", None)
         # written directly: after a stop request, context.report would raise instead of recording the summary

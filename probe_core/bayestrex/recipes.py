@@ -17,18 +17,43 @@ from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 
 
-def _models(registry, dataset: str, classifier: str | None, generator: str | None, device="cpu"):
-    return (registry.get_or_train_reference(classifier or "default", "classifier", dataset, device=device),
-            registry.get_or_train_reference(generator or "default", "generator", dataset, device=device))
+@dataclass(frozen=True)
+class PreparedSample:
+    """A sample request with its models loaded and checked on the data: what :func:`probe_target` samples.
+
+    Attributes
+    ----------
+    request : SampleRequest
+        With the models' stored ids and the classifier's class names (in the data set's order).
+    classifier, generator : LoadedModel
+    data : ImageDataset
+    checks : dict
+        :func:`~probe_core.validation.check_record` of the checks, stored with the result.
+    warning : str or None
+        Why the generator is weak; with ``suggest_generator``, naming a trained generator that passes.
+    """
+
+    request: object
+    classifier: object
+    generator: object
+    data: object
+    checks: dict
+    warning: str | None
 
 
-def probe_target(registry, request, device="cpu", **runtime) -> dict:
-    """Run a :class:`~probe_core.requests.SampleRequest` on its models: any target spec (high confidence,
-    ambiguous pair, ambiguity matrix, uniform, path).
+def prepare_sample(registry, request, device="cpu", suggest_generator: bool = True) -> PreparedSample:
+    """The one place a sample request's models are got ready: a missing default is trained (announced,
+    with progress), both models are loaded once and checked on the data, and the stored ids and the
+    classifier's class names are pinned in the request.
 
-    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
-    ``should_stop`` and ``shard_progress``. A default model the request names and the workspace lacks
-    is trained first (announced). The models run on ``device``.
+    Parameters
+    ----------
+    registry : ModelRegistry
+    request : SampleRequest
+    device : str
+    suggest_generator : bool
+        Look among the workspace's trained generators for one that passes where a weak one did not
+        (where a person waits: the CLI, the API); a worker only flags the weak one.
 
     Raises
     ------
@@ -37,53 +62,41 @@ def probe_target(registry, request, device="cpu", **runtime) -> dict:
     ProbeError
         If the classifier's classes are no longer the ones the request was built for.
     """
-    from probe_core.validation import check_record, checked_models
-
-    clf, gen = _models(registry, request.dataset, request.classifier, request.generator, device)
-    data = load_dataset(request.dataset, registry.data_dir)
-    checks = check_record(*checked_models(clf, data, gen))  # a wrongly matched classifier stops here
-    names = tuple(clf.class_names)
-    if request.class_names and names != tuple(request.class_names):
-        raise ProbeError(f"classifier {clf.id} now has the classes {', '.join(names)}, not the "
-                         f"{', '.join(request.class_names)} this run was requested with; start it again")
-    request = replace(request, class_names=names)
-    # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
-    baseline_data = data if names == tuple(data.class_names) else None
-    result = sample(clf.module, gen.module, request.targets, class_names=names, dataset=baseline_data,
-                    **request.sampler_settings(), **runtime)
-    result.update(dataset=request.dataset, classifier=clf.id, generator=gen.id, model_checks=checks,
-                  generator_weak=checks.get("generator_weak", False))
-    return result
-
-
-def prepare_sample(registry, request, device="cpu") -> tuple:
-    """Get a request's models ready where a person waits (the CLI, the API): train a missing default
-    (announced, with progress), pin the stored ids, and check the models on the data.
-
-    Returns
-    -------
-    request : SampleRequest
-        With the models' stored ids.
-    warning : str or None
-        Why the generator is weak, naming a trained generator of the data set that passes if there is one.
-
-    Raises
-    ------
-    ModelCheckError
-        If the classifier's classes look matched wrongly on the data.
-    """
-    from probe_core.validation import better_generator, checked_models
+    from probe_core.validation import better_generator, check_record, checked_models
 
     classifier = registry.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
     generator = registry.get_or_train_reference(request.generator, "generator", request.dataset, device=device)
     data = load_dataset(request.dataset, registry.data_dir)
-    _, generator_check = checked_models(classifier, data, generator)
-    warning = None
-    if generator_check.weak:
+    classifier_check, generator_check = checked_models(classifier, data, generator)
+    names = tuple(classifier.class_names)
+    if request.class_names and names != tuple(request.class_names):
+        raise ProbeError(f"classifier {classifier.id} now has the classes {', '.join(names)}, not the "
+                         f"{', '.join(request.class_names)} this run was requested with; start it again")
+    warning = generator_check.warning if generator_check.weak else None
+    if warning and suggest_generator:
         better = better_generator(registry, classifier, data, generator.id)
-        warning = generator_check.warning + (f"; generator {better} passes the check: use it instead" if better
-                                             else "")
-    return replace(request, classifier=classifier.id, generator=generator.id), warning
+        warning += f"; generator {better} passes the check: use it instead" if better else ""
+    request = replace(request, classifier=classifier.id, generator=generator.id, class_names=names)
+    return PreparedSample(request, classifier, generator, data, check_record(classifier_check, generator_check),
+                          warning)
+
+
+def probe_target(prepared: PreparedSample, **runtime) -> dict:
+    """Sample a prepared request (:func:`prepare_sample`): any target spec (high confidence, ambiguous
+    pair, ambiguity matrix, uniform, path).
+
+    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
+    ``should_stop`` and ``shard_progress``.
+    """
+    request, data = prepared.request, prepared.data
+    names = request.class_names
+    # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
+    baseline_data = data if names == tuple(data.class_names) else None
+    result = sample(prepared.classifier.module, prepared.generator.module, request.targets, class_names=names,
+                    dataset=baseline_data, **request.sampler_settings(), **runtime)
+    result.update(dataset=request.dataset, classifier=prepared.classifier.id, generator=prepared.generator.id,
+                  model_checks=prepared.checks, generator_weak=prepared.checks.get("generator_weak", False))
+    return result
 
 
 USE_CASES = {
@@ -192,13 +205,14 @@ def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> dict:
     from probe_core.requests import SAMPLE_SETTINGS
     from probe_core.validation import sample_request
 
+    registry = registry.remembering()  # the models trained or loaded here are the ones sampled
     kinds = {"classifier": plan.classifier, "generator": plan.generator}
     models = {kind: registry.get_or_train(model) if isinstance(model, ModelSpec)
               else registry.get_or_train_reference(model, kind, dataset) for kind, model in kinds.items()}
     request = sample_request(registry, dataset, plan.target, models["classifier"].id, models["generator"].id,
                              **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
-    result = probe_target(registry, request, **{key: value for key, value in settings.items()
-                                                if key not in SAMPLE_SETTINGS})
+    result = probe_target(prepare_sample(registry, request, suggest_generator=False),
+                          **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
     result["use_case"] = plan.use_case
     return result
 

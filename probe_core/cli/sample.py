@@ -81,15 +81,15 @@ def _sample(args: argparse.Namespace) -> int:
     from probe_core.validation import sample_request
 
     workspace = workspace_from_args(args)
-    registry = workspace.registry
+    registry = workspace.registry.remembering()  # validation and preparation load each model once
     # every setting is checked before anything is trained or stored; then the models are checked on the data
     request = sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
                              class_map=args.class_map, **_given_settings(args))
-    request, warning = prepare_sample(registry, request, args.device)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
-    return _sampling_run(args, workspace, request.warmup + request.samples, record(request),
-                         lambda **runtime: probe_target(registry, request, **runtime))
+    prepared = prepare_sample(registry, request, args.device)
+    if prepared.warning:
+        print(f"warning: {prepared.warning}", file=sys.stderr)
+    return _sampling_run(args, workspace, request.warmup + request.samples, record(prepared.request),
+                         lambda **runtime: probe_target(prepared, **runtime))
 
 
 def _default_help(what: str, key: str) -> str:

@@ -121,6 +121,7 @@ def checked_identify_settings(registry, settings: IdentifySettings, device: str 
     """
     from probe_core.validation import classifier_class_names
 
+    registry = registry.remembering()  # the classes are matched and the models checked on one load of each
     classifier_class_names(registry, settings.classifier, settings.dataset)  # classes matched before any training
     lookup = registry.get_or_train_reference if train_missing else registry.resolve
     classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)

@@ -324,6 +324,11 @@ class ModelRegistry:
         the reference classifier of a generator, a recipe's variant); it says so to the user
         (the CLI prints a line, a job reports it) and returns the progress callback to use.
         Without it such training is logged.
+
+    Notes
+    -----
+    :meth:`remembering` gives a registry that resolves each reference once: one run's validation,
+    preparation and job share the loaded models instead of loading them again.
     """
 
     # One lock per model file, shared by every registry of the process (each dashboard
@@ -337,10 +342,21 @@ class ModelRegistry:
         self.models_dir = Path(models_dir)
         self.data_dir = data_dir
         self.on_training = on_training
+        self._resolved: dict[tuple, LoadedModel] | None = None
+
+    def _with(self, on_training: TrainingAnnouncer | None, resolved: dict | None) -> "ModelRegistry":
+        registry = ModelRegistry(self.store, self.models_dir, self.data_dir, on_training)
+        registry._resolved = resolved
+        return registry
 
     def announcing(self, on_training: TrainingAnnouncer) -> "ModelRegistry":
-        """This registry (same store, files and data folder) with another training announcer."""
-        return ModelRegistry(self.store, self.models_dir, self.data_dir, on_training)
+        """This registry (same store, files, data folder and remembered models) with another training announcer."""
+        return self._with(on_training, self._resolved)
+
+    def remembering(self) -> "ModelRegistry":
+        """This registry, remembering what it resolves: each ``(reference, kind, dataset, device)`` is
+        loaded once. For one run's lifetime (its modules are shared, so never for training on them)."""
+        return self._with(self.on_training, {})
 
     # -- queries -------------------------------------------------------------------------
     def list(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
@@ -532,12 +548,19 @@ class ModelRegistry:
         """
         if kind not in ("classifier", "generator"):
             raise ProbeError(f"resolve() wants kind 'classifier' or 'generator', got {kind!r}")
+        key = (reference, kind, dataset, str(device))
+        if self._resolved is not None and key in self._resolved:
+            return self._resolved[key]
         if kind == "classifier":
             base, class_map = split_class_map(reference or "default")
             loaded = self._resolve_unmatched(base, kind, dataset, device)
             aligned = align_classifier(loaded, load_dataset(dataset, self.data_dir), class_map)
-            return replace(aligned, id=with_class_map(aligned.id, class_map))
-        return self._resolve_unmatched(reference, kind, dataset, device)
+            loaded = replace(aligned, id=with_class_map(aligned.id, class_map))
+        else:
+            loaded = self._resolve_unmatched(reference, kind, dataset, device)
+        if self._resolved is not None:
+            self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
+        return loaded
 
     def _resolve_unmatched(self, reference: str | None, kind: str, dataset: str,
                            device: str | torch.device | None) -> LoadedModel:

@@ -80,6 +80,26 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
     assert Workspace(workspace.root).registry.exists(first.id)
 
 
+def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace, monkeypatch):
+    from probe_core.bayestrex.recipes import prepare_sample
+    from probe_core.models.registry import ModelRegistry
+    from probe_core.validation import sample_request
+
+    loads = []
+    original = ModelRegistry.load
+    monkeypatch.setattr(ModelRegistry, "load", lambda self, model_id, device="cpu": (
+        loads.append(model_id), original(self, model_id, device))[1])
+    plain = trained_workspace.registry
+    assert plain.resolve("default", "classifier", "digits") is not plain.resolve("default", "classifier", "digits")
+    loads.clear()
+    registry = plain.remembering()
+    request = sample_request(registry, "digits", "high:3", chains=2, warmup=2, samples=2)
+    prepared = prepare_sample(registry, request)
+    assert sorted(loads) == sorted({prepared.classifier.id, prepared.generator.id})  # validated and prepared: once
+    assert registry.announcing(None).resolve(prepared.classifier.id, "classifier", "digits") is prepared.classifier
+    assert len(loads) == 2
+
+
 def test_registry_variants_and_metrics(trained_workspace):
     registry = trained_workspace.registry
     models = {m["kind"]: m for m in registry.list(dataset="digits")}
