@@ -96,7 +96,7 @@ def test_review_images_are_stored_once_and_labelled_per_image(store):
 
 def _old_workspace(path, version: int, rows: list[str]):
     """A workspace database at an earlier schema version, holding the rows the statements insert."""
-    from probe_core.store import _MIGRATIONS
+    from probe_core.store.schema import MIGRATIONS as _MIGRATIONS
 
     connection = sqlite3.connect(path)
     for step in range(1, version + 1):

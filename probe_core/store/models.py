@@ -1,0 +1,44 @@
+"""The ``models`` table: the registry's metadata of trained models."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from probe_core.store.connection import Database
+from probe_core.store.records import ModelRecord
+
+
+class ModelTable(Database):
+    """Rows of trained models (:class:`~probe_core.models.ModelRegistry` holds the rules)."""
+
+    def put_model(self, model_id: str, kind: str, dataset: str, path: str, spec: dict, metrics: dict) -> None:
+        """Insert or replace a model's metadata."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO models (id, kind, dataset, path, spec, metrics, created_at) VALUES (?,?,?,?,?,?,?)",
+                (model_id, kind, dataset, path, json.dumps(spec, sort_keys=True), json.dumps(metrics), time.time()),
+            )
+
+    def get_model(self, model_id: str) -> ModelRecord | None:
+        rows = self._query("SELECT * FROM models WHERE id = ?", (model_id,))
+        return self._model_row(rows[0]) if rows else None
+
+    def list_models(self, dataset: str | None = None, kind: str | None = None) -> list[ModelRecord]:
+        """Model metadata, newest first, optionally filtered."""
+        sql, params = "SELECT * FROM models WHERE 1=1", []
+        if dataset is not None:
+            sql += " AND dataset = ?"
+            params.append(dataset)
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return [self._model_row(r) for r in self._query(sql + " ORDER BY created_at DESC", params)]
+
+    @staticmethod
+    def _model_row(row: sqlite3.Row) -> ModelRecord:
+        return {
+            "id": row["id"], "kind": row["kind"], "dataset": row["dataset"], "path": row["path"],
+            "spec": json.loads(row["spec"]), "metrics": json.loads(row["metrics"]), "created_at": row["created_at"],
+        }

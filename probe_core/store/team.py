@@ -1,0 +1,46 @@
+"""The team's rows: accounts and the workspace's secrets (:mod:`probe_core.accounts` holds the rules)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from probe_core.store.connection import Database
+from probe_core.store.records import UserRecord
+
+
+class TeamTables(Database):
+    """``users`` and ``workspace_secrets``."""
+
+    def put_user(self, name: str, role: str, password_hash: str) -> None:
+        """Insert an account or replace its role and hash (its creation time stays)."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO users (name, role, password_hash, created_at, changed_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET role=excluded.role, password_hash=excluded.password_hash, "
+                "changed_at=excluded.changed_at", (name, role, password_hash, now, now))
+
+    def get_user(self, name: str) -> UserRecord | None:
+        """An account: ``name``, ``role``, ``password_hash``, ``created_at``, ``changed_at``; None if none."""
+        rows = self._query("SELECT * FROM users WHERE name=?", (name,))
+        return dict(rows[0]) if rows else None
+
+    def list_users(self) -> list[UserRecord]:
+        """Every account, by name."""
+        return [dict(row) for row in self._query("SELECT * FROM users ORDER BY name")]
+
+    def delete_user(self, name: str) -> bool:
+        """Remove an account (its labels and runs keep its name); returns whether it existed."""
+        with self.transaction() as connection:
+            return connection.execute("DELETE FROM users WHERE name=?", (name,)).rowcount > 0
+
+    def secret(self, name: str, make: Any) -> str:
+        """The workspace secret ``name``, made by ``make()`` and stored the first time it is asked for."""
+        with self.transaction() as connection:
+            row = connection.execute("SELECT value FROM workspace_secrets WHERE name=?", (name,)).fetchone()
+            if row is not None:
+                return row[0]
+            value = str(make())
+            connection.execute("INSERT INTO workspace_secrets (name, value) VALUES (?,?)", (name, value))
+            return value
