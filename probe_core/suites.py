@@ -402,17 +402,46 @@ def add_finding_checks(registry, store, suite: str, run_id: int, sample_ids: lis
     return check_ids
 
 
+def retire_check(store, suite_name: str, check_id: int) -> int:
+    """Take a check out of a suite from its next version on (its evidence and scores are kept); returns
+    the suite's new version.
+
+    Raises
+    ------
+    ProbeError
+        If the suite has no such check.
+    """
+    check = store.get_suite_check(check_id, with_data=False)
+    suite = store.get_suite(suite_name)
+    if check is None or suite is None or check["suite_id"] != suite["id"]:
+        raise ProbeError(f"suite {suite_name!r} has no check {check_id}")
+    store.retire_suite_check(check_id)
+    return int(store.get_suite(suite_name)["version"])
+
+
 # -- reading a suite -------------------------------------------------------------------------------
+def suite_names(store, dataset: str | None = None) -> list[str]:
+    """The suites of a data set (every suite when None), oldest first."""
+    return [suite["name"] for suite in store.list_suites(dataset)]
+
+
+def suite_check(store, check_id: int, with_data: bool = True) -> dict | None:
+    """One check with its evidence (and its arrays when ``with_data``); None if there is none."""
+    return store.get_suite_check(check_id, with_data=with_data)
+
+
+def scored_classifiers(store, suite_name: str) -> list[str]:
+    """The classifiers scored on a suite, in the order they were first scored."""
+    return list(dict.fromkeys(score["classifier"] for score in store.get_suite_scores(suite_name)))
+
+
 def suite_matrix(store, suite_name: str) -> dict:
     """Checks × classifiers: ``suite``, ``checks`` (without their arrays), ``classifiers`` (in the order
     they were first scored) and ``cells`` ``{(check_id, classifier): score}``."""
     suite = require_suite(store, suite_name)
     checks = store.get_suite_checks(suite_name, with_data=False)
     scores = store.get_suite_scores(suite_name)
-    classifiers: list[str] = []
-    for score in scores:
-        if score["classifier"] not in classifiers:
-            classifiers.append(score["classifier"])
+    classifiers = list(dict.fromkeys(score["classifier"] for score in scores))
     active = {check["id"] for check in checks}
     return {"suite": suite, "checks": checks, "classifiers": classifiers,
             "cells": {(s["check_id"], s["classifier"]): s for s in scores if s["check_id"] in active}}

@@ -7,6 +7,7 @@ import torch
 from pages import ui as _ui
 from probe_core import lifecycle, suites
 from probe_core.accounts import Permission
+from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
 from probe_core.runconfig import CompareConfig
@@ -67,7 +68,7 @@ choices = ["(not labelled)"] + list(names) + ["none"]
 def save(sample_id: int, key: str) -> None:
     value = st.session_state[key]
     if value != "(not labelled)" and annotator:
-        ws.store.set_label(annotator, sample_id=sample_id, label=value)
+        sample_queries.label_sample(ws.store, annotator, sample_id, value)
 
 
 for side, classifier_id in enumerate(run.result["classifiers"]):
@@ -78,9 +79,9 @@ for side, classifier_id in enumerate(run.result["classifiers"]):
     for column, sample in zip(columns, rows):
         column.image(_ui.image_grid(torch.tensor(sample["image"])[None], columns=1,
                                     scale=_ui.upscale_for_display(sample["image"].shape[-2]) * 2))
-        mine = [l["label"] for l in ws.store.get_labels(sample_id=sample["id"]) if l["annotator"] == annotator]
+        mine = sample_queries.sample_label(ws.store, sample["id"], annotator)
         key = f"compare_label_{sample['id']}"
-        column.selectbox("I see", choices, index=choices.index(mine[0]) if mine and mine[0] in choices else 0,
+        column.selectbox("I see", choices, index=choices.index(mine) if mine in choices else 0,
                          key=key, on_change=save, args=(sample["id"], key), disabled=not annotator,
                          label_visibility="collapsed")
 if not annotator:

@@ -7,6 +7,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import history
 from probe_core.errors import ProbeError
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -56,13 +57,12 @@ if start:
         st.session_state["defuse_identify_run"] = run_id
 
 
-_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, "defuse-embedding"), reset=("defuse_distill_pick",))
+_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, queries.EMBEDDING), reset=("defuse_distill_pick",))
 
 
 distill_run = _ui.pick_distill_run("defuse_distill_pick")
 if distill_run is None:
-    in_flight = [r for kind in (queries.IDENTIFY, queries.DISTILL) for r in ws.store.list_runs(kind=kind, limit=5)
-                 if r.active]
+    in_flight = history.in_flight(ws.store, (queries.IDENTIFY, queries.DISTILL))
     if in_flight:  # the status comes from the runs' live state (progress above)
         st.info(f"Finding failures now (run {in_flight[0].id}: {in_flight[0].status}, {in_flight[0].message}); the "
                 f"clusters appear here when distillation ends.")
@@ -71,7 +71,7 @@ if distill_run is None:
     st.stop()
 
 summary = distill_run.result
-identify_run = ws.store.get_run(distill_run.config.get("identify_run", -1))
+identify_run = queries.identify_run_of(ws.store, distill_run)
 if identify_run is not None and (identify_run.result or {}).get("generator_weak"):
     st.warning(f"Found with a weak VAE: {identify_run.result['generator_warning']}")
 _ui.shards_not_done(identify_run.result if identify_run is not None else None)
@@ -85,10 +85,10 @@ dataset_of_run, classifier_of_run, vae_of_run = queries.load_run_models(ws.regis
                                                                          _ui.device())
 
 st.subheader("Failure map (UMAP of latent codes)")
-cached = ws.store.get_arrays(distill_run.id, "embedding")
+cached = queries.stored_embedding(ws.store, distill_run.id)
 if cached is None:
-    busy = any(r.active and r.config.get("distill_run") == distill_run.id
-               for r in ws.store.list_runs(kind="defuse-embedding", limit=5))
+    busy = bool(history.in_flight(ws.store, (queries.EMBEDDING,),
+                                  lambda r: r.config.get("distill_run") == distill_run.id))
     if busy:
         st.info("The map is being computed in the background…")
     elif st.button("Compute the map", key="defuse_embed",
@@ -151,12 +151,12 @@ tau = queries.distill_tau(ws.store, distill_run.id)
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def review(cluster_id: int, count: int, tau: float, model_ids: tuple[str, str]):
-    cluster = ws.store.get_cluster(cluster_id)
+    cluster = queries.cluster(ws.store, cluster_id)
     shown = defuse_review.review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
     return shown["images"], shown["probs"].argmax(1).numpy()
 
 
-clusters = ws.store.get_clusters(distill_run.id)
+clusters = queries.clusters(ws.store, distill_run.id)
 columns = st.columns(3)
 for position, cluster in enumerate(clusters):
     info = cluster["info"]

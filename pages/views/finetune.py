@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core import figures, suites
+from probe_core import figures, history, suites
 from probe_core.catalog import generator_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import correction
@@ -25,8 +25,7 @@ if distill_run is None:
     st.info("Find failures and label them first (Failures and Label pages).")
     st.stop()
 
-sources = sorted({label["source"] for cluster in ws.store.get_clusters(distill_run.id)
-                  for label in ws.store.get_labels(cluster_id=cluster["id"])})
+sources = queries.label_sources(ws.store, distill_run.id)
 source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
                       help="human labels, or an oracle's automatic labels (demos)")
 class_names = queries.run_class_names(ws.store, distill_run.id, ws.registry.data_dir)
@@ -66,12 +65,16 @@ if go_button:
 
 _ui.active_runs("finetune", (queries.CORRECT,))
 
-finished = [r for r in ws.store.list_runs(kind=queries.CORRECT, limit=20)
-            if r.status == "done" and r.config.get("distill_run") == distill_run.id]
-failed = [r for r in ws.store.list_runs(kind=queries.CORRECT, limit=5)
-          if r.status == "failed" and r.config.get("distill_run") == distill_run.id]
-if failed and (not finished or failed[0].id > finished[0].id):
-    st.error(f"The last finetuning run failed: {failed[0].error}")
+
+
+def of_this_run(run) -> bool:
+    return run.config.get("distill_run") == distill_run.id
+
+
+finished = history.finished(ws.store, queries.CORRECT, of_this_run, limit=20)
+last = history.latest_ended(ws.store, queries.CORRECT, of_this_run)
+if last is not None and last.status == "failed":
+    st.error(f"The last finetuning run failed: {last.error}")
 if not finished:
     st.stop()
 run = finished[0]
@@ -142,8 +145,7 @@ elif st.button("Use the corrected classifier in this session", key="finetune_pro
 # The loop closed: score the corrected classifier (and the original, beside it) on a regression suite,
 # so "fixed here, broken there" shows at once.
 st.subheader("Score it on a regression suite")
-suites_here = [s["name"] for s in ws.store.list_suites(generator_dataset(queries.run_models(
-    ws.store, distill_run.id)["dataset"]))]
+suites_here = suites.suite_names(ws.store, generator_dataset(queries.run_models(ws.store, distill_run.id)["dataset"]))
 if not suites_here:
     st.caption("No regression suite for this data set yet: on the **Label** page, add a labelled failure region to "
                "one (or `probe suite add`), then score the corrected classifier on it here.")
@@ -153,12 +155,11 @@ else:
                               index=suites_here.index(remembered) if remembered in suites_here else len(suites_here) - 1)
     if st.button("Score the original and the corrected classifier", key="finetune_score"):
         st.session_state["suite_name"] = suite_name
-        scored = {s["classifier"] for s in ws.store.get_suite_scores(suite_name)}
+        scored = suites.scored_classifiers(ws.store, suite_name)
         for classifier_id in (result["original_model"], corrected):
             if classifier_id == corrected or classifier_id not in scored:
                 suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
     _ui.active_runs("finetune_suite", (suites.SCORE_KIND,))
-    versions = {s["classifier"] for s in ws.store.get_suite_scores(suite_name)}
-    if corrected in versions:
+    if corrected in suites.scored_classifiers(ws.store, suite_name):
         st.success(f"`{corrected}` is scored on {suite_name}: see the Regressions page.")
     st.page_link("pages/views/regressions.py", label="Open the Regressions page", icon=":material/fact_check:")

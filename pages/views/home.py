@@ -3,6 +3,7 @@
 import streamlit as st
 
 from pages import ui as _ui
+from probe_core import history
 from probe_core.catalog import dataset_entry, list_datasets
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
@@ -23,7 +24,7 @@ st.caption(f"Workspace `{ws.root.resolve()}` · device `{_ui.device()}`")
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def training_progress() -> None:
     """Live progress of training runs; polls the database every LIVE_REFRESH_S seconds."""
-    runs = [r for r in ws.store.list_runs(kind="train", limit=20) if r.active]
+    runs = history.in_flight(ws.store, ("train",))
     if not runs:
         if st.session_state.pop("train_watching", False):  # training just ended: show the new models
             st.rerun(scope="app")
@@ -136,7 +137,7 @@ if submitted:
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def recent_runs() -> None:
     """The latest runs, re-read every 2 s like the progress lines above (a static list would lag them)."""
-    recent = ws.store.list_runs(limit=10)
+    recent = history.runs(ws.store, limit=10)
     if recent:
         with st.expander("Recent runs"):
             for run in recent:

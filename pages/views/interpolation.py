@@ -6,7 +6,9 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core import history
 from probe_core.bayestrex import best_samples
+from probe_core.bayestrex import queries as sample_queries
 from probe_core.runconfig import config_of
 
 ws = _ui.workspace()
@@ -40,9 +42,9 @@ def is_path(run) -> bool:
 
 
 _ui.active_runs("path", ("sample",), is_path, reset=("path_run",))
-finished = [r for r in ws.store.list_runs(kind="sample", limit=50) if is_path(r) and r.status == "done" and r.result]
+finished = history.finished(ws.store, "sample", is_path)
 if not finished:
-    if any(r.active and is_path(r) for r in ws.store.list_runs(kind="sample", limit=20)):
+    if history.in_flight(ws.store, ("sample",), is_path):
         st.info("A path is being sampled (progress above); the strip appears here when the run ends.")
     else:
         st.info("No path sampled yet: pick two classes and press Sample.")
@@ -52,7 +54,7 @@ run = by_id[st.selectbox("Path run", list(by_id), key="path_run",
                          format_func=lambda i: f"run {i} · {by_id[i].config['target']}")]
 source_text, destination_text, count = config_of(run).path
 first, second = int(source_text), int(destination_text)
-stored = ws.store.get_samples(run.id)
+stored = sample_queries.samples(ws.store, run.id)
 strip, achieved_a, achieved_b, hit_rates = [], [], [], []
 for index in range(count):
     rows = [s for s in stored if s["target_index"] == index]

@@ -32,7 +32,7 @@ except ProbeError as exc:
     st.error(f"Cannot load the models of run {distill_run.id}: {exc}")
     st.stop()
 names = dataset.class_names
-clusters = ws.store.get_clusters(distill_run.id)
+clusters = queries.clusters(ws.store, distill_run.id)
 if not clusters:
     st.info("This run kept no clusters.")
     st.stop()
@@ -44,9 +44,7 @@ if not annotator:
 
 def labelled_by_me(cluster_id: int) -> dict[int, str]:
     """This annotator's labels of a cluster's review images: review image id -> label."""
-    return {label["review_image_id"]: label["label"]
-            for label in ws.store.get_labels(cluster_id=cluster_id, source=label_tools.HUMAN, per_image=True)
-            if label["annotator"] == annotator}
+    return queries.review_labels_by(ws.store, cluster_id, annotator)
 
 
 complete = {cluster["id"] for cluster in clusters

@@ -5,7 +5,8 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import figures
+from probe_core import figures, history
+from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
 from probe_core.runconfig import config_of
 from probe_core.targets import MATRIX_SPEC
@@ -38,12 +39,10 @@ def is_matrix(run) -> bool:
     return config is not None and config.is_matrix and config.dataset == dataset.name
 
 
-runs = [r for r in ws.store.list_runs(kind="sample", limit=50) if is_matrix(r)]
-
 _ui.active_runs("matrix", ("sample",), is_matrix, reset=("matrix_run",))
-finished = [r for r in runs if r.status == "done" and r.result]
+finished = history.finished(ws.store, "sample", is_matrix)
 if not finished:
-    if any(r.active for r in runs):
+    if history.in_flight(ws.store, ("sample",), is_matrix):
         st.info("The matrix is being built (progress above); it appears here when the run ends.")
     else:
         st.info(f"No matrix yet: press Build (all {K * (K - 1) // 2} pairs run as one batch; digits: about "
@@ -54,7 +53,7 @@ run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
                          format_func=lambda i: f"run {i} · {config_of(by_id[i]).chains} chains/pair")]
 
 _ui.shards_not_done(run.result)
-stored = ws.store.get_samples(run.id)
+stored = sample_queries.samples(ws.store, run.id)
 best = {index: sample["image"] for index, sample in best_hit_per_target(stored).items()}
 representatives = []
 for c in range(K):  # a test image of each class for the edges (grey where the data set has none)

@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import figures, suites
+from probe_core import figures, history, suites
 from probe_core.accounts import Permission
 from probe_core.bayestrex import (
     PAGE_SAMPLER_DEFAULTS,
@@ -17,7 +17,8 @@ from probe_core.bayestrex import (
     recipes,
     summary_rows,
 )
-from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, submit_latent_map
+from probe_core.bayestrex import queries as sample_queries
+from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_latent_map, submit_latent_map
 from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
@@ -178,7 +179,7 @@ if run is None:
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def live_view(run_id: int) -> None:
     """Polls the run every LIVE_REFRESH_S seconds; reruns the page once when the run ends."""
-    current = ws.store.get_run(run_id)
+    current = history.run(ws.store, run_id)
     if current is None:
         return
     _ui.run_progress(current, f"probe_stop_{run_id}")
@@ -230,7 +231,7 @@ st.caption("'test set' counts test images that meet the same constraint (paper S
 if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
     st.warning(POOR_MIXING_NOTE[0].upper() + POOR_MIXING_NOTE[1:])
 
-stored = ws.store.get_samples(run.id)
+stored = sample_queries.samples(ws.store, run.id)
 if not stored:
     st.info("No samples were stored for this run.")
     st.stop()
@@ -259,9 +260,7 @@ if mistakes and mistakes["count"]:
                      f"(paper Sec. 4.10). Mislabel or misclassification?"):
         annotator = _ui.annotator_name()
         test_data_name = run.config.get("dataset", dataset.name)
-        verdicts = {}
-        for label in ws.store.get_test_image_labels(test_data_name):
-            verdicts.setdefault(label["test_index"], []).append(label)
+        verdicts = sample_queries.test_image_verdicts(ws.store, test_data_name)
 
         def judge(index: int, widget_key: str) -> None:
             try:
@@ -322,17 +321,16 @@ if hits:
 
         def mark(sample_id: int, widget_key: str) -> None:
             if st.session_state[widget_key] != "(not labelled)" and annotator:
-                ws.store.set_label(annotator, sample_id=sample_id, label=st.session_state[widget_key])
+                sample_queries.label_sample(ws.store, annotator, sample_id, st.session_state[widget_key])
 
         for column, sample in zip(st.columns(len(marked)), marked):
             with column:
                 _ui.show_picture(torch.as_tensor(sample["image"])[None], columns=1,
                                  caption=f"says {names[int(np.argmax(sample['confidences']))]}")
-                mine = [entry["label"] for entry in ws.store.get_labels(sample_id=sample["id"])
-                        if entry["annotator"] == annotator]
+                mine = sample_queries.sample_label(ws.store, sample["id"], annotator)
                 widget_key = f"probe_finding_{sample['id']}_{annotator}"
                 st.selectbox("shows", finding_choices, key=widget_key, label_visibility="collapsed",
-                             index=finding_choices.index(mine[0]) if mine and mine[0] in finding_choices else 0,
+                             index=finding_choices.index(mine) if mine in finding_choices else 0,
                              disabled=not annotator, on_change=mark, args=(sample["id"], widget_key))
         labelled = [s["id"] for s in suites.labelled_samples(ws.store, run.id, [m["id"] for m in marked],
                                                                require_all=False, samples=marked)]
@@ -353,7 +351,7 @@ if hits:
 st.subheader("Downloads")
 if hits and not generator.capabilities.structured_prior:
     st.subheader("Where the hits are in the latent space")
-    mapped = ws.store.get_arrays(run.id, "latent-map")
+    mapped = stored_latent_map(ws.store, run.id)
     if mapped is None:
         st.caption("A 2-D map (UMAP) of the hits' latent codes among draws of the prior N(0, I) (Bayes-Probe "
                    "Fig. 5): hits spread over the cloud are in-distribution, hits off to one side are not.")

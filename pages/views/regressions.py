@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import suites
+from probe_core import history, suites
 from probe_core.accounts import Permission
 from probe_core.catalog import generator_dataset
 from probe_core.errors import ProbeError
@@ -21,7 +21,7 @@ st.markdown("Failures that stay found: each **check** keeps the images of a labe
 dataset = _ui.current_dataset()
 if dataset is None:
     st.stop()
-available = [s["name"] for s in ws.store.list_suites(generator_dataset(dataset.name))]
+available = suites.suite_names(ws.store, generator_dataset(dataset.name))
 if not available:
     st.info("No regression suite for this data set yet: add a labelled failure region on the **Label** page, "
             "labelled hits on the **Probe** page, or run `probe suite add --suite NAME ...`.")
@@ -52,7 +52,7 @@ with st.form("regressions_score", enter_to_submit=False):
         except ProbeError as exc:
             st.error(str(exc))
 _ui.active_runs("regressions", (suites.SCORE_KIND,))
-failed = next((r for r in ws.store.list_runs(kind=suites.SCORE_KIND, limit=1) if r.status == "failed"), None)
+failed = next((r for r in history.runs(ws.store, suites.SCORE_KIND, limit=1) if r.status == "failed"), None)
 if failed is not None and failed.config.get("suite") == suite_name:
     st.error(f"Scoring {failed.config.get('classifier')} failed: {failed.error}")
 
@@ -104,7 +104,7 @@ c1, c2 = st.columns(2)
 names_of = {check["id"]: check["name"] for check in checks}
 check_id = c1.selectbox("Check", list(names_of), format_func=lambda i: f"{i}: {names_of[i]}", key="regressions_check")
 version = c2.selectbox("Classifier version", versions, key="regressions_version")
-check = ws.store.get_suite_check(check_id)
+check = suites.suite_check(ws.store, check_id)
 cell = matrix["cells"].get((check_id, version))
 found = matrix["cells"].get((check_id, check["found_on"]))
 st.markdown(f"**{check['name']}** · {suites.CHECK_KINDS.get(check['kind'], check['kind'])} · found on "
@@ -143,6 +143,6 @@ d1.download_button("Suite report (HTML, self-contained)", lambda: suites.suite_r
 if d2.button("Retire this check", key=f"regressions_retire_{check_id}", disabled=not _ui.may(Permission.SUITES),
              help="take it out of the suite from the next version on; its evidence and scores are kept"):
     _ui.require(Permission.SUITES)
-    ws.store.retire_suite_check(check_id)
+    suites.retire_check(ws.store, suite_name, check_id)
     st.session_state.pop("regressions_check", None)
     st.rerun()

@@ -6,6 +6,7 @@ import torch
 
 from pages import ui as _ui
 from probe_core import figures
+from probe_core.bayestrex import queries as sample_queries
 from probe_core.errors import ProbeError
 from probe_core.saliency import overlay, smoothgrad
 from probe_core.scenes.generator import SceneGenerator
@@ -28,7 +29,7 @@ if source == "test image":
 else:
     run = _ui.pick_run("sample", "Probe run", "saliency_run", dataset=dataset.name,
                        describe=lambda r: f"run {r.id} · {r.config.get('target', r.config.get('recipe', '?'))}")
-    stored = ws.store.get_samples(run.id, limit=500) if run is not None else []
+    stored = sample_queries.samples(ws.store, run.id, limit=500) if run is not None else []
     if not stored:
         st.info("No stored samples yet: run a target on the Probe page.")
         st.stop()

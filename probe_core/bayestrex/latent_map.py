@@ -17,6 +17,11 @@ LATENT_MAP = "latent-map"
 ARRAYS = "latent-map"
 
 
+def stored_latent_map(store, run_id: int) -> dict[str, np.ndarray] | None:
+    """The run's map as :func:`latent_map` stored it; None when it has not been computed (nothing is computed here)."""
+    return store.get_arrays(run_id, ARRAYS)
+
+
 def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 2000, seed: int = 0) -> dict:
     """The 2-D map of a sampling run's hits and ``prior_points`` prior draws, computed once and cached.
 
@@ -29,7 +34,7 @@ def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 200
     ProbeError
         If the run stored no hits, or its codes are not Gaussian latents (a scene renderer's).
     """
-    cached = store.get_arrays(run_id, ARRAYS)
+    cached = stored_latent_map(store, run_id)
     if cached is not None:
         return cached
     run = store.get_run(run_id)

@@ -109,13 +109,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    store = workspace_from_args(args).store
-    check = store.get_suite_check(args.check, with_data=False)
-    suite = store.get_suite(args.suite)
-    if check is None or suite is None or check["suite_id"] != suite["id"]:
-        raise ProbeError(f"suite {args.suite!r} has no check {args.check}")
-    store.retire_suite_check(args.check)
-    print(f"check {args.check} retired; suite {args.suite} is at version {store.get_suite(args.suite)['version']}")
+    from probe_core import suites
+
+    version = suites.retire_check(workspace_from_args(args).store, args.suite, args.check)
+    print(f"check {args.check} retired; suite {args.suite} is at version {version}")
     return 0
 
 

@@ -23,11 +23,13 @@ from probe_core.defuse.labels import (
     cluster_label_table,
 )
 from probe_core.errors import ProbeError
+from probe_core.store import ClusterRecord
 
 IDENTIFY, DISTILL, CORRECT = "defuse-identify", "defuse-distill", "defuse-correct"
 
 
 EMBEDDING = "defuse-embedding"
+EMBEDDING_ARRAYS = "embedding"  # the distill run's arrays holding its failure map
 
 
 def require_run(store, run_id: int, kind: str):
@@ -37,6 +39,38 @@ def require_run(store, run_id: int, kind: str):
         found = "no run" if run is None else f"run {run_id} is a {run.kind!r} run"
         raise ProbeError(f"{found}; expected a {kind!r} run (see `probe defuse runs`)")
     return run
+
+
+def identify_run_of(store, distill_run):
+    """The identification run a distillation run clustered; None if it is gone."""
+    return store.get_run(int(distill_run.config.get("identify_run", -1)))
+
+
+def clusters(store, distill_run: int) -> list[ClusterRecord]:
+    """A distillation run's kept clusters, in index order."""
+    return store.get_clusters(distill_run)
+
+
+def cluster(store, cluster_id: int) -> ClusterRecord | None:
+    return store.get_cluster(cluster_id)
+
+
+def label_sources(store, distill_run: int) -> list[str]:
+    """Who labelled a run's clusters: ``human`` and any ``oracle:MODEL``, sorted."""
+    return sorted({label["source"] for found in clusters(store, distill_run)
+                   for label in store.get_labels(cluster_id=found["id"])})
+
+
+def review_labels_by(store, cluster_id: int, annotator: str | None) -> dict[int, str]:
+    """``annotator``'s human labels of a cluster's review images: review image id -> label."""
+    return {label["review_image_id"]: label["label"]
+            for label in store.get_labels(cluster_id=cluster_id, source=HUMAN, per_image=True)
+            if label["annotator"] == annotator}
+
+
+def stored_embedding(store, distill_run: int) -> dict[str, np.ndarray] | None:
+    """The run's failure map (the job's UMAP of the latent codes) if it was computed."""
+    return store.get_arrays(distill_run, EMBEDDING_ARRAYS)
 
 
 def run_models(store, run_id: int) -> dict:

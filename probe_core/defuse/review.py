@@ -21,10 +21,12 @@ from probe_core.defuse.labels import (
     oracle_source,
 )
 from probe_core.defuse.queries import (
+    EMBEDDING_ARRAYS,
     assignments_of,
     distill_tau,
     failures_of,
     load_run_models,
+    stored_embedding,
 )
 from probe_core.errors import ProbeError
 
@@ -108,7 +110,7 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
     ``failure_cluster`` (M,), ``failure_index`` (M,) into the run's failures (a random
     subset when there are more than ``max_points``).
     """
-    cached = store.get_arrays(distill_run, "embedding")
+    cached = stored_embedding(store, distill_run)
     if cached is not None:
         return cached
     dataset, _, vae = load_run_models(registry, store, distill_run)
@@ -122,7 +124,7 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
     xy = embed_2d(np.concatenate([train_latents, failures.latents[index]]), max_fit=max_fit, seed=seed)
     result = {"train_xy": xy[:len(train_latents)], "train_labels": dataset.train_labels.numpy(),
               "failure_xy": xy[len(train_latents):], "failure_cluster": clusters[index], "failure_index": index}
-    store.put_arrays(distill_run, "embedding", result)
+    store.put_arrays(distill_run, EMBEDDING_ARRAYS, result)
     return result
 
 

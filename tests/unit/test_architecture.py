@@ -136,3 +136,23 @@ def test_no_form_starts_work_on_enter():
                 if not (isinstance(value, ast.Constant) and value.value is False):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def _store_calls(tree: ast.AST) -> list[int]:
+    """Lines calling a method on ``<anything>.store`` (``ws.store.get_samples(...)``)."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "store"]
+
+
+def test_no_page_reads_or_writes_the_store_itself():
+    """Pages go through probe_core's queries (history, bayestrex.queries, defuse.queries, suites), so a change
+    of the database touches probe_core alone."""
+    offenders = []
+    for path in sorted((ROOT / "pages" / "views").glob("*.py")):
+        offenders += [f"{path.relative_to(ROOT)}:{line}" for line in _store_calls(ast.parse(path.read_text()))]
+    assert not offenders, offenders
+
+
+def test_the_store_call_finder_finds_planted_ones():
+    assert _store_calls(ast.parse("ws.store.get_samples(1)\nqueries.samples(ws.store, 1)\n")) == [1]

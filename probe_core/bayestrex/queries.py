@@ -1,0 +1,33 @@
+"""Reading Bayes-TrEx runs back: their kept samples, the labels people gave them and verdicts on test images
+(the pages, the CLI and the API)."""
+
+from __future__ import annotations
+
+from probe_core.defuse.labels import HUMAN
+from probe_core.store import SampleRecord, TestImageLabelRecord
+
+
+def samples(store, run_id: int, limit: int | None = None) -> list[SampleRecord]:
+    """A run's kept samples in the order they were stored (``limit``: the first that many)."""
+    return store.get_samples(run_id, limit=limit)
+
+
+def label_sample(store, annotator: str, sample_id: int, label: str) -> int:
+    """Write ``annotator``'s label of a sample now (replacing their earlier one); returns the label's row id."""
+    return store.set_label(annotator, sample_id=sample_id, label=label, source=HUMAN)
+
+
+def sample_label(store, sample_id: int, annotator: str | None) -> str | None:
+    """``annotator``'s current label of a sample; None when they have not labelled it."""
+    mine = [entry["label"] for entry in store.get_labels(sample_id=sample_id, source=HUMAN)
+            if entry["annotator"] == annotator]
+    return mine[-1] if mine else None
+
+
+def test_image_verdicts(store, dataset: str) -> dict[int, list[TestImageLabelRecord]]:
+    """Verdicts on a data set's test images (mislabel or misclassification): test index -> verdicts, oldest first."""
+    verdicts: dict[int, list[TestImageLabelRecord]] = {}
+    for verdict in store.get_test_image_labels(dataset):
+        verdicts.setdefault(verdict["test_index"], []).append(verdict)
+    return verdicts
+

@@ -1,0 +1,37 @@
+"""Reading runs back: those of a kind, in flight, finished, the latest one (the pages, the CLI and the API).
+
+``where`` is a predicate on :class:`~probe_core.store.Run` (e.g. runs of one data set, or of one parent run).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from probe_core.store import Run
+
+RunFilter = Callable[[Run], bool]
+
+
+def runs(store, kind: str | None = None, where: RunFilter | None = None, limit: int = 50) -> list[Run]:
+    """The latest ``limit`` runs of a kind (any kind when None) that pass ``where``, newest first."""
+    return [run for run in store.list_runs(kind=kind, limit=limit) if where is None or where(run)]
+
+
+def run(store, run_id: int) -> Run | None:
+    """A run as it stands now (what a live view polls)."""
+    return store.get_run(run_id)
+
+
+def in_flight(store, kinds: Iterable[str], where: RunFilter | None = None, limit: int = 20) -> list[Run]:
+    """Runs of these kinds still queued or running, newest first within each kind."""
+    return [run for kind in kinds for run in runs(store, kind, where, limit) if run.active]
+
+
+def finished(store, kind: str, where: RunFilter | None = None, limit: int = 50) -> list[Run]:
+    """Runs of a kind that ended ``done`` with a result, newest first."""
+    return [run for run in runs(store, kind, where, limit) if run.status == "done" and run.result]
+
+
+def latest_ended(store, kind: str, where: RunFilter | None = None, limit: int = 20) -> Run | None:
+    """The newest run of a kind that ended done or failed (a page shows the error when it failed)."""
+    return next((run for run in runs(store, kind, where, limit) if run.status in ("done", "failed")), None)
