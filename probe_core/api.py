@@ -484,7 +484,7 @@ def suite(name: str, classifier, *, regions_of=None, source: str | None = None, 
         stored = suites.require_suite(space.store, name)
         shape = input_shape or load_dataset(stored["dataset"], space.registry.data_dir).image_shape
         classifier = model_reference(space.root, classifier, "classifier", class_names, shape)
-    score = suites.score_suite(space.registry, space.store, name, classifier, device)
+    score = suites.score_now(space.registry, name, classifier, device)
     return SuiteScore(score, suites.regressions(score, min_accuracy))
 
 

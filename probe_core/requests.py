@@ -1,7 +1,7 @@
 """Run requests: what a run is asked to do, validated, stored with the run and rebuilt from it.
 
 :class:`SampleRequest` is built by :func:`probe_core.validation.sample_request` alone; the other run
-kinds' requests are in :mod:`probe_core.runconfig` and :mod:`probe_core.defuse.steps`.
+kinds' requests are in :mod:`probe_core.runconfig`, :mod:`probe_core.defuse.steps` and :mod:`probe_core.suites`.
 """
 
 from __future__ import annotations

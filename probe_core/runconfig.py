@@ -1,8 +1,8 @@
 """The run requests by kind, and reading a stored run's request back.
 
 Every run kind has a frozen request dataclass with its kind and its job builder:
-:class:`~probe_core.requests.SampleRequest`, :class:`CompareConfig`, :class:`TrainConfig` here, and the
-Defuse steps' settings (:class:`~probe_core.defuse.steps.IdentifySettings`, ``DistillSettings``,
+:class:`~probe_core.requests.SampleRequest`, :class:`CompareConfig`, :class:`TrainConfig` here,
+:class:`~probe_core.suites.ScoreRequest`, and the Defuse steps' settings (:class:`~probe_core.defuse.steps.IdentifySettings`, ``DistillSettings``,
 ``CorrectSettings``, ``EmbeddingSettings``). All of them start through one lifecycle,
 :func:`probe_core.lifecycle.run_now` or :func:`probe_core.lifecycle.submit`.
 
@@ -26,6 +26,7 @@ from probe_core.defuse.steps import (
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import submit
 from probe_core.requests import SampleRequest
+from probe_core.suites import ScoreRequest
 from probe_core.targets import DEFAULT_SIGMA
 
 
@@ -76,7 +77,8 @@ class TrainConfig:
 
 
 RUN_CONFIGS: dict[str, type] = {config.kind: config for config in (
-    SampleRequest, CompareConfig, TrainConfig, IdentifySettings, DistillSettings, CorrectSettings, EmbeddingSettings)}
+    SampleRequest, CompareConfig, TrainConfig, IdentifySettings, DistillSettings, CorrectSettings, EmbeddingSettings,
+    ScoreRequest)}
 
 
 def config_of(run):

@@ -24,6 +24,7 @@ so every check has that column to compare with. :func:`regressions` turns a scor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction
+from probe_core.lifecycle import JobContext, JobFunction, run_now, submit
 from probe_core.reports import suite_html_report
 
 REGION = "defuse-region"
@@ -175,6 +176,45 @@ def regressions(score: dict, min_accuracy: float = DEFAULT_MIN_ACCURACY, baselin
     return failed
 
 
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score a classifier on a regression suite: its scores are stored with the suite's version.
+
+    Build it with :func:`score_request`; ``probe suite score``, the Finetune and Regressions pages and
+    :func:`probe_core.api.suite` run it through the one lifecycle.
+
+    Parameters
+    ----------
+    suite : str
+    classifier : str
+        A stored reference (model id, plugin or model file with its sha256).
+    """
+
+    kind: ClassVar[str] = SCORE_KIND
+    builder: ClassVar[str] = "probe_core.suites:score_job"
+
+    suite: str
+    classifier: str
+
+    def job_arguments(self) -> dict:
+        return {"suite": self.suite, "classifier": self.classifier}
+
+
+def score_request(registry, suite: str, classifier: str) -> ScoreRequest:
+    """The one way to make a :class:`ScoreRequest`: the suite must exist and the classifier resolve on its
+    data set (never trained); the request holds the classifier's stored id.
+
+    Raises
+    ------
+    ProbeError
+        Before any run is stored.
+    """
+    stored = require_suite(registry.store, suite)
+    if not isinstance(classifier, str) or not classifier.strip():
+        raise ProbeError("name the classifier to score (a model id, a plugin or a model file)")
+    return ScoreRequest(suite, load_classifier(registry, stored, classifier.strip()).id)
+
+
 def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> JobFunction:
     """:func:`score_suite` as a background job (the page's "Score" button)."""
 
@@ -185,14 +225,16 @@ def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> Job
     return run
 
 
+def score_now(registry, suite: str, classifier: str, device: str = "cpu") -> dict:
+    """Score a classifier on a suite in this process, recorded as a run like the page's; returns
+    :func:`score_suite`'s result (``probe suite score`` and :func:`probe_core.api.suite`)."""
+    registry = registry.remembering()  # checked and scored on one load
+    return run_now(registry, score_request(registry, suite, classifier), device=device)[1]
+
+
 def submit_score(manager, registry, suite: str, classifier: str, device: str = "cpu") -> int:
     """Score a classifier on a suite in the background; returns the job's run id."""
-    from probe_core.lifecycle import JobSpec
-
-    require_suite(manager.store, suite)
-    return manager.submit(SCORE_KIND, {"suite": suite, "classifier": classifier},
-                          JobSpec(f"{__name__}:score_job", {"suite": suite, "classifier": classifier,
-                                                            "device": device}, registry.data_dir))
+    return submit(manager, score_request(registry, suite, classifier), registry.data_dir, device=device)
 
 
 # -- adding checks ---------------------------------------------------------------------------------

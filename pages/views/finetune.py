@@ -156,9 +156,12 @@ else:
     if st.button("Score the original and the corrected classifier", key="finetune_score"):
         st.session_state["suite_name"] = suite_name
         scored = suites.scored_classifiers(ws.store, suite_name)
-        for classifier_id in (result["original_model"], corrected):
-            if classifier_id == corrected or classifier_id not in scored:
-                suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
+        try:
+            for classifier_id in (result["original_model"], corrected):
+                if classifier_id == corrected or classifier_id not in scored:
+                    suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
+        except ProbeError as exc:  # e.g. a plugin classifier whose file has gone
+            st.error(f"Cannot score: {exc}")
     _ui.active_runs("finetune_suite", (suites.SCORE_KIND,))
     if corrected in suites.scored_classifiers(ws.store, suite_name):
         st.success(f"`{corrected}` is scored on {suite_name}: see the Regressions page.")

@@ -196,23 +196,36 @@ def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference
     return reference
 
 
+def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "cpu", **settings) -> PreparedSample:
+    """Train what the plan names and is missing (explicitly, with progress announced), then prepare the
+    sample request of its targets on those models: a use case runs as the same
+    :class:`~probe_core.requests.SampleRequest` as ``probe sample`` and the Probe page.
+
+    ``settings``: the request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`; None or left out
+    takes the target's default).
+    """
+    from probe_core.validation import sample_request
+
+    registry = registry.remembering()  # the models trained or loaded here are the ones sampled
+    kinds = {"classifier": plan.classifier, "generator": plan.generator}
+    models = {kind: registry.get_or_train(model, device=device) if isinstance(model, ModelSpec)
+              else registry.get_or_train_reference(model, kind, dataset, device=device)
+              for kind, model in kinds.items()}
+    request = sample_request(registry, dataset, plan.target, models["classifier"], models["generator"], **settings)
+    return prepare_sample(registry, request, device, suggest_generator=False)
+
+
 def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> dict:
-    """Train what the plan names and is missing (explicitly, with progress announced), then sample.
+    """:func:`prepare_use_case`, then sample; the result names the use case (``use_case``).
 
     ``settings``: the sample request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`) and
     :func:`probe_target`'s runtime arguments.
     """
     from probe_core.requests import SAMPLE_SETTINGS
-    from probe_core.validation import sample_request
 
-    registry = registry.remembering()  # the models trained or loaded here are the ones sampled
-    kinds = {"classifier": plan.classifier, "generator": plan.generator}
-    models = {kind: registry.get_or_train(model) if isinstance(model, ModelSpec)
-              else registry.get_or_train_reference(model, kind, dataset) for kind, model in kinds.items()}
-    request = sample_request(registry, dataset, plan.target, models["classifier"].id, models["generator"].id,
-                             **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
-    result = probe_target(prepare_sample(registry, request, suggest_generator=False),
-                          **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
+    prepared = prepare_use_case(registry, plan, dataset,
+                                **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
+    result = probe_target(prepared, **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
     result["use_case"] = plan.use_case
     return result
 

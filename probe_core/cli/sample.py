@@ -17,6 +17,7 @@ from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
+from probe_core.requests import record
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 
 
@@ -77,7 +78,6 @@ def _given_settings(args: argparse.Namespace) -> dict:
 
 def _sample(args: argparse.Namespace) -> int:
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
-    from probe_core.requests import record
     from probe_core.validation import sample_request
 
     workspace = workspace_from_args(args)
@@ -125,10 +125,10 @@ def _recipe(args: argparse.Namespace) -> int:
 
     workspace = workspace_from_args(args)
     registry = workspace.registry
-    kwargs = {key: SAMPLER_DEFAULTS[key] if value is None and key in SAMPLER_DEFAULTS else value
-              for key, value in _given_settings(args).items()}
-    check_sampler_settings(**kwargs)
     if args.recipe == "compare":
+        kwargs = {key: SAMPLER_DEFAULTS[key] if value is None and key in SAMPLER_DEFAULTS else value
+                  for key, value in _given_settings(args).items()}
+        check_sampler_settings(**kwargs)
         if not (args.classifier_a and args.classifier_b):
             raise ProbeError("compare needs --classifier-a and --classifier-b")
         run_id = recipes.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
@@ -156,9 +156,11 @@ def _recipe(args: argparse.Namespace) -> int:
     plan = recipes.plan_use_case(registry, args.dataset, args.recipe, excluded_class=args.exclude,
                                  classifier_classes=tuple(args.classes.split(",")) if args.classes else None,
                                  classifier=args.classifier, generator=args.generator)
-    run = lambda **kw: recipes.run_use_case(registry, plan, args.dataset, **kwargs, **kw)  # noqa: E731
-    return _sampling_run(args, workspace, kwargs["warmup"] + kwargs["samples"],
-                         {"recipe": args.recipe, "dataset": args.dataset, **kwargs}, run)
+    # the models it needs are trained (announced), then it runs as the same sample request as `probe sample`
+    prepared = recipes.prepare_use_case(registry, plan, args.dataset, args.device, **_given_settings(args))
+    request = prepared.request
+    return _sampling_run(args, workspace, request.warmup + request.samples, record(request),
+                         lambda **runtime: {**recipes.probe_target(prepared, **runtime), "use_case": plan.use_case})
 
 
 def _label(args: argparse.Namespace) -> int:

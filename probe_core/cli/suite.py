@@ -50,11 +50,10 @@ def _score(args: argparse.Namespace) -> int:
     from probe_core import suites
     from probe_core.export import write_file
 
-    workspace = workspace_from_args(args)
-    registry, store = workspace.registry, workspace.store
+    registry = workspace_from_args(args).registry
     suites.regressions({"checks": []}, args.min_accuracy)  # a bad threshold is refused before any work
-    baseline = suites.score_suite(registry, store, args.suite, args.against, args.device) if args.against else None
-    score = suites.score_suite(registry, store, args.suite, args.classifier, args.device)
+    baseline = suites.score_now(registry, args.suite, args.against, args.device) if args.against else None
+    score = suites.score_now(registry, args.suite, args.classifier, args.device)
     failed = suites.regressions(score, args.min_accuracy, baseline, args.max_drop)
     failed_ids = {f["id"] for f in failed}
     rows = [[str(row["id"]), row["name"][:60], str(row["count"]), _percent(row["accuracy"]),

@@ -98,6 +98,13 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
     assert main(base + ["recipe", "misclassification", "--exclude", "5"] + short + ["--out", str(tmp_path / "m.json")]) == 0
     result = json.loads((tmp_path / "m.json").read_text())
     assert result["use_case"]["excluded_class"] == "5"
+    from probe_core.requests import SampleRequest
+    from probe_core.runconfig import config_of
+
+    # a use case runs as the same typed request as `probe sample` and the Probe page
+    request = config_of(trained_workspace.store.list_runs(kind="sample", limit=1)[0])
+    assert isinstance(request, SampleRequest) and (request.target, request.chains) == ("high:5", 4)
+    assert (request.classifier, request.generator) == (result["classifier"], result["generator"])
     generator = trained_workspace.registry.load(result["generator"])  # the paper's GAN, trained without the 5s
     assert generator.record["spec"]["kind"] == "gan" and generator.record["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7,
                                                                                                  8, 9]

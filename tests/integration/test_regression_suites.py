@@ -69,6 +69,16 @@ def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_worksp
     failed = json.loads((tmp_path / "original.json").read_text())
     assert not failed["passed"] and regression_suite["region"] in {r["id"] for r in failed["regressions"]}
     assert "regressed: check" in capsys.readouterr().err
+    from probe_core.runconfig import config_of
+
+    # scored through the one lifecycle, as the pages' Score buttons are: a run holding the typed request
+    store = trained_workspace.store
+    assert config_of(store.list_runs(kind=suites.SCORE_KIND, limit=1)[0]) == suites.ScoreRequest(
+        suite, regression_suite["original"])
+    runs_before = len(store.list_runs(kind=suites.SCORE_KIND, limit=1000))
+    assert main([*gate, "--classifier", "no-such-model"]) == 2  # refused before a run is stored
+    assert "no-such-model" in capsys.readouterr().err
+    assert len(store.list_runs(kind=suites.SCORE_KIND, limit=1000)) == runs_before
     assert main([*gate, "--classifier", regression_suite["corrected"], "--out", str(tmp_path / "corrected.json")]) == 0
     passed = json.loads((tmp_path / "corrected.json").read_text())
     assert passed["passed"] and passed["regressions"] == [] and passed["classifier"] == regression_suite["corrected"]
