@@ -52,7 +52,7 @@ def main() -> None:
         regions = [v for v in labelable if v["usable"]]
         kinds = {(clusters[v["cluster_id"]]["info"]["majority_prediction"], v["label"]) for v in regions}
         shown_scale = "-" if noise == "paper" else f"{scale:g}"
-        print(f"{noise:9s} {shown_scale:5s}  {identified['failures']:8d}  {distilled['clusters']:4d}  "
+        print(f"{noise:9s} {shown_scale:5s}  {identified.failures:8d}  {distilled.clusters:4d}  "
               f"{len(labelable):9d}  {len(regions):15d}  {len(kinds):14d}  {time.perf_counter() - started:7.1f}",
               flush=True)
 

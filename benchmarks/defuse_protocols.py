@@ -63,10 +63,10 @@ def main() -> None:
     names = queries.run_class_names(store, distill_run)
     individually = queries.labelled_review_failures(store, distill_run, names, source)
     agreement = label_tools.agreement_summary(label_tools.cluster_label_table(store, distill_run, names, source))
-    print(f"classifier {flawed.id}: {identified['failures']:,} failures, {distilled['clusters']} clusters, "
+    print(f"classifier {flawed.id}: {identified.failures:,} failures, {distilled.clusters} clusters, "
           f"{len(regions)} failure regions (oracle labels per review image, ρ = 0.5), "
-          f"{len(individually['labels'])} individually labelled failures; identify {identified['seconds']:.1f} s, "
-          f"distill {distilled['seconds']:.1f} s")
+          f"{len(individually['labels'])} individually labelled failures; identify {identified.seconds:.1f} s, "
+          f"distill {distilled.seconds:.1f} s")
     print(f"labels of the failure regions: {sorted({v['label'] for v in regions})}; oracle agreement is 1 by "
           f"construction ({agreement['all']['images']} images)")
 
@@ -81,12 +81,12 @@ def main() -> None:
         baseline = {"labelled-images": "baseline: labelled individual failures",
                     "cluster-labels": "baseline: failures with their region's label"}[options["baseline"]]
         for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", baseline)):
-            entry = result["results"][key]
+            entry = result.results[key]
             chosen = f"λ = {entry['lambda']:g}, epoch {entry['epoch']}" if "lambda" in entry else ""
             print(f"{name:<16} {title:<44} {entry['test_accuracy'] * 100:8.1f}% "
                   f"{entry['failure_accuracy'] * 100:10.1f}%  {chosen}")
-        print(f"{name:<16} selection: {result['selection']['description']}; baseline D_f: "
-              f"{result['baseline_failures']} images; {result['seconds']:.1f} s")
+        print(f"{name:<16} selection: {result.selection['description']}; baseline D_f: "
+              f"{result.baseline_failures} images; {result.seconds:.1f} s")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

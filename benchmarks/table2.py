@@ -67,7 +67,7 @@ def main() -> None:
             plan = recipes.plan_use_case(registry, args.dataset, name, **options)
             result = recipes.run_use_case(registry, plan, args.dataset, **settings)
         # the novel-class run samples every classifier class; the paper's row is one of them
-        entry = next(t for t in result["targets"] if reported in (t["spec"], t["description"]))
+        entry = next(t for t in result.targets if reported in (t["spec"], t["description"]))
         achieved = entry["summary"]["achieved"]
         print(f"{row:<4}{what:<19}{entry['description']:<27}{_figures(achieved, 'mean', 'sd'):<28}"
               f"{_figures(achieved, 'hits_mean', 'hits_sd'):<24}{entry['hit_rate'] * 100:8.0f}%  {paper:<22}"

@@ -75,7 +75,7 @@ class SampleResult:
     def from_run(cls, store, run_id: int) -> "SampleResult":
         """Read a stored sampling run back (in any process, on any day)."""
         from probe_core.export import sample_arrays
-        from probe_core.runconfig import config_of
+        from probe_core.runconfig import config_of, result_of
 
         run = store.get_run(run_id)
         request = None if run is None else config_of(run)
@@ -83,15 +83,17 @@ class SampleResult:
             raise ProbeError(f"run {run_id} is not a sampling run of this version")
         stored = store.get_samples(run_id)
         arrays = sample_arrays(stored) if stored else {}
-        result = run.result or {}
-        return cls(run_id, request, run.status, result.get("targets", []), **arrays,
-                   generator_weak=bool(result.get("generator_weak")), wall_seconds=result.get("wall_seconds", 0.0))
+        outcome = result_of(run)  # None when the run ended without a result (failed)
+        if outcome is None:
+            return cls(run_id, request, run.status, [], **arrays)
+        return cls(run_id, request, run.status, outcome.targets, **arrays, generator_weak=outcome.generator_weak,
+                   wall_seconds=outcome.wall_seconds)
 
     def summary(self) -> str:
         """The per-target table (paper Table 2 plus diagnostics), as the CLI prints it."""
         from probe_core.bayestrex import table2
 
-        return table2({"targets": self.targets})
+        return table2(self.targets)
 
     def to_pandas(self):
         """One row per stored sample: ``target``, ``chain``, ``hit`` and one confidence column per class."""
@@ -414,33 +416,33 @@ class SuiteScore:
 
     Attributes
     ----------
-    score : dict
+    score : ScoreResult
         :func:`probe_core.suites.score_suite`: per check ``id``, ``name``, ``count``, ``accuracy``,
         ``found_on_accuracy`` (the classifier it was found on), and the checks ``skipped``.
     regressions : list of dict
         The checks below ``min_accuracy`` (empty: the suite holds).
     """
 
-    score: dict
+    score: object
     regressions: list
 
     def to_pandas(self):
         import pandas as pd
 
-        return pd.DataFrame(self.score["checks"])
+        return pd.DataFrame(self.score.checks)
 
     def plot(self):
         """Accuracy per check, beside the accuracy of the classifier it was found on (``go.Figure``)."""
         from probe_core.figures import accuracy_bars
 
-        checks = self.score["checks"]
+        checks = self.score.checks
         return accuracy_bars([check["name"] for check in checks], [check["accuracy"] for check in checks],
-                             f"suite {self.score['suite']} on {self.score['classifier']}",
+                             f"suite {self.score.suite} on {self.score.classifier}",
                              [check["found_on_accuracy"] for check in checks], "found on")
 
     def summary(self) -> str:
         verdict = "holds" if not self.regressions else f"{len(self.regressions)} check(s) regress"
-        return f"suite {self.score['suite']} on {self.score['classifier']}: {len(self.score['checks'])} checks, {verdict}"
+        return f"suite {self.score.suite} on {self.score.classifier}: {len(self.score.checks)} checks, {verdict}"
 
     def __repr__(self) -> str:
         return f"SuiteScore({self.summary()!r})"

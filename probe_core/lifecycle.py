@@ -15,6 +15,7 @@ process can read it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -86,13 +87,45 @@ class JobContext:
             raise CancelledError(f"run {self.run_id} cancelled")
 
 
-JobFunction = Callable[[JobContext], "dict | None"]
+class RunResult(Protocol):
+    """A typed result a job returns (e.g. :class:`~probe_core.bayestrex.results.SamplingResult`); the run
+    stores ``to_record()`` and :func:`probe_core.runconfig.result_of` reads it back with ``from_record``."""
+
+    kind: ClassVar[str]
+
+    def to_record(self) -> dict:
+        ...
 
 
-def _finish(store: Store, run_id: int, outcome: BaseException | None, result: dict | None) -> None:
+class StoredResult:
+    """Base of the typed run results (frozen dataclasses): stored as their fields, JSON-ready, and read back
+    by field name (keys a record has that the type no longer knows are left out)."""
+
+    kind: ClassVar[str]
+
+    @classmethod
+    def from_record(cls, record: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in record.items() if key in names})
+
+    def to_record(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+JobFunction = Callable[[JobContext], "RunResult | dict | None"]
+
+
+def stored_result(result: "RunResult | dict | None") -> dict:
+    """What the runs table holds of a job's result: a typed result's record, or the dict itself."""
+    if result is None:
+        return {}
+    return result.to_record() if hasattr(result, "to_record") else result
+
+
+def _finish(store: Store, run_id: int, outcome: BaseException | None, result: "RunResult | dict | None") -> None:
     """The one place a run's final status is decided from how its job ended."""
     if outcome is None:
-        store.finish_run(run_id, "done", result=result or {})
+        store.finish_run(run_id, "done", result=stored_result(result))
     elif isinstance(outcome, (CancelledError, KeyboardInterrupt)):
         store.finish_run(run_id, "cancelled")
     elif isinstance(outcome, ProbeError):
@@ -102,7 +135,7 @@ def _finish(store: Store, run_id: int, outcome: BaseException | None, result: di
 
 
 def execute_run(store: Store, run_id: int, fn: JobFunction,
-                listener: Callable[[float | None, str | None], None] | None = None) -> dict:
+                listener: Callable[[float | None, str | None], None] | None = None) -> "RunResult | dict":
     """Run a recorded job in this thread: running, progress through the store, then its final status.
 
     Never raises for a job's own failure (the run records it); used by worker processes and threads.
@@ -129,10 +162,11 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
 
 
 def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
-               listener: Callable[[float | None, str | None], None] | None = None) -> tuple[int, dict]:
+               listener: Callable[[float | None, str | None], None] | None = None
+               ) -> "tuple[int, RunResult | dict]":
     """Run a job in the calling thread (the CLI's way), recorded like a background run.
 
-    Returns ``(run_id, result)``; ``listener`` sees every progress report.
+    Returns ``(run_id, result)``, the result as the job returned it (typed where the run kind has a type); ``listener`` sees every progress report.
     Failures, cancellation and Ctrl-C finish the run accordingly (anything it
     already stored is kept) and are raised again.
     """

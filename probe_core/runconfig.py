@@ -7,7 +7,7 @@ Every run kind has a frozen request dataclass with its kind and its job builder:
 :func:`probe_core.lifecycle.run_now` or :func:`probe_core.lifecycle.submit`.
 
 :func:`config_of` reads a stored run's request back as its dataclass, so pickers filter on typed
-fields instead of slicing strings.
+fields instead of slicing strings; :func:`result_of` reads a run's result back as its typed result.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from probe_core.bayestrex.latent_map import LatentMapRequest
+from probe_core.bayestrex.results import COMPARE, ComparisonResult, LatentMapResult, SamplingResult
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse.steps import (
     CorrectSettings,
@@ -23,10 +25,12 @@ from probe_core.defuse.steps import (
     EmbeddingSettings,
     IdentifySettings,
 )
+from probe_core.defuse.results import CorrectionResult, DistillationResult, EmbeddingResult, IdentificationResult
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import submit
+from probe_core.models.jobs import TrainingResult
 from probe_core.requests import SampleRequest
-from probe_core.suites import ScoreRequest
+from probe_core.suites import ScoreRequest, ScoreResult
 from probe_core.targets import DEFAULT_SIGMA
 
 
@@ -34,7 +38,7 @@ from probe_core.targets import DEFAULT_SIGMA
 class CompareConfig:
     """High-confidence samples of every class for two classifiers on one generator (paper Table 3)."""
 
-    kind: ClassVar[str] = "compare"
+    kind: ClassVar[str] = COMPARE
     builder: ClassVar[str] = "probe_core.bayestrex.jobs:compare_job"
 
     dataset: str
@@ -64,7 +68,7 @@ class TrainConfig:
     fields are the same training, so a second tab asking for it joins the first.
     """
 
-    kind: ClassVar[str] = "train"
+    kind: ClassVar[str] = TrainingResult.kind
     builder: ClassVar[str] = "probe_core.models.jobs:training_job"
 
     dataset: str
@@ -78,7 +82,7 @@ class TrainConfig:
 
 RUN_CONFIGS: dict[str, type] = {config.kind: config for config in (
     SampleRequest, CompareConfig, TrainConfig, IdentifySettings, DistillSettings, CorrectSettings, EmbeddingSettings,
-    ScoreRequest)}
+    ScoreRequest, LatentMapRequest)}
 
 
 def config_of(run):
@@ -95,6 +99,24 @@ def config_of(run):
     try:
         return config_type(**values)
     except (TypeError, ProbeError):
+        return None
+
+
+RESULT_TYPES: dict[str, type] = {result.kind: result for result in (
+    SamplingResult, ComparisonResult, LatentMapResult, IdentificationResult, DistillationResult, CorrectionResult,
+    EmbeddingResult, TrainingResult, ScoreResult)}
+
+
+def result_of(run):
+    """A finished run's result as its typed result (:class:`~probe_core.lifecycle.RunResult`), read back from
+    the store; None while it has none, for kinds whose results are plain records (``run.result``), and for
+    a result stored by an older version that no longer fits."""
+    result_type = RESULT_TYPES.get(run.kind)
+    if result_type is None or not run.result:
+        return None
+    try:
+        return result_type.from_record(run.result)
+    except TypeError:  # stored by an older version, without a field this one needs
         return None
 
 

@@ -23,7 +23,7 @@ so every check has that column to compare with. :func:`regressions` turns a scor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -34,7 +34,7 @@ from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction, run_now, submit
+from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_now, submit
 from probe_core.reports import suite_html_report
 
 REGION = "defuse-region"
@@ -113,18 +113,37 @@ def load_classifier(registry, suite: dict, reference: str, device: str = "cpu"):
     return classifier
 
 
-def score_suite(registry, store, suite_name: str, classifier_ref: str, device: str = "cpu",
-                checks: list[dict] | None = None) -> dict:
-    """Score a classifier on every check of a suite and store the scores.
+@dataclass(frozen=True)
+class ScoreResult(StoredResult):
+    """A classifier's scores on a suite's checks (each also stored with the suite's version).
 
-    Returns
-    -------
-    dict
-        ``suite``, ``dataset``, ``version``, ``classifier`` (its id) and ``checks``: per check
-        ``id``, ``name``, ``kind``, ``found_on``, ``count``, ``accuracy``, ``confidence``,
-        ``wrong_confidence`` and ``found_on_accuracy`` (the check's own classifier); ``skipped``:
-        the checks about other classes than the classifier's (``id``, ``name``, ``classes``).
+    Attributes
+    ----------
+    suite, dataset : str
+    version : int
+        The suite's version scored.
+    classifier : str
+        The classifier's stored id.
+    checks : list of dict
+        Per check: ``id``, ``name``, ``kind``, ``found_on``, ``count``, ``accuracy``, ``confidence``,
+        ``wrong_confidence`` and ``found_on_accuracy`` (the check's own classifier's).
+    skipped : list of dict
+        The checks about other classes than the classifier's (``id``, ``name``, ``classes``).
     """
+
+    kind: ClassVar[str] = SCORE_KIND
+
+    suite: str
+    dataset: str
+    version: int
+    classifier: str
+    checks: list[dict]
+    skipped: list[dict] = field(default_factory=list)
+
+
+def score_suite(registry, store, suite_name: str, classifier_ref: str, device: str = "cpu",
+                checks: list[dict] | None = None) -> ScoreResult:
+    """Score a classifier on every check of a suite and store the scores."""
     suite = require_suite(store, suite_name)
     checks = store.get_suite_checks(suite_name) if checks is None else checks
     if not checks:
@@ -149,27 +168,32 @@ def score_suite(registry, store, suite_name: str, classifier_ref: str, device: s
                      "count": score.count, "accuracy": score.accuracy, "confidence": score.confidence,
                      "wrong_confidence": score.wrong_confidence,
                      "found_on_accuracy": None if own is None else own["accuracy"]})
-    return {"suite": suite_name, "dataset": suite["dataset"], "version": suite["version"], "classifier": classifier.id,
-            "checks": rows, "skipped": skipped}
+    return ScoreResult(suite_name, suite["dataset"], suite["version"], classifier.id, rows, skipped)
 
 
-def regressions(score: dict, min_accuracy: float = DEFAULT_MIN_ACCURACY, baseline: dict | None = None,
+def check_min_accuracy(min_accuracy: float) -> float:
+    """The gate's threshold, refused unless a fraction in [0, 1] (before any work)."""
+    if not 0.0 <= min_accuracy <= 1.0:
+        raise ProbeError(f"--min-accuracy is a fraction in [0, 1], got {min_accuracy}")
+    return min_accuracy
+
+
+def regressions(score: ScoreResult, min_accuracy: float = DEFAULT_MIN_ACCURACY, baseline: ScoreResult | None = None,
                 max_drop: float = 0.0) -> list[dict]:
     """The checks a scored classifier fails: accuracy below ``min_accuracy``, or (with ``baseline``,
     another classifier's score of the same suite) more than ``max_drop`` below the baseline's.
 
     Returns one ``{"id", "name", "accuracy", "reason"}`` per failed check.
     """
-    if not 0.0 <= min_accuracy <= 1.0:
-        raise ProbeError(f"--min-accuracy is a fraction in [0, 1], got {min_accuracy}")
-    before = {row["id"]: row["accuracy"] for row in (baseline or {}).get("checks", [])}
+    check_min_accuracy(min_accuracy)
+    before = {row["id"]: row["accuracy"] for row in (baseline.checks if baseline is not None else [])}
     failed = []
-    for row in score["checks"]:
+    for row in score.checks:
         reasons = []
         if row["accuracy"] < min_accuracy:
             reasons.append(f"accuracy {row['accuracy'] * 100:.0f} % < {min_accuracy * 100:.0f} %")
         if row["id"] in before and row["accuracy"] < before[row["id"]] - max_drop:
-            reasons.append(f"{(before[row['id']] - row['accuracy']) * 100:.0f} points below {baseline['classifier']}")
+            reasons.append(f"{(before[row['id']] - row['accuracy']) * 100:.0f} points below {baseline.classifier}")
         if reasons:
             failed.append({"id": row["id"], "name": row["name"], "accuracy": row["accuracy"],
                            "reason": "; ".join(reasons)})
@@ -218,14 +242,14 @@ def score_request(registry, suite: str, classifier: str) -> ScoreRequest:
 def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> JobFunction:
     """:func:`score_suite` as a background job (the page's "Score" button)."""
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> ScoreResult:
         context.report(0.05, f"scoring {classifier} on {suite}", force=True)
         return score_suite(registry, context.store, suite, classifier, device)
 
     return run
 
 
-def score_now(registry, suite: str, classifier: str, device: str = "cpu") -> dict:
+def score_now(registry, suite: str, classifier: str, device: str = "cpu") -> ScoreResult:
     """Score a classifier on a suite in this process, recorded as a run like the page's; returns
     :func:`score_suite`'s result (``probe suite score`` and :func:`probe_core.api.suite`)."""
     registry = registry.remembering()  # checked and scored on one load

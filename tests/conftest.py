@@ -148,6 +148,6 @@ def regression_suite(trained_workspace, flawed_run):
     for index in np.argsort(-probs.max(1))[:5]:  # "a person" labels the five clearest samples with what they show
         store.set_label("fixture-person", sample_id=samples[index]["id"], label=str(int(probs[index].argmax())))
     finding = suites.add_finding_checks(registry, store, "digits-regressions", run_id)[0]
-    suites.score_suite(registry, store, "digits-regressions", corrected["corrected_model"])
-    return {"suite": "digits-regressions", "original": original, "corrected": corrected["corrected_model"],
+    suites.score_suite(registry, store, "digits-regressions", corrected.corrected_model)
+    return {"suite": "digits-regressions", "original": original, "corrected": corrected.corrected_model,
             "region": region, "finding": finding, "sample_run": run_id, "label_source": source}

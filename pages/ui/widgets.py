@@ -116,9 +116,9 @@ def run_progress(run, cancel_key: str) -> None:
         st.warning(f"Run {run.id} was interrupted (the process running it stopped); what it stored is kept.")
 
 
-def shards_not_done(result: dict | None) -> None:
-    """A warning naming the shards of a sharded run that gave no result (failed after their retry, or lost)."""
-    missing = (result or {}).get("not_done") or []
+def shards_not_done(missing: list[dict] | None) -> None:
+    """A warning naming the shards of a sharded run that gave no result (failed after their retry, or lost):
+    its result's ``not_done`` entries (``covers``, ``error``)."""
     if missing:
         st.warning(f"{len(missing)} shard(s) of this run were not done, so their part is missing: " + "; ".join(
             f"{entry['covers']} ({entry['error']})" for entry in missing))

@@ -10,7 +10,7 @@ from probe_core.accounts import Permission
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
-from probe_core.runconfig import CompareConfig
+from probe_core.runconfig import CompareConfig, result_of
 
 ws = _ui.workspace()
 st.title("Compare classifiers")
@@ -54,10 +54,11 @@ if start:
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))
 run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True, dataset=dataset.name,
-                   describe=lambda r: f"run {r.id} · {' vs '.join(r.result['classifiers'])}")
+                   describe=lambda r: f"run {r.id} · {' vs '.join(result_of(r).classifiers)}")
 if run is None:
     st.stop()
-names = run.result["class_names"]
+compared = result_of(run)
+names = compared.class_names
 annotator = _ui.annotator_name()
 shown_class = st.selectbox("Class", names, key="compare_class")
 to_label = [s for s in recipes.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
@@ -71,7 +72,7 @@ def save(sample_id: int, key: str) -> None:
         sample_queries.label_sample(ws.store, annotator, sample_id, value)
 
 
-for side, classifier_id in enumerate(run.result["classifiers"]):
+for side, classifier_id in enumerate(compared.classifiers):
     rows = [s for s in to_label if s["target_index"] // len(names) == side]
     st.markdown(f"**{'AB'[side]}: `{classifier_id}`** is ≥ 90 % sure these are **{shown_class}**"
                 + ("" if rows else " — no confident samples were found"))

@@ -9,6 +9,8 @@ import torch
 from pages import ui as _ui
 from probe_core import history
 from probe_core.errors import ProbeError
+from probe_core.defuse.results import EMBEDDING
+from probe_core.runconfig import result_of
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
@@ -57,7 +59,7 @@ if start:
         st.session_state["defuse_identify_run"] = run_id
 
 
-_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, queries.EMBEDDING), reset=("defuse_distill_pick",))
+_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, EMBEDDING), reset=("defuse_distill_pick",))
 
 
 distill_run = _ui.pick_distill_run("defuse_distill_pick")
@@ -70,16 +72,21 @@ if distill_run is None:
         st.info("No distilled failures yet: press **Find failures** (digits: about a minute).")
     st.stop()
 
-summary = distill_run.result
+summary = result_of(distill_run)
+if summary is None:
+    st.info(f"Distillation run {distill_run.id} was stored by an older version of Model Probe: find failures again.")
+    st.stop()
 identify_run = queries.identify_run_of(ws.store, distill_run)
-if identify_run is not None and (identify_run.result or {}).get("generator_weak"):
-    st.warning(f"Found with a weak VAE: {identify_run.result['generator_warning']}")
-_ui.shards_not_done(identify_run.result if identify_run is not None else None)
+identified = result_of(identify_run) if identify_run is not None else None
+if identified is not None:
+    if identified.generator_weak:
+        st.warning(f"Found with a weak VAE: {identified.generator_warning}")
+    _ui.shards_not_done(identified.not_done)
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Failures", f"{summary['failures']:,}")
-m2.metric("Clusters kept", summary["clusters"])
-m3.metric("In kept clusters", f"{summary['failures_in_kept_clusters']:,}")
-m4.metric("Distillation", f"{summary['seconds']:.0f} s")
+m1.metric("Failures", f"{summary.failures:,}")
+m2.metric("Clusters kept", summary.clusters)
+m3.metric("In kept clusters", f"{summary.failures_in_kept_clusters:,}")
+m4.metric("Distillation", f"{summary.seconds:.0f} s")
 
 dataset_of_run, classifier_of_run, vae_of_run = queries.load_run_models(ws.registry, ws.store, distill_run.id,
                                                                          _ui.device())
@@ -87,7 +94,7 @@ dataset_of_run, classifier_of_run, vae_of_run = queries.load_run_models(ws.regis
 st.subheader("Failure map (UMAP of latent codes)")
 cached = queries.stored_embedding(ws.store, distill_run.id)
 if cached is None:
-    busy = bool(history.in_flight(ws.store, (queries.EMBEDDING,),
+    busy = bool(history.in_flight(ws.store, (EMBEDDING,),
                                   lambda r: r.config.get("distill_run") == distill_run.id))
     if busy:
         st.info("The map is being computed in the background…")

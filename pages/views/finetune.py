@@ -11,6 +11,7 @@ from probe_core.defuse import correction
 from probe_core.defuse import queries
 from probe_core.defuse import steps
 from probe_core.errors import ProbeError
+from probe_core.runconfig import result_of
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -78,28 +79,30 @@ if last is not None and last.status == "failed":
 if not finished:
     st.stop()
 run = finished[0]
-result = run.result
-missing = {phase: lambdas for phase, lambdas in (result.get("lambdas_not_done") or {}).items() if lambdas}
+result = result_of(run)
+if result is None:
+    st.info(f"Finetuning run {run.id} was stored by an older version of Model Probe: run it again to see it here.")
+    st.stop()
+missing = {phase: lambdas for phase, lambdas in result.lambdas_not_done.items() if lambdas}
 if missing:
     st.warning("Some λ of the sweep were not done (their shard failed after a retry): " + "; ".join(
         f"{phase}: " + ", ".join(f"{lam:g}" for lam in lambdas) for phase, lambdas in missing.items()))
-st.subheader(f"Results (run {run.id}, labels: {result['source']}, {len(result['regions'])} failure regions)")
+st.subheader(f"Results (run {run.id}, labels: {result.source}, {len(result.regions)} failure regions)")
 rows = []
 baseline_title = {"labelled-images": "baseline: labelled individual failures",
                   "cluster-labels": "baseline: failures with their region's label"}[
-    result["results"]["baseline"].get("kind", "cluster-labels")]
+    result.results["baseline"].get("kind", "cluster-labels")]
 for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", baseline_title)):
-    entry = result["results"][key]
+    entry = result.results[key]
     rows.append({"classifier": title, "test accuracy": entry["test_accuracy"],
                  "failure-region accuracy": entry["failure_accuracy"],
                  "λ": entry.get("lambda")})
 percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, format="percent")
            for k in ("test accuracy", "failure-region accuracy")}
 st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
-if "selection" in result:
-    st.caption(f"Selected: {result['selection']['description']}. Baseline: "
-               f"{result['results']['baseline']['description']}.")
-before, after = result["results"]["before"], result["results"]["defuse"]
+st.caption(f"Selected: {result.selection['description']}. Baseline: "
+           f"{result.results['baseline']['description']}.")
+before, after = result.results["before"], result.results["defuse"]
 test_drop = before["test_accuracy"] - after["test_accuracy"]
 allowed = st.number_input("Warn when test accuracy falls by more than (points)", 0.0, 100.0, 1.0, 0.5,
                           key="finetune_allowed_drop")
@@ -111,11 +114,11 @@ if test_drop * 100 > allowed:
     st.warning(f"The corrected classifier costs {test_drop * 100:.1f} points of test accuracy (more than the "
                f"{allowed:g} you allow): look at the trade-off below before using it.")
 
-figure = figures.tradeoff_figure(result["sweep"], result["baseline_sweep"])
+figure = figures.tradeoff_figure(result.sweep, result.baseline_sweep)
 event = st.plotly_chart(figure, key="finetune_tradeoff", on_select="rerun", selection_mode="points")
 
 # Another point of the trade-off: click it on the chart (or pick it), then finetune at that λ alone.
-swept = [s["lambda"] for s in result["sweep"]]
+swept = [s["lambda"] for s in result.sweep]
 clicked = [p.get("x") for p in (event.selection.points if event and hasattr(event, "selection") else [])]
 if clicked and clicked[0] in swept and st.session_state.get("finetune_clicked") != clicked[0]:
     st.session_state["finetune_clicked"] = clicked[0]
@@ -123,19 +126,19 @@ if clicked and clicked[0] in swept and st.session_state.get("finetune_clicked") 
 o1, o2 = st.columns([2, 1])
 other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lambda",
                      format_func=lambda v: next(f"λ = {v:g}: test {s['test_accuracy'] * 100:.1f} %, failure regions "
-                                                f"{s['failure_accuracy'] * 100:.1f} %" for s in result["sweep"]
+                                                f"{s['failure_accuracy'] * 100:.1f} %" for s in result.sweep
                                                 if s["lambda"] == v))
 if o2.button("Finetune at this λ", key="finetune_other_start"):
     steps.submit_step(manager, ws.registry, steps.CorrectSettings(
-        distill_run=distill_run.id, source=result["source"], lambdas=(float(other),),
+        distill_run=distill_run.id, source=result.source, lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),
         selection=run.config.get("selection", "data-and-failures")),
         _ui.device())
     st.rerun()
 
-corrected = result["corrected_model"]
-st.write(f"Corrected classifier: `{corrected}` (original `{result['original_model']}` kept).")
+corrected = result.corrected_model
+st.write(f"Corrected classifier: `{corrected}` (original `{result.original_model}` kept).")
 if _ui.model_ref("classifier") == corrected:
     st.success("The corrected classifier is the session classifier (kept in the page address, so a reload keeps it).")
 elif st.button("Use the corrected classifier in this session", key="finetune_promote"):
@@ -157,7 +160,7 @@ else:
         st.session_state["suite_name"] = suite_name
         scored = suites.scored_classifiers(ws.store, suite_name)
         try:
-            for classifier_id in (result["original_model"], corrected):
+            for classifier_id in (result.original_model, corrected):
                 if classifier_id == corrected or classifier_id not in scored:
                     suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
         except ProbeError as exc:  # e.g. a plugin classifier whose file has gone

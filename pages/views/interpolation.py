@@ -9,7 +9,7 @@ from pages import ui as _ui
 from probe_core import history
 from probe_core.bayestrex import best_samples
 from probe_core.bayestrex import queries as sample_queries
-from probe_core.runconfig import config_of
+from probe_core.runconfig import config_of, result_of
 
 ws = _ui.workspace()
 st.title("Interpolation")
@@ -53,6 +53,7 @@ by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Path run", list(by_id), key="path_run",
                          format_func=lambda i: f"run {i} · {by_id[i].config['target']}")]
 source_text, destination_text, count = config_of(run).path
+result = result_of(run)
 first, second = int(source_text), int(destination_text)
 stored = sample_queries.samples(ws.store, run.id)
 strip, achieved_a, achieved_b, hit_rates = [], [], [], []
@@ -65,7 +66,7 @@ for index in range(count):
     pool = hits or rows
     achieved_a.append(float(np.mean([s["confidences"][first] for s in pool])) if pool else np.nan)
     achieved_b.append(float(np.mean([s["confidences"][second] for s in pool])) if pool else np.nan)
-    hit_rates.append(run.result["targets"][index]["hit_rate"])
+    hit_rates.append(result.targets[index]["hit_rate"])
 t = np.linspace(0, 1, count)
 st.caption(f"Best sample per step (a hit where there is one), from p({names[first]}) = 1 to p({names[second]}) = 1")
 _ui.show_picture(torch.tensor(np.stack(strip)), columns=count)

@@ -8,7 +8,7 @@ from pages import ui as _ui
 from probe_core import figures, history
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
-from probe_core.runconfig import config_of
+from probe_core.runconfig import config_of, result_of
 from probe_core.targets import MATRIX_SPEC
 
 ws = _ui.workspace()
@@ -52,17 +52,18 @@ by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Matrix run", list(by_id), key="matrix_run",
                          format_func=lambda i: f"run {i} · {config_of(by_id[i]).chains} chains/pair")]
 
-_ui.shards_not_done(run.result)
+result = result_of(run)
+_ui.shards_not_done(result.not_done)
 stored = sample_queries.samples(ws.store, run.id)
 best = {index: sample["image"] for index, sample in best_hit_per_target(stored).items()}
 representatives = []
 for c in range(K):  # a test image of each class for the edges (grey where the data set has none)
     members = (dataset.test_labels == c).nonzero()
     representatives.append(dataset.test_images[members[0, 0]].numpy() if len(members) else None)
-cells = figures.matrix_cells(names, run.result["targets"], best)
+cells = figures.matrix_cells(names, result.targets, best)
 pairs = [(first, second) for first, second, _, _ in cells]
 figure = figures.matrix_figure(representatives, cells)
-reached = sum(not t["failed"] for t in run.result["targets"])
+reached = result.reached
 st.caption(f"{reached} of {len(pairs)} pairs reached · edges: a test image of each class · click a cell to open it")
 event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="matrix_chart")
 points = event.selection.points if event and hasattr(event, "selection") else []
@@ -73,7 +74,7 @@ if clicked and clicked[0] is not None and st.session_state.get("matrix_clicked")
     st.session_state["matrix_clicked"] = clicked[0]
     st.session_state["matrix_pair"] = clicked[0] // 2
 picked = st.selectbox("Pair", range(len(pairs)), format_func=lambda i: pair_names[i], key="matrix_pair")
-entry = run.result["targets"][picked]
+entry = result.targets[picked]
 pair_samples = [s for s in stored if s["target_index"] == entry.get("target_index", picked)]
 shown = best_samples(pair_samples, misses_limit=10)
 keep_every = config_of(run).keep_every

@@ -23,7 +23,7 @@ from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
-from probe_core.runconfig import submit_training
+from probe_core.runconfig import result_of, submit_training
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import describe_spec, first_target_classes
 
@@ -209,17 +209,17 @@ def live_view(run_id: int) -> None:
 st.subheader(f"Run {run.id}: {run.config.get('target', run.config.get('recipe', ''))}")
 live_view(run.id)
 
-if run.status != "done" or not run.result:
+result = result_of(run) if run.status == "done" else None
+if result is None:
     st.stop()
 
-result = run.result
-_ui.shards_not_done(result)
-if result.get("cancelled"):
+_ui.shards_not_done(result.not_done)
+if result.cancelled:
     st.warning("This run was stopped early; the summary covers what it kept.")
-if result.get("generator_weak"):
-    st.warning(f"Made with a weak generator: {result['model_checks']['generator_warning']}")
+if result.generator_weak:
+    st.warning(f"Made with a weak generator: {result.generator_warning}")
 st.subheader("Summary (paper Table 2, with the test-set baseline)")
-st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
+st.dataframe(pd.DataFrame(summary_rows(result.targets)), hide_index=True,
              column_config={"hit rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0,
                                                                         format="percent"),
                             "ESS": st.column_config.NumberColumn("ESS", format="%.0f", help="minimum over latent dims"),
@@ -228,24 +228,25 @@ st.dataframe(pd.DataFrame(summary_rows(result)), hide_index=True,
                             "status": st.column_config.TextColumn("status", width="medium"),
                             "target": st.column_config.TextColumn("target", width="medium")})
 st.caption("'test set' counts test images that meet the same constraint (paper Sec. 4.10), next to the hit rate.")
-if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
+if any(not mixing_ok(entry["summary"]) for entry in result.targets):
     st.warning(POOR_MIXING_NOTE[0].upper() + POOR_MIXING_NOTE[1:])
 
 stored = sample_queries.samples(ws.store, run.id)
 if not stored:
     st.info("No samples were stored for this run.")
     st.stop()
-descriptions = [t["description"] for t in result["targets"]]
+descriptions = [t["description"] for t in result.targets]
 chosen = st.selectbox("Target", range(len(descriptions)), format_func=lambda i: descriptions[i], key="probe_target_pick")
 rows = [s for s in stored if s["target_index"] == chosen]
 hits = [s for s in rows if s["hit"]]
-achieved = result["targets"][chosen]["summary"]["achieved"]
+picked_target = result.targets[chosen]
+achieved = picked_target["summary"]["achieved"]
 violin = figures.achieved_violin(np.array([s["confidences"] for s in rows]), names, list(achieved))
 left, right = st.columns([3, 2])
 left.plotly_chart(violin, key="probe_violin")
-baseline = result["targets"][chosen].get("test_set_baseline")
+baseline = picked_target.get("test_set_baseline")
 if baseline:
-    right.metric("Sampler hit rate", f"{result['targets'][chosen]['hit_rate'] * 100:.0f} %")
+    right.metric("Sampler hit rate", f"{picked_target['hit_rate'] * 100:.0f} %")
     right.metric("Test images meeting the target", f"{baseline['meeting_target']} / {baseline['test_images']}")
     if baseline["indices"]:
         right.caption("Some of them:")
@@ -254,7 +255,7 @@ if baseline:
 mistakes = (baseline or {}).get("confident_mistakes")
 annotator = None  # the name box is shown once, in the first box below that needs it
 if mistakes and mistakes["count"]:
-    [target_class] = first_target_classes(result["targets"][chosen]["spec"], names)
+    [target_class] = first_target_classes(picked_target["spec"], names)
     with st.expander(f"The misclassification test-set baseline: {mistakes['count']} test images the classifier "
                      f"calls {target_class} with ≥ {mistakes['threshold']:.0%} confidence are labelled otherwise "
                      f"(paper Sec. 4.10). Mislabel or misclassification?"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
+from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
@@ -17,7 +18,7 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
                 **sample_kwargs):
     """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background)."""
 
-    def run(context) -> dict:
+    def run(context) -> ComparisonResult:
         models = registry.announcing(training_announcer(context))
         data = load_dataset(dataset, models.data_dir)
         gen = models.get_or_train_reference(generator or "default", "generator", dataset, device=device)
@@ -38,9 +39,8 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
                             samples=samples, store=context.store, run_id=context.run_id, keep_every=keep_every,
                             target_index_offset=side * len(names), progress=on_progress, **sample_kwargs)
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
-        return {"sides": summaries, "class_names": list(names), "classifiers": [s.id for s in sides],
-                "generator": gen.id, "generator_weak": checks[0][1].weak,
-                "model_checks": check_record(*checks[0])}
+        return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
+                                check_record(*checks[0]))
 
     return run
 
@@ -114,13 +114,13 @@ def sampling_job(registry, device: str = "cpu", **request_fields):
     """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` (its stored fields) as a background
     job that streams samples and a :class:`LiveTrace` to its run.
 
-    The result is the sample result without the per-sample records (they are in the
-    store), so it stays small enough for the runs table.
+    Returns a :class:`~probe_core.bayestrex.results.SamplingResult`; the run stores it without the
+    per-sample records (they are in the store), so it stays small enough for the runs table.
     """
     request = SampleRequest(**{key: tuple(value) if isinstance(value, list) else value
                                for key, value in request_fields.items()})
 
-    def run(context) -> dict:
+    def run(context) -> SamplingResult:
         context.report(0.0, "loading models and starting chains", force=True)
         prepared = prepare_sample(registry.announcing(training_announcer(context)), request, device,
                                   suggest_generator=False)
@@ -145,11 +145,9 @@ def sampling_job(registry, device: str = "cpu", **request_fields):
 
         result = probe_target(prepared, store=context.store, run_id=context.run_id, progress=on_progress,
                               should_stop=lambda: stop["requested"], shard_progress=on_shards)
-        for entry in result["targets"]:
-            entry.pop("samples", None)
         # written directly: after a stop request, context.report would raise instead of recording the summary
         context.store.update_run(context.run_id, 1.0, "stopped early; summary of what was kept"
-                                 if result["cancelled"] else "done", trace.details())
+                                 if result.cancelled else "done", trace.details())
         return result
 
     return run

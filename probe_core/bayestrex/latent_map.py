@@ -7,13 +7,16 @@ from a corner of the generator the prior rarely visits.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
+from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingResult
 from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction
+from probe_core.lifecycle import JobContext, JobFunction, submit
 
-LATENT_MAP = "latent-map"
 ARRAYS = "latent-map"
 
 
@@ -57,22 +60,32 @@ def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 200
     return result
 
 
-def latent_map_job(registry, run_id: int) -> JobFunction:
+@dataclass(frozen=True)
+class LatentMapRequest:
+    """Map a finished sampling run's hits among prior draws (cached with that run)."""
+
+    kind: ClassVar[str] = LATENT_MAP
+    builder: ClassVar[str] = "probe_core.bayestrex.latent_map:latent_map_job"
+
+    run: int
+
+    def job_arguments(self) -> dict:
+        return {"run_id": self.run}
+
+
+def latent_map_job(registry, run_id: int, device: str = "cpu") -> JobFunction:
     """:func:`latent_map` as a job (the UMAP fit takes seconds; its result is cached with the run)."""
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> LatentMapResult:
         context.report(0.05, "fitting UMAP", force=True)
-        return {"hits": len(latent_map(context.store, run_id)["hits_xy"]), "run": run_id}
+        return LatentMapResult(hits=len(latent_map(context.store, run_id)["hits_xy"]), run=run_id)
 
     return run
 
 
 def submit_latent_map(manager, registry, run_id: int) -> int:
     """Compute (and cache) a sampling run's latent map in the background; returns the job's run id."""
-    from probe_core.lifecycle import JobSpec
-
-    return manager.submit(LATENT_MAP, {"run": run_id},
-                          JobSpec(f"{__name__}:latent_map_job", {"run_id": run_id}, registry.data_dir))
+    return submit(manager, LatentMapRequest(run_id), registry.data_dir)
 
 
 def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:
@@ -100,10 +113,10 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
     from probe_core.reports import html_report
 
     run = store.get_run(run_id)
-    if run is None or not run.result or "targets" not in run.result:
+    if run is None or run.kind != SamplingResult.kind or not run.result:
         raise ProbeError(f"run {run_id} is not a finished sampling run")
-    result = run.result
-    descriptions = [t["description"] for t in result["targets"]]
+    result = SamplingResult.from_record(run.result)
+    descriptions = [t["description"] for t in result.targets]
     stored = store.get_samples(run_id)
     galleries = []
     for index in range(len(descriptions)) if target_index is None else [target_index]:
@@ -116,8 +129,8 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
     figures = [] if mapped is None else [(
         "Where the hits are among draws of the prior (UMAP of latent codes, Bayes-Probe Fig. 5)",
         latent_map_figure(mapped, descriptions))]
-    notes = POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result["targets"]) else ""
-    if result.get("generator_weak"):  # a result the tool cannot vouch for says so wherever it is shown
-        notes = f"Warning: {result['model_checks']['generator_warning']} {notes}".strip()
+    notes = POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result.targets) else ""
+    if result.generator_weak:  # a result the tool cannot vouch for says so wherever it is shown
+        notes = f"Warning: {result.generator_warning} {notes}".strip()
     return html_report(f"Bayes-TrEx run {run_id}: {run.config.get('target', run.config.get('recipe', ''))}",
-                       dict(run.config), summary_rows(result), galleries, notes=notes, figures=figures)
+                       dict(run.config), summary_rows(result.targets), galleries, notes=notes, figures=figures)

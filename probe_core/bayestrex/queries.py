@@ -30,4 +30,3 @@ def test_image_verdicts(store, dataset: str) -> dict[int, list[TestImageLabelRec
     for verdict in store.get_test_image_labels(dataset):
         verdicts.setdefault(verdict["test_index"], []).append(verdict)
     return verdicts
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
@@ -81,10 +82,11 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
                           warning)
 
 
-def probe_target(prepared: PreparedSample, **runtime) -> dict:
+def probe_target(prepared: PreparedSample, use_case: dict | None = None, **runtime) -> SamplingResult:
     """Sample a prepared request (:func:`prepare_sample`): any target spec (high confidence, ambiguous
     pair, ambiguity matrix, uniform, path).
 
+    ``use_case``: the paper's use case the request is (its plan's ``use_case``), named in the result.
     ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
     ``should_stop`` and ``shard_progress``.
     """
@@ -94,9 +96,10 @@ def probe_target(prepared: PreparedSample, **runtime) -> dict:
     baseline_data = data if names == tuple(data.class_names) else None
     result = sample(prepared.classifier.module, prepared.generator.module, request.targets, class_names=names,
                     dataset=baseline_data, **request.sampler_settings(), **runtime)
-    result.update(dataset=request.dataset, classifier=prepared.classifier.id, generator=prepared.generator.id,
-                  model_checks=prepared.checks, generator_weak=prepared.checks.get("generator_weak", False))
-    return result
+    return SamplingResult.from_record({
+        **result, "dataset": request.dataset, "classifier": prepared.classifier.id,
+        "generator": prepared.generator.id, "model_checks": prepared.checks,
+        "generator_weak": prepared.checks.get("generator_weak", False), "use_case": use_case})
 
 
 USE_CASES = {
@@ -215,7 +218,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
     return prepare_sample(registry, request, device, suggest_generator=False)
 
 
-def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> dict:
+def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> SamplingResult:
     """:func:`prepare_use_case`, then sample; the result names the use case (``use_case``).
 
     ``settings``: the sample request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`) and
@@ -225,14 +228,13 @@ def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> dict:
 
     prepared = prepare_use_case(registry, plan, dataset,
                                 **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
-    result = probe_target(prepared, **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
-    result["use_case"] = plan.use_case
-    return result
+    return probe_target(prepared, plan.use_case,
+                        **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
 
 
 def high_confidence_misclassification(registry, dataset: str, excluded_class: str | int,
                                       classifier: str | None = None, generator: str | None = None,
-                                      **sample_kwargs) -> dict:
+                                      **sample_kwargs) -> SamplingResult:
     """Generator trained without class c (a GAN by default, as in the paper), normal classifier, target
     high:c (paper Sec. 4.6).
 
@@ -245,7 +247,7 @@ def high_confidence_misclassification(registry, dataset: str, excluded_class: st
 
 
 def novel_class_extrapolation(registry, dataset: str, classifier_classes: tuple = (0, 1, 3, 6, 9),
-                              generator: str | None = None, **sample_kwargs) -> dict:
+                              generator: str | None = None, **sample_kwargs) -> SamplingResult:
     """Classifier trained on some classes, generator (a GAN by default) on the others; target high
     confidence in each classifier class (paper Sec. 4.7). Hits show how confidently the classifier
     labels classes it never saw."""
@@ -254,7 +256,7 @@ def novel_class_extrapolation(registry, dataset: str, classifier_classes: tuple 
     return run_use_case(registry, plan, dataset, **sample_kwargs)
 
 
-def always_ambiguous(registry, dataset: str, generator: str | None = None, **sample_kwargs) -> dict:
+def always_ambiguous(registry, dataset: str, generator: str | None = None, **sample_kwargs) -> SamplingResult:
     """The paper's control experiment (Sec. 4.4): a classifier trained to be ambiguous between y and
     y+1 on every image of y, a GAN on all classes, targets ambiguous:i,i+1 for every i. Sampling
     succeeds for all pairs when the classifier really is ambiguous on realistic images."""
@@ -311,16 +313,17 @@ def comparison_table(store, run_id: int, source: str = "human") -> dict:
     classifier was confident in. Samples without labels are left out.
     """
     run = store.get_run(run_id)
-    if run is None or run.kind != "compare":
+    if run is None or run.kind != ComparisonResult.kind:
         raise ProbeError(f"run {run_id} is not a classifier comparison")
-    names = run.result["class_names"] if run.result else None
-    if names is None:
+    if not run.result:
         raise ProbeError(f"run {run_id} has not finished")
+    compared = ComparisonResult.from_record(run.result)
+    names = compared.class_names
     k = len(names)
     table = {}
     samples = store.get_samples(run_id)
     labels_by_sample = store.sample_labels(run_id, source)
-    for side, classifier in enumerate(run.result["classifiers"]):
+    for side, classifier in enumerate(compared.classifiers):
         per_class = defaultdict(lambda: [0, 0])
         for s in samples:
             if s["target_index"] // k != side:

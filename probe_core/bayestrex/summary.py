@@ -163,8 +163,9 @@ def target_status(entry: dict) -> str:
     return status if mixing_ok(entry["summary"]) else f"{status} · poor mixing"
 
 
-def table2(result: dict) -> str:
-    """The per-target summary as a text table (paper Table 2 plus diagnostics).
+def table2(targets: list[dict]) -> str:
+    """The per-target summary of a sampling result (its ``targets``) as a text table (paper Table 2 plus
+    diagnostics).
 
     "test set" is how many test images meet the same constraint (paper Sec. 4.10), next to
     the sampler's hit rate.
@@ -172,7 +173,7 @@ def table2(result: dict) -> str:
     header = ["target", "achieved (mean ± sd)", "hit rate", "chains hit", "test set", "ESS", "R-hat", "accept", "div",
               "status"]
     rows = []
-    for entry in result["targets"]:
+    for entry in targets:
         s = entry["summary"]
         achieved = ", ".join(f"{name}: {v['mean']:.2f} ± {v['sd']:.2f}" for name, v in s["achieved"].items()
                              if not math.isnan(v["mean"]))
@@ -186,22 +187,22 @@ def table2(result: dict) -> str:
                      f"{s['ess_min']:.0f}", f"{s['rhat_max']:.2f}", f"{s['acceptance']:.2f}", str(s["divergences"]),
                      status])
     lines = [format_table(rows, header)]
-    for entry in result["targets"]:
+    for entry in targets:
         mistakes = (entry.get("test_set_baseline") or {}).get("confident_mistakes")
         if mistakes and mistakes["count"]:
             lines.append(f"{entry['spec']}: {mistakes['count']} test images are called this class with at least "
                          f"{mistakes['threshold']:.0%} confidence but labelled otherwise (the misclassification "
                          f"test-set baseline): indices {', '.join(map(str, mistakes['indices'][:10]))}"
                          + (" ..." if mistakes["count"] > 10 else ""))
-    if any(not mixing_ok(entry["summary"]) for entry in result["targets"]):
+    if any(not mixing_ok(entry["summary"]) for entry in targets):
         lines.append(POOR_MIXING_NOTE)
     return "\n".join(lines)
 
 
-def summary_rows(result: dict) -> list[dict]:
-    """One plain row per target of a :func:`sample` result (the dashboard's and the report's table)."""
+def summary_rows(targets: list[dict]) -> list[dict]:
+    """One plain row per target of a sampling result (its ``targets``; the dashboard's and the report's table)."""
     rows = []
-    for entry in result["targets"]:
+    for entry in targets:
         s = entry["summary"]
         baseline = entry.get("test_set_baseline")
         rows.append({

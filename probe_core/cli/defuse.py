@@ -19,7 +19,7 @@ from probe_core.export import npz_bytes, write_file
 from probe_core.scaleout import shard_count
 
 
-def _run_step(args, workspace, settings, description: str) -> tuple[int, dict]:
+def _run_step(args, workspace, settings, description: str) -> tuple:
     return steps.run_step(workspace.registry, workspace.store, settings, args.device, progress_bar=description)
 
 
@@ -45,14 +45,14 @@ def _identify_settings(args) -> steps.IdentifySettings:
         shards=shard_count(args.executor, args.shards))
 
 
-def _print_identify(run_id: int, result: dict, class_names: tuple[str, ...]) -> None:
-    by_class = ", ".join(f"{class_names[c]}: {n}" for c, n in enumerate(result["failures_by_prediction"]) if n)
-    print(f"{result['failures']} failures from {result['images_with_failures']} of {result['images']} training "
-          f"images in {result['seconds']:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
-    for entry in result.get("not_done", []):
+def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:
+    by_class = ", ".join(f"{class_names[c]}: {n}" for c, n in enumerate(result.failures_by_prediction) if n)
+    print(f"{result.failures} failures from {result.images_with_failures} of {result.images} training "
+          f"images in {result.seconds:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
+    for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}")
-    if result.get("generator_weak"):
-        print(f"warning: {result['generator_warning']}", file=sys.stderr)
+    if result.generator_weak:
+        print(f"warning: {result.generator_warning}", file=sys.stderr)
 
 
 def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], source: str, rho: float) -> None:
@@ -82,19 +82,18 @@ def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], s
               f"other clusters {shown(summary['other_clusters'])}, all {shown(summary['all'])}")
 
 
-def _print_results(result: dict) -> None:
-
+def _print_results(result) -> None:
+    """A :class:`~probe_core.defuse.results.CorrectionResult` as the before/after/baseline table."""
     rows = []
-    baseline_kind = result["results"]["baseline"].get("kind", "cluster-labels")
+    baseline_kind = result.results["baseline"].get("kind", "cluster-labels")
     for name, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", f"baseline ({baseline_kind})")):
-        entry = result["results"][name]
+        entry = result.results[name]
         chosen = f"λ={entry['lambda']:g}" if "lambda" in entry else ""
         rows.append([title, f"{entry['test_accuracy'] * 100:.1f}%", f"{entry['failure_accuracy'] * 100:.1f}%", chosen])
     print(format_table(rows, ["classifier", "test accuracy", "failure-region accuracy", "selected"]))
-    if "selection" in result:
-        print(f"selected: {result['selection']['description']}")
-    print(f"corrected classifier registered as {result['corrected_model']} (the original "
-          f"{result['original_model']} is kept); {len(result['regions'])} failure regions, {result['seconds']:.1f} s")
+    print(f"selected: {result.selection['description']}")
+    print(f"corrected classifier registered as {result.corrected_model} (the original "
+          f"{result.original_model} is kept); {len(result.regions)} failure regions, {result.seconds:.1f} s")
 
 
 def _identify(args) -> int:
@@ -118,7 +117,7 @@ def _distill(args) -> int:
 
     workspace = workspace_from_args(args)
     run_id, result = _run_step(args, workspace, _distill_settings(args, args.run), "distill")
-    print(f"{result['clusters']} clusters kept from {result['failures']} failures in {result['seconds']:.1f} s "
+    print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
           f"(run {run_id})")
     _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
                     label_tools.DEFAULT_RHO)
@@ -269,11 +268,11 @@ def _run_all(args) -> int:
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
     _print_identify(identify_run, result, class_names)
-    if result["failures"] < 2:
+    if result.failures < 2:
         raise ProbeError("identification found fewer than 2 failures, nothing to cluster (try more samples per "
                          "image or a larger --noise-scale)")
     distill_run, result = _run_step(args, workspace, _distill_settings(args, identify_run), "distill")
-    print(f"{result['clusters']} clusters kept from {result['failures']} failures in {result['seconds']:.1f} s "
+    print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
           f"(run {distill_run})")
     source = label_tools.HUMAN
     if args.auto_label:

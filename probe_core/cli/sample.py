@@ -24,7 +24,8 @@ from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGR
 def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: dict, run: Callable[..., dict]) -> int:
     """Shared by ``probe sample`` and ``probe recipe``: a stored run (the one lifecycle), a progress bar, the table.
 
-    ``run(store=, run_id=, progress=)`` does the sampling and returns the result dict.
+    ``run(store=, run_id=, progress=)`` does the sampling and returns its
+    :class:`~probe_core.bayestrex.results.SamplingResult`.
     """
     from tqdm import tqdm
 
@@ -32,7 +33,6 @@ def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: 
     from probe_core.lifecycle import run_inline
 
     bar = tqdm(total=iterations, desc="sampling", unit="it", file=sys.stderr)
-    full = {}
 
     def job(context) -> dict:
         def on_progress(p) -> None:
@@ -46,24 +46,20 @@ def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: 
             bar.set_postfix(shards=f"{p.done}/{p.total} done")
             context.report(p.fraction, f"{p.done}/{p.total} shards done")
 
-        full.update(run(store=context.store, run_id=context.run_id, progress=on_progress, shard_progress=on_shards),
-                    run_id=context.run_id)
-        summary = {k: v for k, v in full.items() if k != "targets"}
-        summary["targets"] = [{k: v for k, v in t.items() if k != "samples"} for t in full["targets"]]
-        return summary  # the samples themselves are in the store already
+        return run(store=context.store, run_id=context.run_id, progress=on_progress, shard_progress=on_shards)
 
     try:
-        run_id, _ = run_inline(workspace.store, "sample", config, job)
+        run_id, result = run_inline(workspace.store, "sample", config, job)
     finally:
         bar.close()
-    print(table2(full))
-    for entry in full.get("not_done", []):
+    print(table2(result.targets))
+    for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}", file=sys.stderr)
-    print(f"{sum(not t['failed'] for t in full['targets'])}/{len(full['targets'])} targets reached in "
-          f"{full['wall_seconds']:.1f} s; samples stored as run {run_id} in {workspace.root}")
+    print(f"{result.reached}/{len(result.targets)} targets reached in {result.wall_seconds:.1f} s; samples stored "
+          f"as run {run_id} in {workspace.root}")
     if args.out:
         with open(args.out, "w") as handle:
-            json.dump(full, handle, indent=1)
+            json.dump({**result.to_record(with_samples=True), "run_id": run_id}, handle, indent=1)
     if args.npz:
         write_file(args.npz, npz_bytes(**sample_arrays(workspace.store.get_samples(run_id))))
     return 0
@@ -160,7 +156,7 @@ def _recipe(args: argparse.Namespace) -> int:
     prepared = recipes.prepare_use_case(registry, plan, args.dataset, args.device, **_given_settings(args))
     request = prepared.request
     return _sampling_run(args, workspace, request.warmup + request.samples, record(request),
-                         lambda **runtime: {**recipes.probe_target(prepared, **runtime), "use_case": plan.use_case})
+                         lambda **runtime: recipes.probe_target(prepared, plan.use_case, **runtime))
 
 
 def _label(args: argparse.Namespace) -> int:

@@ -51,7 +51,7 @@ def _score(args: argparse.Namespace) -> int:
     from probe_core.export import write_file
 
     registry = workspace_from_args(args).registry
-    suites.regressions({"checks": []}, args.min_accuracy)  # a bad threshold is refused before any work
+    suites.check_min_accuracy(args.min_accuracy)  # a bad threshold is refused before any work
     baseline = suites.score_now(registry, args.suite, args.against, args.device) if args.against else None
     score = suites.score_now(registry, args.suite, args.classifier, args.device)
     failed = suites.regressions(score, args.min_accuracy, baseline, args.max_drop)
@@ -59,16 +59,16 @@ def _score(args: argparse.Namespace) -> int:
     rows = [[str(row["id"]), row["name"][:60], str(row["count"]), _percent(row["accuracy"]),
              _percent(row["found_on_accuracy"]), "–" if row["wrong_confidence"] is None
              else f"{row['wrong_confidence']:.2f}", "REGRESSED" if row["id"] in failed_ids else "ok"]
-            for row in score["checks"]]
-    print(f"{score['classifier']} on suite {args.suite} (version {score['version']}, {score['dataset']}):")
+            for row in score.checks]
+    print(f"{score.classifier} on suite {args.suite} (version {score.version}, {score.dataset}):")
     print(format_table(rows, ["check", "name", "images", "accuracy", "found on", "wrong-answer conf.", "status"]))
-    for check in score["skipped"]:
+    for check in score.skipped:
         print(f"skipped: check {check['id']} ({check['name']}) is about the classes {', '.join(check['classes'])}",
               file=sys.stderr)
     for failure in failed:
         print(f"regressed: check {failure['id']} ({failure['name']}): {failure['reason']}", file=sys.stderr)
     if args.out:
-        write_file(args.out, json.dumps({**score, "min_accuracy": args.min_accuracy, "against": args.against,
+        write_file(args.out, json.dumps({**score.to_record(), "min_accuracy": args.min_accuracy, "against": args.against,
                                          "max_drop": args.max_drop, "regressions": failed, "passed": not failed},
                                         indent=1).encode())
     return 1 if failed else 0

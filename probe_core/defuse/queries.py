@@ -22,13 +22,10 @@ from probe_core.defuse.labels import (
     agreement_summary,
     cluster_label_table,
 )
+from probe_core.defuse.results import CORRECT, DISTILL, IDENTIFY
 from probe_core.errors import ProbeError
 from probe_core.store import ClusterRecord
 
-IDENTIFY, DISTILL, CORRECT = "defuse-identify", "defuse-distill", "defuse-correct"
-
-
-EMBEDDING = "defuse-embedding"
 EMBEDDING_ARRAYS = "embedding"  # the distill run's arrays holding its failure map
 
 

@@ -43,10 +43,6 @@ from probe_core.defuse.labels import (
     cluster_label_table,
 )
 from probe_core.defuse.queries import (
-    CORRECT,
-    DISTILL,
-    EMBEDDING,
-    IDENTIFY,
     distill_tau,
     failures_of,
     labelled_failure_set,
@@ -54,6 +50,16 @@ from probe_core.defuse.queries import (
     load_run_models,
     require_run,
     run_models,
+)
+from probe_core.defuse.results import (
+    CORRECT,
+    DISTILL,
+    EMBEDDING,
+    IDENTIFY,
+    CorrectionResult,
+    DistillationResult,
+    EmbeddingResult,
+    IdentificationResult,
 )
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
@@ -214,7 +220,7 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
     """Identification as a job: failures are streamed into the run as each batch is done."""
     settings = _settings(IdentifySettings, settings)
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> IdentificationResult:
         started = time.perf_counter()
         store = context.store
         dataset = load_dataset(settings.dataset, registry.data_dir)
@@ -257,16 +263,12 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
 
 
 def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset, started: float,
-                     not_done: list[dict] | None = None) -> dict:
-    result = {
-        **ids, "images": len(images), "failures": len(found),
-        "images_with_failures": int(len(np.unique(found.source_index))),
-        "failures_by_prediction": np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-    if not_done:
-        result["not_done"] = not_done
-    return result
+                     not_done: list[dict] | None = None) -> IdentificationResult:
+    return IdentificationResult(
+        **ids, images=len(images), failures=len(found),
+        images_with_failures=int(len(np.unique(found.source_index))),
+        failures_by_prediction=np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
+        seconds=round(time.perf_counter() - started, 2), not_done=not_done or [])
 
 
 def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, labels: torch.Tensor, start: int,
@@ -326,7 +328,7 @@ def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> Job
     """Distillation as a job: clusters to the store with their description and review statistics."""
     settings = _settings(DistillSettings, settings)
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> DistillationResult:
         started = time.perf_counter()
         store = context.store
         require_run(store, settings.identify_run, IDENTIFY)
@@ -346,12 +348,11 @@ def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> Job
             for d in described
         ])
         store.put_arrays(context.run_id, "assignments", {"cluster_index": clusterer.labels_})
-        return {
-            **run_models(store, settings.identify_run), "identify_run": settings.identify_run,
-            "failures": len(failures), "clusters": len(described), "converged": clusterer.converged_,
-            "failures_in_kept_clusters": int((clusterer.labels_ >= 0).sum()),
-            "seconds": round(time.perf_counter() - started, 2), "tau": settings.tau,
-        }
+        return DistillationResult(
+            **run_models(store, settings.identify_run), identify_run=settings.identify_run,
+            failures=len(failures), clusters=len(described), converged=bool(clusterer.converged_),
+            failures_in_kept_clusters=int((clusterer.labels_ >= 0).sum()),
+            seconds=round(time.perf_counter() - started, 2), tau=settings.tau)
 
     return run
 
@@ -360,7 +361,7 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
     """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
     settings = _settings(CorrectSettings, settings)
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> CorrectionResult:
         started = time.perf_counter()
         store = context.store
         require_run(store, settings.distill_run, DISTILL)
@@ -407,19 +408,18 @@ def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> Job
         registry.register(defuse_model.net, record,
                           {"test_accuracy": after["test_accuracy"], "failure_accuracy": after["failure_accuracy"]},
                           corrected_id)
-        return {
-            "distill_run": settings.distill_run, "source": settings.source,
-            "regions": [{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
-            "results": {"before": before, "defuse": {**after, **selected},
-                        "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
-                                     "description": BASELINES[settings.baseline]}},
-            "selection": {"rule": settings.selection, "description": SELECTION_RULES[settings.selection]},
-            "sweep": sweep, "baseline_sweep": baseline_sweep, "baseline_failures": len(baseline_set),
-            "lambdas_not_done": {phase: sorted(set(settings.lambdas) - {entry["lambda"] for entry in entries})
-                                 for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
-            "corrected_model": corrected_id, "original_model": classifier.id,
-            "seconds": round(time.perf_counter() - started, 2),
-        }
+        return CorrectionResult(
+            distill_run=settings.distill_run, source=settings.source,
+            regions=[{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
+            results={"before": before, "defuse": {**after, **selected},
+                     "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
+                                  "description": BASELINES[settings.baseline]}},
+            selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection]},
+            sweep=sweep, baseline_sweep=baseline_sweep, baseline_failures=len(baseline_set),
+            lambdas_not_done={phase: sorted(set(settings.lambdas) - {entry["lambda"] for entry in entries})
+                              for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
+            corrected_model=corrected_id, original_model=classifier.id,
+            seconds=round(time.perf_counter() - started, 2))
 
     return run
 
@@ -468,9 +468,10 @@ def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageData
     return LabelledImages(images, torch.from_numpy(chosen["labels"]), torch.full((len(images),), -1))
 
 
-def run_step(registry, store, settings, device: str = "cpu", listener=None,
-             progress_bar: str | None = None) -> tuple[int, dict]:
-    """Run one step now in this thread (CLI, scripts): :func:`probe_core.lifecycle.run_now`.
+def run_step(registry, store, settings, device: str = "cpu", listener=None, progress_bar: str | None = None
+             ) -> tuple[int, IdentificationResult | DistillationResult | CorrectionResult]:
+    """Run one step now in this thread (CLI, scripts): :func:`probe_core.lifecycle.run_now`; returns the run id
+    and the step's typed result (:mod:`probe_core.defuse.results`).
 
     ``store`` must be ``registry.store``; ``listener(progress, message)`` sees every progress report, and a
     bar described ``progress_bar`` shows them.
@@ -520,9 +521,10 @@ def submit_embedding(manager, registry, distill_run: int) -> int:
 def embedding_job(registry, distill_run: int, device: str = "cpu") -> JobFunction:
     """:func:`embedding` as a job (its result is cached in the workspace)."""
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> EmbeddingResult:
         context.report(0.05, "fitting UMAP", force=True)
-        return {"points": len(embedding(registry, context.store, distill_run)["failure_xy"])}
+        return EmbeddingResult(points=len(embedding(registry, context.store, distill_run)["failure_xy"]),
+                               distill_run=distill_run)
 
     return run
 
@@ -543,16 +545,17 @@ def find_failures_job(registry, identify: IdentifySettings, distill: dict | None
     identify = _settings(IdentifySettings, identify)
     identify_fn = identify_job(registry, identify, device)
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> IdentificationResult:
         from probe_core.lifecycle import run_inline
 
         result = identify_fn(context)
-        if result["failures"] < 2:
-            return {**result, "distill_run": None}
+        if result.failures < 2:
+            return result
         settings = DistillSettings(identify_run=context.run_id, **(distill or {}))
         # identification is finished; the distillation run's progress is its own
-        context.store.update_run(context.run_id, 1.0, "identified; distilling", {**result, "distilling": True})
+        context.store.update_run(context.run_id, 1.0, "identified; distilling",
+                                 {**result.to_record(), "distilling": True})
         distill_run, _ = run_inline(context.store, DISTILL, record(settings), distill_job(registry, settings, device))
-        return {**result, "distill_run": distill_run}
+        return replace(result, distill_run=distill_run)
 
     return run

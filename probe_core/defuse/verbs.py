@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse.labels import HUMAN
+from probe_core.defuse.results import CorrectionResult
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import run_now
 
@@ -31,8 +32,8 @@ class IdentifyResult:
     failures : FailureSet
         ``latents`` (N, D), ``images`` (N, C, H, W) uint8, ``true_labels`` and ``predictions`` (N,),
         ``confidences`` (N, K), ``source_index`` (N,).
-    summary_ : dict
-        The run's stored result (counts, seconds, the models).
+    outcome : IdentificationResult
+        The run's result (counts, seconds, the models, the VAE's check).
     class_names : list of str
         The data set's K classes, in label order.
     """
@@ -40,7 +41,7 @@ class IdentifyResult:
     run_id: int
     request: object
     failures: object
-    summary_: dict = field(default_factory=dict)
+    outcome: object = None
     class_names: list = field(default_factory=list)
 
     def summary(self) -> str:
@@ -132,7 +133,8 @@ def _report(space, distill_run: int, source: str, correct_run: int | None = None
 
     names = run_class_names(space.store, distill_run, space.registry.data_dir)
     corrected = space.store.get_run(correct_run) if correct_run is not None else None
-    sweeps = {key: (corrected.result or {}).get(key, []) for key in ("sweep", "baseline_sweep")} if corrected else {}
+    outcome = CorrectionResult.from_record(corrected.result) if corrected is not None and corrected.result else None
+    sweeps = {"sweep": outcome.sweep, "baseline_sweep": outcome.baseline_sweep} if outcome is not None else {}
     return DefuseReport(distill_run, report(space.store, distill_run, names, source, correct_run=correct_run), source,
                         correct_run, sweeps)
 
@@ -161,10 +163,10 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
                                                                          vae=vae, **settings),
                                         device, train_missing=True)
-    run_id, result = run_now(space.registry, request, device=device,
+    run_id, outcome = run_now(space.registry, request, device=device,
                              progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)
-    return IdentifyResult(run_id, request, failures_of(space.store, run_id), result, names)
+    return IdentifyResult(run_id, request, failures_of(space.store, run_id), outcome, names)
 
 
 def distill(identified, *, workspace=None, device: str = "cpu", progress: bool = True, **settings) -> DefuseReport:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from probe_core.catalog import load_dataset
-from probe_core.lifecycle import JobContext, JobFunction
+from probe_core.lifecycle import JobContext, JobFunction, StoredResult
 from probe_core.models.registry import ModelSpec
+
+
+@dataclass(frozen=True)
+class TrainingResult(StoredResult):
+    """The zoo models a training run made sure of (trained, or already there), by id in order."""
+
+    kind: ClassVar[str] = "train"
+
+    models: list[str]
 
 
 def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
@@ -15,7 +27,7 @@ def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
     """
     specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in specs]
 
-    def run(context: JobContext) -> dict:
+    def run(context: JobContext) -> TrainingResult:
         resolved = [s.resolved(load_dataset(s.dataset_view(), registry.data_dir)) for s in specs]
         models = {
             s.model_id(): {"kind": s.kind, "status": "done" if registry.exists(s.model_id()) else "waiting",
@@ -39,6 +51,6 @@ def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
             loaded = registry.get_or_train(spec, progress=on_epoch, device=device)
             models[model_id].update(status="done", fraction=1.0, metrics=loaded.metrics)
             context.report((position + 1) / len(resolved), f"trained {model_id}", {"models": models}, force=True)
-        return {"models": list(models)}
+        return TrainingResult(list(models))
 
     return run

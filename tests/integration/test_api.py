@@ -45,14 +45,14 @@ def test_the_defuse_verbs_find_label_fix_and_keep_a_planted_flaw(trained_workspa
     assert fixed.corrected_model and {"before", "defuse", "baseline"} <= set(fixed.report["results"])
     assert len(fixed.to_pandas()) == 3 and len(fixed.plot().data) == 4  # the Finetune page's trade-off
     kept = mp.suite("api-regressions", fixed.corrected_model, regions_of=labelled, workspace=space)
-    assert kept.score["checks"] and len(kept.to_pandas()) == len(kept.score["checks"])
-    assert len(kept.plot().data[0].x) == len(kept.score["checks"])
+    assert kept.score.checks and len(kept.to_pandas()) == len(kept.score.checks)
+    assert len(kept.plot().data[0].x) == len(kept.score.checks)
     again = mp.suite("api-regressions", flawed_run["classifier"], regions_of=labelled, workspace=space)
-    assert len(again.score["checks"]) == len(kept.score["checks"])  # a region is added once
+    assert len(again.score.checks) == len(kept.score.checks)  # a region is added once
     net = trained_workspace.registry.resolve(flawed_run["classifier"], "classifier", MISLABELLED).module.net
     in_memory = mp.suite("api-regressions", net, class_names=[str(k) for k in range(10)], workspace=space)
-    assert in_memory.score["classifier"].startswith("modelfile:") and [
-        round(c["accuracy"], 6) for c in in_memory.score["checks"]] == [round(c["accuracy"], 6) for c in again.score["checks"]]
+    assert in_memory.score.classifier.startswith("modelfile:") and [
+        round(c["accuracy"], 6) for c in in_memory.score.checks] == [round(c["accuracy"], 6) for c in again.score.checks]
     with pytest.raises(ProbeError, match="either labels"):
         mp.defuse.label(clusters, workspace=space)
 

@@ -81,13 +81,13 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
 
 def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_workspace, flawed_run):
     store = trained_workspace.store
-    assert flawed_run["identified"]["failures"] > 1000
-    assert flawed_run["identified"]["vae"] == trained_workspace.registry.default_id("digits", "vae")
+    assert flawed_run["identified"].failures > 1000
+    assert flawed_run["identified"].vae == trained_workspace.registry.default_id("digits", "vae")
     clusters = store.get_clusters(flawed_run["distill_run"])
-    assert len(clusters) == flawed_run["distilled"]["clusters"] >= 5
+    assert len(clusters) == flawed_run["distilled"].clusters >= 5
     assert all(c["weight"] > 0.01 for c in clusters)
     assignments = queries.assignments_of(store, flawed_run["distill_run"])
-    assert len(assignments) == flawed_run["identified"]["failures"]
+    assert len(assignments) == flawed_run["identified"].failures
     assert sum(c["size"] for c in clusters) == int((assignments >= 0).sum())
     # the planted flaw: a cluster of 9s called 8, whose review samples are still mostly called 8 (the
     # clusters' order and number vary with the trained models, so the best of them is checked)
@@ -114,21 +114,21 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     run_id, result = steps.run_step(registry, store, steps.CorrectSettings(
         distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128,
         selection="data-and-failures"))
-    assert result["selection"]["rule"] == "data-and-failures"
+    assert result.selection["rule"] == "data-and-failures"
     assert all(entry["score"] == pytest.approx((entry["validation_accuracy"] + entry["failure_validation_accuracy"]) / 2)
-               for entry in result["sweep"])
+               for entry in result.sweep)
     # the paper's baseline: the individually labelled failures, each with its own label
     individually = queries.labelled_review_failures(store, distill_run, names, source)
-    assert result["results"]["baseline"]["kind"] == "labelled-images"
-    assert result["baseline_failures"] == len(individually["labels"]) > 0
+    assert result.results["baseline"]["kind"] == "labelled-images"
+    assert result.baseline_failures == len(individually["labels"]) > 0
     assert (individually["labels"] != individually["predictions"]).all()
-    before, after = result["results"]["before"], result["results"]["defuse"]
+    before, after = result.results["before"], result.results["defuse"]
     assert before["failure_accuracy"] < 0.5
     assert after["failure_accuracy"] > before["failure_accuracy"] + 0.3
     assert after["test_accuracy"] >= before["test_accuracy"] - 0.01
-    assert result["results"]["baseline"]["failure_accuracy"] is not None
-    assert len(result["sweep"]) == 3 and len(result["baseline_sweep"]) == 3
-    corrected = registry.load(result["corrected_model"])
+    assert result.results["baseline"]["failure_accuracy"] is not None
+    assert len(result.sweep) == 3 and len(result.baseline_sweep) == 3
+    corrected = registry.load(result.corrected_model)
     assert registry.exists(flawed_run["classifier"])
     assert corrected.record["spec"]["parent"] == flawed_run["classifier"]
     dataset = load_dataset(MISLABELLED)
@@ -136,7 +136,7 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     assert float(accuracy) == pytest.approx(after["test_accuracy"])
     summary = queries.report(store, distill_run, dataset.class_names, source, correct_run=run_id)
     assert summary["results"]["defuse"]["failure_accuracy"] == after["failure_accuracy"]
-    assert summary["corrected_model"] == result["corrected_model"]
+    assert summary["corrected_model"] == result.corrected_model
     # exports: every label as CSV, the labelled failures with their cluster's class as .npz
     all_labels = sum(len(store.get_labels(cluster_id=c["id"])) for c in store.get_clusters(distill_run))
     assert label_tools.export_labels_csv(store, distill_run, tmp_path / "labels.csv") == all_labels
@@ -154,13 +154,13 @@ def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawe
     _, result = steps.run_step(registry, store, steps.CorrectSettings(
         distill_run=flawed_run["distill_run"], source=source, lambdas=(0.1, 1.0), epochs=1, samples_per_region=32,
         baseline="cluster-labels"))
-    assert result["selection"]["rule"] == "data"  # the paper's: accuracy on the original data alone
-    assert all(entry["score"] == entry["validation_accuracy"] for entry in result["sweep"] + result["baseline_sweep"])
-    assert result["results"]["defuse"]["score"] == max(entry["score"] for entry in result["sweep"])
+    assert result.selection["rule"] == "data"  # the paper's: accuracy on the original data alone
+    assert all(entry["score"] == entry["validation_accuracy"] for entry in result.sweep + result.baseline_sweep)
+    assert result.results["defuse"]["score"] == max(entry["score"] for entry in result.sweep)
     names = tuple(str(c) for c in range(10))
     in_regions = queries.labelled_failure_set(store, flawed_run["distill_run"], names, source)
-    assert result["results"]["baseline"]["kind"] == "cluster-labels"
-    assert result["baseline_failures"] == len(in_regions["labels"])
+    assert result.results["baseline"]["kind"] == "cluster-labels"
+    assert result.baseline_failures == len(in_regions["labels"])
     with pytest.raises(ProbeError, match="unknown baseline"):
         steps.CorrectSettings(distill_run=1, baseline="adversarial")
 
@@ -176,7 +176,7 @@ def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
     first = defuse_review.embedding(registry, store, flawed_run["distill_run"], max_fit=600, max_points=3000)
     assert first["failure_xy"].shape == (3000, 2) and first["train_xy"].shape[1] == 2
-    assert set(np.unique(first["failure_cluster"])) <= set(range(-1, flawed_run["distilled"]["clusters"]))
+    assert set(np.unique(first["failure_cluster"])) <= set(range(-1, flawed_run["distilled"].clusters))
     again = defuse_review.embedding(registry, store, flawed_run["distill_run"])
     assert np.array_equal(first["failure_xy"], again["failure_xy"])
 

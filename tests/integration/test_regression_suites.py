@@ -44,10 +44,10 @@ def test_scoring_needs_no_generator_and_checks_the_classes(trained_workspace, re
 
     monkeypatch.setattr(registry, "resolve", classifiers_only)
     score = suites.score_suite(registry, store, regression_suite["suite"], "default")
-    assert {row["id"] for row in score["checks"]} >= {regression_suite["region"], regression_suite["finding"]}
-    assert all(0.0 <= row["accuracy"] <= 1.0 and row["found_on_accuracy"] is not None for row in score["checks"])
+    assert {row["id"] for row in score.checks} >= {regression_suite["region"], regression_suite["finding"]}
+    assert all(0.0 <= row["accuracy"] <= 1.0 and row["found_on_accuracy"] is not None for row in score.checks)
     plugin = write_tiny_plugin(tmp_path)  # a plugin classifier is scored like any other
-    assert suites.score_suite(registry, store, regression_suite["suite"], str(plugin))["classifier"].startswith("plugin:")
+    assert suites.score_suite(registry, store, regression_suite["suite"], str(plugin)).classifier.startswith("plugin:")
     with pytest.raises(ProbeError, match="no suite 'nope'"):
         suites.score_suite(registry, store, "nope", "default")
     # a check about other classes (a novel-class finding on a class-subset classifier) is skipped, not failed
@@ -58,8 +58,8 @@ def test_scoring_needs_no_generator_and_checks_the_classes(trained_workspace, re
                               found_on=regression_suite["original"], evidence={"class_names": classes},
                               arrays={**region["data"], "labels": region["data"]["labels"] * 0})
     score = suites.score_suite(registry, store, mixed, "default")
-    assert [row["name"] for row in score["checks"]] == ["10 classes"]
-    assert [row["name"] for row in score["skipped"]] == ["5 classes"]
+    assert [row["name"] for row in score.checks] == ["10 classes"]
+    assert [row["name"] for row in score.skipped] == ["5 classes"]
 
 
 def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_workspace, regression_suite, tmp_path, capsys):

@@ -148,7 +148,7 @@ def test_ambiguity_matrix_runs_all_pairs_in_one_batch(models):
     assert sum(not t["failed"] for t in targets) >= 15
     from probe_core.bayestrex import table2
 
-    text = table2(result)
+    text = table2(targets)
     rows = [line for line in text.splitlines() if not line.startswith("poor mixing")]
     assert len(rows) == 47 and "test set" in rows[0]  # header, rule and one row per pair
     assert all(t["test_set_baseline"]["test_images"] == 360 for t in targets)

@@ -91,7 +91,7 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
             shards=3, executor=executor))
         identified[executor] = (result, failures_of(store, run_id))
     (local, local_failures), (remote, remote_failures) = identified["local"], identified["ray"]
-    assert local["failures"] == remote["failures"] > 0 and "not_done" not in remote
+    assert local.failures == remote.failures > 0 and not remote.not_done
     np.testing.assert_array_equal(local_failures.source_index, remote_failures.source_index)
     np.testing.assert_allclose(local_failures.latents, remote_failures.latents, atol=1e-5)
     assert local_failures.source_index.max() >= 100  # the third shard's images count in the whole set
@@ -103,12 +103,12 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
             distill_run=flawed_run["distill_run"], source=source, lambdas=(0.5, 5.0), epochs=1,
             samples_per_region=64, executor=executor))
         swept[executor] = result
-    assert swept["ray"]["lambdas_not_done"] == {"defuse": [], "baseline": []}
+    assert swept["ray"].lambdas_not_done == {"defuse": [], "baseline": []}
     for phase in ("sweep", "baseline_sweep"):
-        for a, b in zip(swept["local"][phase], swept["ray"][phase], strict=True):
+        for a, b in zip(getattr(swept["local"], phase), getattr(swept["ray"], phase), strict=True):
             assert a["lambda"] == b["lambda"] and a["epoch"] == b["epoch"]
             assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.005)
-    assert swept["local"]["results"]["defuse"]["lambda"] == swept["ray"]["results"]["defuse"]["lambda"]
+    assert swept["local"].results["defuse"]["lambda"] == swept["ray"].results["defuse"]["lambda"]
 
 
 def test_stop_cancels_the_outstanding_shards_and_keeps_what_was_done(trained_workspace, ray_instance):

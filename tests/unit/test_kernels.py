@@ -79,10 +79,10 @@ def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
     stuck, fine = entry(3.2, 20), entry(1.01, 400)
     assert not mixing_ok(stuck["summary"]) and mixing_ok(fine["summary"])
     assert not mixing_ok(entry(1.01, 50)["summary"]) and not mixing_ok(entry(1.3, 400)["summary"])
-    assert [r["status"] for r in summary_rows({"targets": [stuck, fine]})] == ["ok · poor mixing", "ok"]
-    text = table2({"targets": [stuck, fine]})
+    assert [r["status"] for r in summary_rows([stuck, fine])] == ["ok · poor mixing", "ok"]
+    text = table2([stuck, fine])
     assert "ok · poor mixing" in text and POOR_MIXING_NOTE in text
-    assert POOR_MIXING_NOTE not in table2({"targets": [fine]})
+    assert POOR_MIXING_NOTE not in table2([fine])
 
 
 def test_independence_kernel_reproduces_a_gaussian_posterior_from_a_poor_proposal():

@@ -25,6 +25,34 @@ def test_every_kind_reads_back_as_its_dataclass():
         assert config_of(_stored(config)) == config
 
 
+def test_every_run_kind_has_a_typed_result_that_reads_back_from_its_record():
+    import dataclasses
+
+    from probe_core.bayestrex.results import ComparisonResult, SamplingResult
+    from probe_core.defuse.results import CorrectionResult, DistillationResult, IdentificationResult
+    from probe_core.lifecycle import stored_result
+    from probe_core.runconfig import RESULT_TYPES, RUN_CONFIGS, result_of
+
+    assert set(RUN_CONFIGS) <= set(RESULT_TYPES)  # each run kind returns a typed result, not a dict
+    target = {"spec": "high:3", "description": "high confidence in 3", "failed": False, "hit_rate": 0.5,
+              "summary": {"hits": 5, "kept": 10}, "samples": [{"z": [0.0]}]}
+    examples = [
+        SamplingResult([target], seed=3, wall_seconds=1.5, dataset="digits", classifier="c", generator="g",
+                       model_checks={"generator_warning": None}),
+        ComparisonResult([{"classifier": "a", "hit_rates": [1.0]}], ["0"], ["a", "b"], "g"),
+        IdentificationResult("digits", "c", "v", 100, 7, 5, [0, 7], 2.0),
+        DistillationResult("digits", "c", "v", 1, 7, 2, True, 6, 0.5),
+        CorrectionResult(2, "human", [], {"before": {}}, {"rule": "data"}, [], [], 0, {}, "c2", "c", 9.0)]
+    for result in examples:
+        stored = stored_result(result)
+        run = SimpleNamespace(kind=result.kind, result=stored)
+        read = result_of(run)
+        assert type(read) is type(result)
+        assert dataclasses.asdict(read) == stored  # what the run stores is the typed result's record
+    assert "samples" not in stored_result(examples[0])["targets"][0]  # kept samples live in the store
+    assert result_of(SimpleNamespace(kind="defuse-correct", result={"distill_run": 2})) is None  # an older shape
+
+
 def test_typed_fields_replace_string_slicing():
     path = SampleRequest(dataset="digits", target="path:3->8:5")
     assert path.path == ("3", "8", 5) and not path.is_matrix

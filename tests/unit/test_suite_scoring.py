@@ -21,13 +21,15 @@ def test_a_finding_labelled_as_a_novel_class_counts_when_the_classifier_is_unsur
 
 
 def test_the_gate_fails_checks_below_the_threshold_or_below_the_baseline():
-    score = {"classifier": "new", "checks": [{"id": 1, "name": "a", "accuracy": 0.95},
-                                              {"id": 2, "name": "b", "accuracy": 0.6},
-                                              {"id": 3, "name": "c", "accuracy": 0.85}]}
+    score = suites.ScoreResult("s", "digits", 3, "new", [{"id": 1, "name": "a", "accuracy": 0.95},
+                                                          {"id": 2, "name": "b", "accuracy": 0.6},
+                                                          {"id": 3, "name": "c", "accuracy": 0.85}])
     assert [f["id"] for f in suites.regressions(score, 0.8)] == [2]
-    baseline = {"classifier": "old", "checks": [{"id": 1, "accuracy": 0.97}, {"id": 3, "accuracy": 0.95}]}
+    baseline = suites.ScoreResult("s", "digits", 3, "old", [{"id": 1, "accuracy": 0.97}, {"id": 3, "accuracy": 0.95}])
     failed = suites.regressions(score, 0.5, baseline, max_drop=0.05)
     assert [(f["id"], f["reason"]) for f in failed] == [(3, "10 points below old")]
     assert suites.regressions(score, 0.0) == []
     with pytest.raises(ProbeError, match="fraction"):
         suites.regressions(score, 80)
+    # a stored score reads back as the same typed result
+    assert suites.ScoreResult.from_record(score.to_record()) == score

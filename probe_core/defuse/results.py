@@ -1,0 +1,143 @@
+"""What the Defuse steps return and store: :class:`IdentificationResult`, :class:`DistillationResult`,
+:class:`CorrectionResult` and :class:`EmbeddingResult` (:func:`probe_core.runconfig.result_of` reads them back).
+
+The failures, clusters and maps themselves are in the store (:mod:`probe_core.defuse.queries`); a result
+is their summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from probe_core.lifecycle import StoredResult
+
+IDENTIFY, DISTILL, CORRECT, EMBEDDING = "defuse-identify", "defuse-distill", "defuse-correct", "defuse-embedding"
+
+
+@dataclass(frozen=True)
+class IdentificationResult(StoredResult):
+    """Algorithm 1 over a data set's training images: the misclassified decodings kept.
+
+    Attributes
+    ----------
+    dataset, classifier, vae : str
+        The stored references the failures were found with.
+    images : int
+        Training images perturbed.
+    failures : int
+        Failures kept (at most ``max_per_image`` per image).
+    images_with_failures : int
+    failures_by_prediction : list of int
+        (K,) failures per predicted class.
+    seconds : float
+    generator_weak : bool
+        The VAE failed its check: the failures are decodings of a weak generator.
+    generator_warning : str or None
+    generator_check : dict
+    not_done : list of dict
+        Shards that gave no result (``shard``, ``covers``, ``error``).
+    distill_run : int or None
+        The distillation run the dashboard's one button started next (None: none, or too few failures).
+    """
+
+    kind: ClassVar[str] = IDENTIFY
+
+    dataset: str
+    classifier: str
+    vae: str
+    images: int
+    failures: int
+    images_with_failures: int
+    failures_by_prediction: list[int]
+    seconds: float
+    generator_weak: bool = False
+    generator_warning: str | None = None
+    generator_check: dict = field(default_factory=dict)
+    not_done: list[dict] = field(default_factory=list)
+    distill_run: int | None = None
+
+
+@dataclass(frozen=True)
+class DistillationResult(StoredResult):
+    """The failures clustered (Dirichlet-process GMM) into failure regions to label.
+
+    Attributes
+    ----------
+    dataset, classifier, vae : str
+    identify_run : int
+    failures : int
+    clusters : int
+        Kept clusters with at least one failure.
+    converged : bool
+    failures_in_kept_clusters : int
+    seconds : float
+    tau : float
+        The sampling temperature of a region's review and finetuning samples.
+    """
+
+    kind: ClassVar[str] = DISTILL
+
+    dataset: str
+    classifier: str
+    vae: str
+    identify_run: int
+    failures: int
+    clusters: int
+    converged: bool
+    failures_in_kept_clusters: int
+    seconds: float
+    tau: float = 0.5
+
+
+@dataclass(frozen=True)
+class CorrectionResult(StoredResult):
+    """Finetuning with L(D) + λ·CE(D_f) over a λ sweep, and the baseline, before/after.
+
+    Attributes
+    ----------
+    distill_run : int
+    source : str
+        The labels used (``human`` or ``oracle:MODEL``).
+    regions : list of dict
+        The labelled failure regions (``cluster_id``, ``label``).
+    results : dict
+        ``before``, ``defuse`` and ``baseline``: ``test_accuracy`` and ``failure_accuracy`` (fractions); the
+        chosen ``lambda``; the baseline's ``kind`` and ``description``.
+    selection : dict
+        The rule choosing λ and epoch (``rule``, ``description``).
+    sweep, baseline_sweep : list of dict
+        Per λ: its scores (``lambda``, ``test_accuracy``, ``failure_accuracy``, ``validation_accuracy``, ``score``).
+    baseline_failures : int
+        Images the baseline finetuned on.
+    lambdas_not_done : dict
+        Per phase, the λ whose shard gave no result.
+    corrected_model, original_model : str
+        The corrected classifier, registered next to the original (kept).
+    seconds : float
+    """
+
+    kind: ClassVar[str] = CORRECT
+
+    distill_run: int
+    source: str
+    regions: list[dict]
+    results: dict
+    selection: dict
+    sweep: list[dict]
+    baseline_sweep: list[dict]
+    baseline_failures: int
+    lambdas_not_done: dict
+    corrected_model: str
+    original_model: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EmbeddingResult(StoredResult):
+    """A distillation run's failure map computed (the arrays are cached with the run ``distill_run``)."""
+
+    kind: ClassVar[str] = EMBEDDING
+
+    points: int
+    distill_run: int | None = None
