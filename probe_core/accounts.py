@@ -19,6 +19,7 @@ import getpass
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from enum import Enum
 
@@ -213,6 +214,22 @@ def account_actor(store, name: str) -> Actor | None:
     """The actor of an existing account (as signed in), or None when the account is gone."""
     account = store.get_user(name)
     return None if account is None else Actor(account["name"], account["role"], signed_in=True)
+
+
+def record_sign_out(store, name: str, when: float | None = None) -> None:
+    """Remember that an account signed out: no sign-in cookie issued before now signs it in again.
+
+    A browser deletes its cookie a moment after the click (in a component); a reload before that, a copied
+    cookie, or another browser's remembered sign-in must not bring the session back.
+    """
+    store.set_signed_out(name, time.time() if when is None else when)
+
+
+def cookie_counts(store, name: str, issued_at: float) -> bool:
+    """Whether a sign-in cookie of ``name`` issued at ``issued_at`` may sign it in: the account exists and has
+    not signed out since."""
+    account = store.get_user(name)
+    return account is not None and issued_at > (account.get("signed_out_at") or 0.0)
 
 
 def cookie_secret(store) -> str:

@@ -3,7 +3,9 @@
 Single-user mode (no accounts, no ``probe ui --auth``) is the default: nobody signs in and the session
 acts as the local owner, an admin, as before. Once the workspace has an account, the router shows the
 sign-in form before any page; the signed-in account is kept in ``st.session_state`` (per person) and a
-signed cookie keeps it across reloads. Roles are read from the database on every check, so removing an
+signed cookie keeps it across reloads. Signing out records the time in the workspace, and a cookie issued
+before it no longer signs in (the browser deletes its copy a moment later; a reload in between, or a copy,
+must not bring the session back). Roles are read from the database on every check, so removing an
 account or changing its role takes effect at the next click.
 """
 
@@ -70,6 +72,10 @@ def sign_in() -> Actor | None:
     authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
                                         COOKIE_DAYS, auto_hash=False)
     was_signed_in = bool(st.session_state.get("authentication_status"))
+    if not was_signed_in:
+        cookie = authenticator.cookie_controller.get_cookie()
+        if cookie and not accounts.cookie_counts(store, cookie["username"], cookie["exp_date"] - COOKIE_DAYS * 86400):
+            st.session_state["logout"] = True  # issued before its account signed out: ignored, then deleted
     try:
         authenticator.login(location="main", fields={"Form name": "Sign in to Model Probe", "Username": "Name",
                                                      "Password": "Password", "Login": "Sign in"})
@@ -95,10 +101,15 @@ def sign_in() -> Actor | None:
         # lives long enough to write it however soon the next click comes, and each visit renews it.
         authenticator.cookie_controller.set_cookie()
         authenticator.logout("Sign out", location="sidebar", key="sign_out",
-                             callback=lambda _: st.session_state.pop(ACTOR_KEY, None))
+                             callback=lambda _: _signed_out(store, actor))
     if not st.session_state.get("authentication_status"):  # just signed out: show the form, not the page
         st.rerun()
     return actor
+
+
+def _signed_out(store, actor: Actor) -> None:
+    st.session_state.pop(ACTOR_KEY, None)
+    accounts.record_sign_out(store, actor.name)  # the cookie the browser may still hold no longer signs in
 
 
 def current_actor() -> Actor:

@@ -53,11 +53,18 @@ if start:
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))
+
+
+def describe_comparison(compare_run) -> str:
+    outcome = result_of(compare_run)
+    return f"run {compare_run.id} · " + (" vs ".join(outcome.classifiers) if outcome else "stored by an older version")
+
+
 run = _ui.pick_run("compare", "Comparison run", "compare_run", only_done=True, dataset=dataset.name,
-                   describe=lambda r: f"run {r.id} · {' vs '.join(result_of(r).classifiers)}")
-if run is None:
+                   describe=describe_comparison)
+compared = None if run is None else result_of(run)
+if compared is None:
     st.stop()
-compared = result_of(run)
 names = compared.class_names
 annotator = _ui.annotator_name()
 shown_class = st.selectbox("Class", names, key="compare_class")

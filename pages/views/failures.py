@@ -8,12 +8,12 @@ import torch
 
 from pages import ui as _ui
 from probe_core import history
-from probe_core.errors import ProbeError
-from probe_core.defuse.results import EMBEDDING
-from probe_core.runconfig import result_of
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
+from probe_core.defuse.results import EMBEDDING
+from probe_core.errors import ProbeError
+from probe_core.runconfig import result_of
 
 ws = _ui.workspace()
 manager = _ui.job_manager()

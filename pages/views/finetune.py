@@ -67,7 +67,6 @@ if go_button:
 _ui.active_runs("finetune", (queries.CORRECT,))
 
 
-
 def of_this_run(run) -> bool:
     return run.config.get("distill_run") == distill_run.id
 

@@ -133,13 +133,15 @@ class LabelChange(TypedDict):
 
 
 class UserRecord(TypedDict):
-    """An account (:mod:`probe_core.accounts` holds the rules)."""
+    """An account (:mod:`probe_core.accounts` holds the rules); ``signed_out_at``: its last sign-out, before which
+    no sign-in cookie of it counts."""
 
     name: str
     role: str
     password_hash: str
     created_at: float
     changed_at: float
+    signed_out_at: float | None
 
 
 class SuiteRecord(TypedDict):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -182,5 +182,8 @@ MIGRATIONS: dict[int, str] = {
         changed_at REAL NOT NULL
     );
     CREATE INDEX label_history_by_item ON label_history(item, item_id, id);
+    """,
+    8: """
+    ALTER TABLE users ADD COLUMN signed_out_at REAL;
     """,
 }

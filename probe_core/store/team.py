@@ -30,6 +30,12 @@ class TeamTables(Database):
         """Every account, by name."""
         return [dict(row) for row in self._query("SELECT * FROM users ORDER BY name")]
 
+    def set_signed_out(self, name: str, when: float) -> None:
+        """Record that ``name`` signed out at ``when`` (a later sign-out only moves it forward)."""
+        with self.transaction() as connection:
+            connection.execute("UPDATE users SET signed_out_at=MAX(COALESCE(signed_out_at, 0), ?) WHERE name=?",
+                               (when, name))
+
     def delete_user(self, name: str) -> bool:
         """Remove an account (its labels and runs keep its name); returns whether it existed."""
         with self.transaction() as connection:

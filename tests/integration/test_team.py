@@ -71,6 +71,21 @@ def test_accounts_keep_salted_hashes_and_refuse_bad_input_storing_nothing(worksp
         accounts.remove_account(store, "carol")
 
 
+def test_a_sign_out_revokes_the_cookies_issued_before_it(workspace):
+    store = workspace.store
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    accounts.add_account(store, "bob", "annotator", PASSWORD)
+    assert accounts.cookie_counts(store, "alice", issued_at=1000.0)  # never signed out
+    accounts.record_sign_out(store, "alice", when=2000.0)
+    assert not accounts.cookie_counts(store, "alice", issued_at=1999.0)  # a cookie from before the sign-out
+    assert accounts.cookie_counts(store, "alice", issued_at=2001.0)  # signed in again afterwards
+    assert accounts.cookie_counts(store, "bob", issued_at=1000.0)  # another account's cookies are untouched
+    accounts.record_sign_out(store, "alice", when=1500.0)  # an older sign-out never moves it back
+    assert not accounts.cookie_counts(store, "alice", issued_at=1999.0)
+    accounts.remove_account(store, "bob")
+    assert not accounts.cookie_counts(store, "bob", issued_at=5000.0)  # a removed account signs nobody in
+
+
 def test_a_wrong_password_is_refused_and_opens_no_session(team):
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception
