@@ -1,7 +1,7 @@
 """The job manager: records runs and starts them in the background; their state lives in the database.
 
-A job is a function ``fn(context) -> result dict`` (:mod:`probe_core.lifecycle`). It reports
-through :meth:`~probe_core.lifecycle.JobContext.report`, which writes progress to the ``runs``
+A job is a function ``fn(context) -> typed result`` (:mod:`probe_core.lifecycle`; the run stores its
+record). It reports through :meth:`~probe_core.lifecycle.JobContext.report`, which writes progress to the ``runs``
 table (so any page, tab or process can show it) and raises :class:`CancelledError` once
 someone asked the run to stop. :class:`JobManager` records a run and starts it with a launcher
 (:mod:`probe_core.launchers`: a worker process by default); jobs never touch the UI, and the

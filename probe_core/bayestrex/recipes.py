@@ -2,8 +2,8 @@
 classifier comparison. :func:`plan_use_case` says which models and targets a use case needs without
 training anything (the Probe page trains the missing ones as a job, then samples).
 
-Each returns the :func:`~probe_core.bayestrex.sample.sample` result with keys naming the models it used;
-the comparison is labelled by people (:func:`samples_to_label`, :func:`comparison_table`).
+Each returns a :class:`~probe_core.bayestrex.results.SamplingResult` naming the models it used and the use
+case; the comparison is labelled by people (:func:`samples_to_label`, :func:`comparison_table`).
 """
 
 from __future__ import annotations
