@@ -23,6 +23,7 @@ from pages.ui.session import (
     set_model_ref,
     workspace,
 )
+from probe_core import history
 from probe_core.catalog import generator_dataset
 from probe_core.data import split_view
 from probe_core.errors import ProbeError
@@ -131,7 +132,7 @@ def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=
     sticks across reruns; set ``st.session_state[key] = run_id`` before calling to select one.
     With ``dataset``, only runs on that data set are offered (their classes are the page's).
     """
-    runs = [r for r in workspace().store.list_runs(kind=kind, limit=50) if not only_done or r.status == "done"]
+    runs = history.runs(workspace().store, kind, (lambda r: r.status == "done") if only_done else None)
     if dataset is not None:
         runs = [r for r in runs if r.config.get("dataset", dataset) == dataset]
     if not runs:
@@ -276,7 +277,7 @@ def active_runs(key: str, kinds: tuple[str, ...], predicate=None, reset: tuple[s
     the widget keys in ``reset`` are cleared when they end, so run pickers jump to the newest run.
     """
     store = workspace().store
-    runs = [r for kind in kinds for r in store.list_runs(kind=kind, limit=10) if predicate is None or predicate(r)]
+    runs = [r for kind in kinds for r in history.runs(store, kind, predicate, limit=10)]
     running = [r for r in runs if r.active]
     for run in running:
         run_progress(run, f"{key}_stop_{run.id}")
