@@ -16,7 +16,7 @@ MNIST_QUICK := zoo_budgets table2 sampler
 # The README's MNIST zoo table: this grid, two one-thread models at once.
 ZOO_MNIST_ARGS := --epochs 15,30 --betas 1,4 --gan-epochs 15,30 --jobs 2 --threads 1
 
-.PHONY: install run test test-fast notebooks bench bench-quick clean-venv
+.PHONY: install run test test-fast test-shuffled fuzz notebooks bench bench-quick clean-venv
 
 $(STAMP): requirements.txt requirements-ray.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ run: $(STAMP)
 # session's regression suite stay on one worker.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=25
+
+# The same suite in a shuffled order (pytest-random-order; the seed is printed, --random-order-seed=N repeats it):
+# every test sets up what it needs, so no order may fail.
+test-shuffled: $(STAMP)
+	$(BIN)/python -m pytest -n auto --dist loadgroup --random-order-bucket=global
+
+# The property tests with many random examples (CI runs them derandomized: the same examples every time). A
+# failure found here is fixed in the product and kept as an @example in the test.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/app/test_bad_input.py tests/unit/test_scaleout.py -k "spec or messages or split"
 
 # The unit tests alone: tiny fake models, no training, well under a minute.
 test-fast: $(STAMP)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from probe_core.errors import DataError
+from probe_core.errors import DataError, excerpt, listing
 
 
 def class_index(text: str | int, class_names: Sequence[str], where: str = "") -> int:
@@ -35,7 +35,8 @@ def class_index(text: str | int, class_names: Sequence[str], where: str = "") ->
     if given.isdigit() and int(given) < len(class_names):
         return int(given)
     suffix = f" {where}" if where else ""
-    raise DataError(f"unknown class {given!r}{suffix}; valid: 0..{len(class_names) - 1} or {', '.join(class_names)}")
+    raise DataError(f"unknown class {excerpt(given)}{suffix}; valid: 0..{len(class_names) - 1} or "
+                    f"{listing(list(class_names))}")
 
 
 CLASS_MAP_MARK = "#class_map="

@@ -24,3 +24,28 @@ class ModelNotFoundError(ProbeError):
 
 class CancelledError(Exception):
     """Raised inside a background job when the user asked to stop it."""
+
+
+INPUT_EXCERPT_CHARS = 32
+
+
+def excerpt(text: object, limit: int = INPUT_EXCERPT_CHARS) -> str:
+    """A bounded, printable quotation of user input for an error message.
+
+    The text is quoted as ``repr`` does, so control characters show as escapes, and cut so that the quotation
+    is at most ``limit + 2`` characters: a message never grows with what the user typed.
+    """
+    text = str(text)
+    kept = min(len(text), limit)
+    while len(repr(text[:kept])) > limit + 2:
+        kept -= 1
+    if kept == len(text):
+        return repr(text)
+    return f"{text[:kept]!r}… ({len(text)} characters)"
+
+
+def listing(names: "list[str] | tuple[str, ...]", shown: int = 10, name_chars: int = 20) -> str:
+    """Up to ``shown`` names, each cut to ``name_chars``, then how many there are, for a message."""
+    cut = [name if len(name) <= name_chars else name[: name_chars - 1] + "…" for name in map(str, names[:shown])]
+    more = f", … ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(cut) + more

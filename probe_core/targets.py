@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from probe_core.classes import class_index
-from probe_core.errors import ProbeError
+from probe_core.errors import ProbeError, excerpt
 
 DEFAULT_SIGMA = 0.05
 HIGH_HIT = 0.9
@@ -177,7 +177,7 @@ def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
         try:
             targets.extend(_parse_one(kind, argument.strip(), class_names))
         except ProbeError as exc:
-            raise ProbeError(f"bad target {part!r}: {exc}") from None
+            raise ProbeError(f"bad target {excerpt(part)}: {exc}") from None
     return targets
 
 
@@ -229,13 +229,13 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
         for item in argument.split(","):
             name, eq, value = item.partition("=")
             if not eq:
-                raise ProbeError(f"{item!r} is not CLASS=PROBABILITY")
+                raise ProbeError(f"{excerpt(item)} is not CLASS=PROBABILITY")
             try:
                 p = float(value)
             except ValueError:
-                raise ProbeError(f"{value!r} is not a number") from None
+                raise ProbeError(f"{excerpt(value)} is not a number") from None
             if not math.isfinite(p) or p < 0:
-                raise ProbeError(f"probabilities must be finite and non-negative, got {value}")
+                raise ProbeError(f"probabilities must be finite and non-negative, got {excerpt(value)}")
             probs[class_index(name, class_names)] = p
         if abs(sum(probs) - 1.0) > 1e-6:
             raise ProbeError(f"probabilities must sum to 1, they sum to {sum(probs):.6g}")
@@ -259,7 +259,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
             targets.append(_vector_target(probs, num_classes))
         return targets
     known = "high:C, ambiguous:A,B, uniform, probs:C=P,..., path:A->B:N, ambiguous-matrix"
-    raise ProbeError(f"unknown target kind {kind!r}; use one of {known}")
+    raise ProbeError(f"unknown target kind {excerpt(kind)}; use one of {known}")
 
 
 class TargetBatch:

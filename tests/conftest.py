@@ -21,6 +21,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
 import torch  # noqa: E402
 from helpers import MISLABELLED  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Property tests: under CI=true they run derandomized (the same examples on every machine and run, so a
+# submission cannot fail by chance); `make fuzz` runs them with many more random examples
+# (HYPOTHESIS_PROFILE=fuzz), and each failure a fuzz run finds is fixed and kept as an @example.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped models' scripts
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)

@@ -17,7 +17,7 @@ import torch
 
 from probe_core.classes import class_index
 from probe_core.data.idx import read_idx
-from probe_core.errors import DataError
+from probe_core.errors import DataError, excerpt
 
 DATA_DIR_ENV = "PROBE_DATA_DIR"
 SPLIT_SEED = 0
@@ -469,6 +469,6 @@ def apply_view(dataset: ImageDataset, view: str) -> ImageDataset:
     if key == "mislabel" and values:
         return _parse_mislabel(dataset, values)
     if key not in ("keep", "drop") or not values:
-        raise DataError(f"bad view {view!r}: write NAME[keep=0,1,3], NAME[drop=5] or NAME[mislabel=9->8:0.4]")
+        raise DataError(f"bad view {excerpt(view)}: write NAME[keep=0,1,3], NAME[drop=5] or NAME[mislabel=9->8:0.4]")
     classes = [dataset.class_index(v) for v in values.split(",")]
     return dataset.subset(**{key: classes})
