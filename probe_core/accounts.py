@@ -110,27 +110,20 @@ def require(actor: Actor, permission: Permission) -> None:
                                f"ask an admin")
 
 
-def names_a_file(reference: str) -> bool:
-    """Whether a model or data reference names a file on the server (a plugin, a model file, a data folder
-    or array file), as opposed to a stored model id, ``default`` or an embedded data set."""
-    from probe_core.data.files import is_file_reference, looks_like_path
-    from probe_core.models.plugins import is_plugin_reference
+def refuse_unlisted(actor: Actor, allowed: str) -> None:
+    """Refuse a reference that resolved to nothing on ``actor``'s allowlist.
 
-    reference = (reference or "").strip()
-    return bool(reference) and (is_plugin_reference(reference) or is_file_reference(reference)
-                                or looks_like_path(reference))
-
-
-def require_load(actor: Actor, reference: str) -> None:
-    """Refuse a file reference (plugin, model file, data path) to an actor who may not load files.
+    The resolvers (:meth:`~probe_core.models.registry.ModelRegistry.resolve` and ``.dataset``) call this
+    once they know what a reference is; the message names neither the reference nor any path, so it
+    tells nothing about the server's files.
 
     Raises
     ------
     PermissionDenied
-        When ``reference`` names a file and ``actor`` lacks :attr:`Permission.LOAD`.
+        Always.
     """
-    if names_a_file(reference):
-        require(actor, Permission.LOAD)
+    raise PermissionDenied(f"{actor.name} is signed in as an {actor.role} and may use only {allowed}; "
+                           f"plugins, model files and data paths are for admins (ask one to add what you need)")
 
 
 def sign_in_required(store, forced: bool | None = None) -> bool:

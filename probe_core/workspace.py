@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from probe_core.accounts import Actor
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelRegistry, TrainingAnnouncer
 from probe_core.store import Store
@@ -35,7 +36,8 @@ class Workspace:
     """
 
     def __init__(self, root: str | Path | None = None, data_dir: str | Path | None = None,
-                 store: Store | None = None, on_training: TrainingAnnouncer | None = None) -> None:
+                 store: Store | None = None, on_training: TrainingAnnouncer | None = None,
+                 actor: Actor | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_workspace_path()
         try:
             self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -43,14 +45,15 @@ class Workspace:
             raise ProbeError(f"cannot create workspace folder {self.root}: {exc.strerror}") from exc
         self.store = store if store is not None else Store(self.root / DATABASE_NAME)
         self.data_dir = data_dir or None
-        self.registry = ModelRegistry(self.store, self.models_dir, self.data_dir, on_training)
+        self.registry = ModelRegistry(self.store, self.models_dir, self.data_dir, on_training, actor)
 
-    def for_data_dir(self, data_dir: str | Path | None) -> "Workspace":
-        """The same workspace (same database connection pool) seen with another data folder.
+    def for_data_dir(self, data_dir: str | Path | None, actor: Actor | None = None) -> "Workspace":
+        """The same workspace (same database connection pool) seen with another data folder, by ``actor``.
 
-        Cheap: the dashboard makes one per page run from the person's own setting.
+        Cheap: the dashboard makes one per page run from the person's own setting. Its registry resolves
+        references as ``actor`` (None: the local owner, who may load anything).
         """
-        return Workspace(self.root, data_dir, store=self.store, on_training=self.registry.on_training)
+        return Workspace(self.root, data_dir, store=self.store, on_training=self.registry.on_training, actor=actor)
 
     @property
     def models_dir(self) -> Path:

@@ -13,7 +13,7 @@ Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 
 from probe_core.render import image_grid, upscale_for_display
 
-from pages.ui.auth import current_actor, may, require, require_load, needs_sign_in, sign_in, sign_in_form
+from pages.ui.auth import current_actor, may, require, needs_sign_in, sign_in, sign_in_form
 from pages.ui.resources import AUTOTRAIN_ENV, generator_samples, get_job_manager, get_workspace, preload_for_server
 from pages.ui.session import (
     MODEL_KINDS,
@@ -60,5 +60,5 @@ __all__ = [
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
-    "workspace", "current_actor", "may", "require", "require_load", "needs_sign_in", "sign_in", "sign_in_form",
+    "workspace", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form",
 ]

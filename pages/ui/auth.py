@@ -149,14 +149,3 @@ def require(permission: Permission) -> Actor:
     actor = current_actor()
     accounts.require(actor, permission)
     return actor
-
-
-def require_load(reference: str) -> None:
-    """Refuse a plugin, model file or data path named by someone who may not load files.
-
-    Raises
-    ------
-    PermissionDenied
-        When ``reference`` names a file and this session's role lacks :attr:`Permission.LOAD`.
-    """
-    accounts.require_load(current_actor(), reference)

@@ -33,8 +33,10 @@ def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=16)
-def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None):
-    return get_workspace(root).for_data_dir(data_dir).registry.resolve(reference, kind, dataset, device=device_name)
+def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, data_dir: str | None, actor):
+    """A model resolved as ``actor`` (part of the cache key, so nobody gets what only another may load)."""
+    return get_workspace(root).for_data_dir(data_dir, actor=actor).registry.resolve(reference, kind, dataset,
+                                                                                     device=device_name)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Reading the failures…")

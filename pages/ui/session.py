@@ -8,7 +8,7 @@ import os
 import streamlit as st
 import torch
 
-from pages.ui.auth import current_actor, may, require_load
+from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
 from probe_core import lifecycle
 from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
@@ -28,7 +28,13 @@ def workspace() -> Workspace:
     call makes a light view of it (same database) instead of setting anything on the shared one.
     """
     shared = get_workspace(str(default_workspace_path().resolve()))
-    return shared.for_data_dir(st.session_state.get("data_dir") or None)
+    return shared.for_data_dir(data_dir(), actor=current_actor())
+
+
+def data_dir() -> str | None:
+    """The IDX data folder of this session: the person's own for admins, the server's (``$PROBE_DATA_DIR``) for
+    everyone else, whatever a forged widget value says."""
+    return (st.session_state.get("data_dir") or None) if may(Permission.LOAD) else None
 
 
 def job_manager() -> JobManager:
@@ -98,7 +104,7 @@ SIDEBAR_KEYS = ("dataset", "data_dir", "device", "executor", "shards")
 def _use_your_data() -> None:
     """Button callback: the typed path becomes a stored reference and the session's data set."""
     try:
-        require_load(st.session_state.get("data_path", "").strip() or "./")
+        require(Permission.LOAD)  # a typed path is a file on the server, however it is spelled
         reference = canonical_dataset_name(st.session_state.get("data_path", "").strip() or "?",
                                            int(st.session_state.get("data_size") or 0) or None,
                                            bool(st.session_state.get("data_skip")))
@@ -164,8 +170,7 @@ def current_dataset():
         st.info("Name a folder of class sub-folders or a .npz file in the sidebar, then press **Use this data**.")
         return None
     try:
-        return load_dataset(st.session_state.get("dataset", DEFAULT_DATASET),
-                            st.session_state.get("data_dir") or None)
+        return workspace().registry.dataset(st.session_state.get("dataset", DEFAULT_DATASET))
     except ProbeError as exc:
         st.error(f"Cannot load the data set: {exc}")
         return None
@@ -230,9 +235,7 @@ def load_model(reference: str, kind: str, dataset: str):
         If it cannot be loaded (unknown id, untrained default, broken plugin), or it is a plugin or model
         file and this person may not load files.
     """
-    require_load(reference)
-    return _load(str(workspace().root.resolve()), reference, kind, dataset, device(),
-                 st.session_state.get("data_dir") or None)
+    return _load(str(workspace().root.resolve()), reference, kind, dataset, device(), data_dir(), current_actor())
 
 
 def session_models(dataset: str):
@@ -278,7 +281,7 @@ def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None
     config = sample_request(registry, dataset_name, spec, classifier, generator, **{**scaleout(), **sample_kwargs})
     checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
-    run_id = lifecycle.submit(job_manager(), config, st.session_state.get("data_dir") or None, dedupe=True,
+    run_id = lifecycle.submit(job_manager(), config, data_dir(), dedupe=True,
                               device=device())
     if run_id in in_flight:
         st.info(f"An identical run is already in flight: run {run_id} (shown below); no second one was started.")

@@ -227,8 +227,7 @@ with e3.popover("Auto-label (demo)"):
     oracle = st.text_input("Oracle model id or plugin", "default", key="label_oracle")
     if st.button("Auto-label all clusters", key="label_auto"):
         try:
-            _ui.require(Permission.RUN)  # an oracle is a model the server loads and runs
-            _ui.require_load(oracle)
+            _ui.require(Permission.RUN)  # an oracle is a model the server loads and runs (the registry decides which)
             source, written = defuse_review.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
             st.success(f"{len(written)} clusters labelled as {source}")
         except ProbeError as exc:

@@ -93,7 +93,7 @@ def run_class_names(store, run_id: int, data_dir=None) -> tuple[str, ...]:
 def load_run_models(registry, store, run_id: int, device: str = "cpu"):
     """``(dataset, classifier, vae)`` of a Defuse run, loaded."""
     ids = run_models(store, run_id)
-    dataset = load_dataset(ids["dataset"], registry.data_dir)
+    dataset = registry.dataset(ids["dataset"])
     return dataset, registry.resolve(ids["classifier"], "classifier", ids["dataset"], device=device), \
         registry.resolve(ids["vae"], "generator", ids["dataset"], device=device)
 

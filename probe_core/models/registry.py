@@ -26,14 +26,16 @@ import torch
 from torch import nn
 
 from probe_core.catalog import (
+    DATASETS,
     classifier_dataset,
     dataset_entry,
     generator_dataset,
     generator_source,
     load_dataset,
 )
-from probe_core.data import DEFAULT_DATASET, ImageDataset, split_view
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, split_view
 from probe_core.data.files import is_file_reference, short_name
+from probe_core.accounts import Actor, Permission, refuse_unlisted
 from probe_core.devices import resolve_device
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import (
@@ -324,6 +326,11 @@ class ModelRegistry:
         the reference classifier of a generator, a recipe's variant); it says so to the user
         (the CLI prints a line, a job reports it) and returns the progress callback to use.
         Without it such training is logged.
+    actor : Actor, optional
+        Who resolves references through this registry (None: the local owner). An actor who may not load
+        files gets only an allowlist, decided on what a reference resolves to, never on how it is spelled:
+        ``default``, stored model ids, built generators, embedded data sets and the data sets the
+        workspace's models and suites were made on (see :meth:`dataset`).
 
     Notes
     -----
@@ -337,17 +344,57 @@ class ModelRegistry:
     _locks_guard = threading.Lock()
 
     def __init__(self, store: Store, models_dir: str | Path, data_dir: str | Path | None = None,
-                 on_training: TrainingAnnouncer | None = None) -> None:
+                 on_training: TrainingAnnouncer | None = None, actor: Actor | None = None) -> None:
         self.store = store
         self.models_dir = Path(models_dir)
         self.data_dir = data_dir
         self.on_training = on_training
+        self.actor = actor
         self._resolved: dict[tuple, LoadedModel] | None = None
 
     def _with(self, on_training: TrainingAnnouncer | None, resolved: dict | None) -> "ModelRegistry":
-        registry = ModelRegistry(self.store, self.models_dir, self.data_dir, on_training)
+        registry = ModelRegistry(self.store, self.models_dir, self.data_dir, on_training, self.actor)
         registry._resolved = resolved
         return registry
+
+    def acting_as(self, actor: Actor | None) -> "ModelRegistry":
+        """This registry (same store, files and data folder) resolving references as ``actor``."""
+        registry = ModelRegistry(self.store, self.models_dir, self.data_dir, self.on_training, actor)
+        registry._resolved = None if self._resolved is None else {}
+        return registry
+
+    # -- what an actor may resolve -----------------------------------------------------------
+    def _trusted(self) -> bool:
+        return self.actor is None or self.actor.may(Permission.LOAD)
+
+    def dataset(self, name: str) -> ImageDataset:
+        """Load a data set as this registry's actor.
+
+        Raises
+        ------
+        PermissionDenied
+            When the actor may not load files and ``name`` is neither an embedded data set (a view of one
+            included) nor one the workspace holds (:meth:`Store.known_references`); the message names no path.
+        DataError
+            As :func:`~probe_core.catalog.load_dataset`.
+        """
+        if not self._trusted():
+            base, _ = split_view(name)
+            if self.data_dir is not None and str(self.data_dir) != os.environ.get(DATA_DIR_ENV, ""):
+                refuse_unlisted(self.actor, "the server's data folder")
+            if not (base in DATASETS or base in {split_view(known)[0] for known in self.store.known_references()}):
+                refuse_unlisted(self.actor, "the embedded data sets and those an admin has added to the workspace")
+        return load_dataset(name, self.data_dir)
+
+    def _check_model_reference(self, reference: str | None) -> None:
+        if self._trusted() or reference in (None, "default"):
+            return
+        source = generator_source(reference)
+        if source is not None and reference in source.choices:
+            return
+        known = self.store.known_references()
+        if self.store.get_model(reference) is None and reference not in known | {split_class_map(k)[0] for k in known}:
+            refuse_unlisted(self.actor, "the default models, stored models and built generators")
 
     def announcing(self, on_training: TrainingAnnouncer) -> "ModelRegistry":
         """This registry (same store, files, data folder and remembered models) with another training announcer."""
@@ -551,12 +598,15 @@ class ModelRegistry:
         key = (reference, kind, dataset, str(device))
         if self._resolved is not None and key in self._resolved:
             return self._resolved[key]
+        data = self.dataset(dataset)  # refused before anything is resolved, as the reference below
         if kind == "classifier":
             base, class_map = split_class_map(reference or "default")
+            self._check_model_reference(base)
             loaded = self._resolve_unmatched(base, kind, dataset, device)
-            aligned = align_classifier(loaded, load_dataset(dataset, self.data_dir), class_map)
+            aligned = align_classifier(loaded, data, class_map)
             loaded = replace(aligned, id=with_class_map(aligned.id, class_map))
         else:
+            self._check_model_reference(reference)
             loaded = self._resolve_unmatched(reference, kind, dataset, device)
         if self._resolved is not None:
             self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded

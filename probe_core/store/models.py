@@ -36,6 +36,17 @@ class ModelTable(Database):
             params.append(kind)
         return [self._model_row(r) for r in self._query(sql + " ORDER BY created_at DESC", params)]
 
+    def known_references(self) -> set[str]:
+        """Every data set and model reference the workspace holds: the data sets its models and suites were
+        made on, and the data sets, classifiers and generators its runs name (in their request, progress or
+        result). Only admins and the local owner add these, so they are what an annotator may open again."""
+        fields = " UNION ".join(f"SELECT json_extract({column}, '$.{key}') AS value FROM runs "
+                                f"WHERE json_valid({column})"
+                                for column in ("config", "details", "result")
+                                for key in ("dataset", "classifier", "generator", "vae"))
+        rows = self._query("SELECT dataset AS value FROM models UNION SELECT dataset FROM suites UNION " + fields, [])
+        return {row["value"] for row in rows if isinstance(row["value"], str)}
+
     @staticmethod
     def _model_row(row: sqlite3.Row) -> ModelRecord:
         return {

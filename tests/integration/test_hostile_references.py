@@ -1,0 +1,102 @@
+"""An annotator cannot make the server import or read a file, however a reference is spelled.
+
+The resolvers (``ModelRegistry.resolve`` and ``ModelRegistry.dataset``) decide on what a reference resolves to:
+an annotator gets ``default``, stored models, built generators, embedded data sets and what the workspace
+already holds, and every other reference is refused with a message that names no path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+from helpers import write_tiny_plugin
+
+from probe_core.accounts import Actor, PermissionDenied
+from probe_core.errors import ProbeError
+
+ANNOTATOR = Actor("ann", "annotator", signed_in=True)
+MARKER_CODE = """
+from pathlib import Path as _Path
+_Path(__file__).with_suffix(".imported").write_text("imported")
+"""
+
+
+def hostile_references(plugin: Path, model_file: Path, link: Path) -> list[str]:
+    """Spellings that reach ``plugin`` (or a model file) through the resolver's parsing."""
+    relative = os.path.relpath(plugin, Path.cwd())
+    deep = "/".join([".."] * 12) + str(plugin)
+    references = [
+        str(plugin), f"plugin:{plugin}", relative, f"./{relative}", f"plugin:{relative}",
+        f"x[/{deep}#class_map=a=b", f"x[{deep}", f"default[{deep}", f"{plugin}#class_map=0=0",
+        f"{plugin}#sha256=00", f"{plugin}?x=1", f"plugin:{plugin}?", f"file://{plugin}", f"PLUGIN:{plugin}",
+        quote(str(plugin)), quote(f"x[/{deep}#class_map=a=b", safe=""), str(link), f"plugin:{link}",
+        f"modelfile:{model_file}", f"modelfile:x[/../..{model_file}", str(model_file), f" {plugin} ",
+        f"{plugin}\x00", f"default#class_map=a=b[{deep}", f"scene:{plugin}", f"~/{relative}",
+    ]
+    return references
+
+
+@pytest.fixture
+def bait(tmp_path):
+    (tmp_path / "bait").mkdir()
+    plugin = write_tiny_plugin(tmp_path / "bait", extra=MARKER_CODE)
+    model_file = tmp_path / "bait" / "model.pt"
+    model_file.write_bytes(b"not a model")
+    link = tmp_path / "bait" / "innocent_name"
+    link.symlink_to(plugin)
+    return plugin, model_file, link
+
+
+def test_no_spelling_of_a_plugin_or_model_file_resolves_for_an_annotator(workspace, bait):
+    plugin, model_file, link = bait
+    registry = workspace.registry.acting_as(ANNOTATOR)
+    for reference in hostile_references(plugin, model_file, link):
+        for kind in ("classifier", "generator"):
+            # refused (or, for "default" with a class map, not trained in this empty workspace): never imported
+            with pytest.raises(ProbeError) as refused:
+                registry.resolve(reference, kind, "digits")
+            message = str(refused.value)
+            assert str(plugin.parent) not in message and "bait" not in message, message
+            assert not plugin.with_suffix(".imported").exists(), f"{reference!r} imported the plugin"
+    # the same references as the local owner (an admin) do reach the plugin: the bait is real
+    workspace.registry.resolve(str(plugin), "classifier", "digits")
+    assert plugin.with_suffix(".imported").exists()
+
+
+def test_no_spelling_of_a_data_path_loads_for_an_annotator(workspace, tmp_path):
+    arrays = tmp_path / "data.npz"
+    rng = np.random.default_rng(0)
+    np.savez(arrays, x=rng.random((20, 8, 8)), y=np.arange(20) % 2)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    registry = workspace.registry.acting_as(ANNOTATOR)
+    for name in (str(arrays), f"arrays:{arrays}", f"images:{folder}", f"arrays:{arrays}[keep=0,1]",
+                 f"digits[x]/../../{arrays}", f"ARRAYS:{arrays}", str(folder), f"images:{folder}?size=8",
+                 "mnist[", f"digits\x00{arrays}"):
+        # refused the same way whether the file exists or not: the message tells nothing of the server's files
+        messages, missing = [], str(tmp_path)[:-1] + "\u00a7"  # a sibling folder that does not exist, same length
+        for spelling in (name, name.replace(str(tmp_path), missing)):
+            with pytest.raises(ProbeError) as refused:  # PermissionDenied, or the catalogue's unknown-name error
+                registry.dataset(spelling)
+            messages.append(str(refused.value).replace(missing, str(tmp_path)))
+        assert messages[0] == messages[1], messages
+    assert registry.dataset("digits").num_classes == 10  # embedded data sets stay open
+    assert registry.dataset("digits[keep=0,1]").num_classes == 2
+
+
+def test_an_annotator_may_open_what_an_admin_added_to_the_workspace(workspace, tmp_path):
+    arrays = tmp_path / "data.npz"
+    rng = np.random.default_rng(0)
+    np.savez(arrays, x=rng.random((40, 8, 8)), y=np.arange(40) % 2)
+    reference = f"arrays:{arrays}"
+    registry = workspace.registry.acting_as(ANNOTATOR)
+    with pytest.raises(PermissionDenied):
+        registry.dataset(reference)
+    workspace.store.create_run("sample", {"dataset": reference, "classifier": "default"}, user="local:admin")
+    assert registry.dataset(reference).num_classes == 2
+    with pytest.raises(PermissionDenied):  # a data folder an annotator names is never the server's
+        workspace.for_data_dir(str(tmp_path), actor=ANNOTATOR).registry.dataset("mnist")
