@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probe_core.devices import resolve_device
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
@@ -128,7 +129,7 @@ class SampleResult:
 
 
 def sample(target: str, classifier="default", generator="default", *, dataset=DEFAULT_DATASET,
-           class_names=None, input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu",
+           class_names=None, input_shape=None, class_map: str | None = None, workspace=None, device: str = "auto",
            progress: bool = True, **settings) -> SampleResult:
     """Bayes-TrEx: sample in-distribution images at a target confidence; the run is stored in the workspace.
 
@@ -171,6 +172,8 @@ def sample(target: str, classifier="default", generator="default", *, dataset=DE
     from probe_core.validation import sample_request
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, generator = references(space, dataset, classifier, generator, class_names, input_shape)
     registry = space.registry.remembering()  # validation, preparation and the run load each model once
     request = sample_request(registry, dataset, target, classifier, generator, class_map=class_map, **settings)
@@ -268,7 +271,7 @@ def _target_distances(sampled: SampleResult) -> np.ndarray:
 
 
 def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET, class_names=None,
-           input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu",
+           input_shape=None, class_map: str | None = None, workspace=None, device: str = "auto",
            progress: bool = True, **settings) -> MatrixResult:
     """The ambiguity matrix: ``ambiguous:i,j`` for every class pair in one batched run (as the Ambiguity page).
 
@@ -337,7 +340,7 @@ class ModelCheck:
 
 
 def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, class_names=None,
-          input_shape=None, class_map: str | None = None, workspace=None, device: str = "cpu") -> ModelCheck:
+          input_shape=None, class_map: str | None = None, workspace=None, device: str = "auto") -> ModelCheck:
     """Check a classifier (and a generator) on a data set; trains nothing (as ``probe models check``).
 
     Parameters
@@ -371,6 +374,8 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
     from probe_core.models.registry import align_classifier, in_memory_classifier
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     dataset = dataset_reference(space.root, dataset, class_names)
     data = load_dataset(dataset, space.registry.data_dir)
     if isinstance(classifier, torch.nn.Module):
@@ -391,7 +396,7 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
     return result
 
 
-def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: str = "cpu", **spec) -> str:
+def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: str = "auto", **spec) -> str:
     """Train a zoo model (or find it trained) with a progress bar; returns its model id.
 
     Parameters
@@ -406,6 +411,8 @@ def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: 
     from probe_core.progress import progress_bar
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     model_spec = ModelSpec(dataset=dataset, kind=kind, **spec)
     return space.registry.get_or_train(model_spec, progress=progress_bar(f"{kind} on {dataset}"), device=device).id
 
@@ -449,7 +456,7 @@ class SuiteScore:
 
 
 def suite(name: str, classifier, *, regions_of=None, source: str | None = None, min_accuracy: float = 0.8,
-          class_names=None, input_shape=None, workspace=None, device: str = "cpu") -> SuiteScore:
+          class_names=None, input_shape=None, workspace=None, device: str = "auto") -> SuiteScore:
     """Keep failures as a regression suite and score a classifier on it (``probe suite add`` then ``score``).
 
     Parameters
@@ -468,6 +475,8 @@ def suite(name: str, classifier, *, regions_of=None, source: str | None = None, 
     from probe_core.defuse.labels import HUMAN
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     if regions_of is not None:
         distill_run = int(getattr(regions_of, "run_id", regions_of))
         source = source or getattr(regions_of, "source", HUMAN)

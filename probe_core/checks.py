@@ -72,8 +72,11 @@ class ClassifierCheck:
         ``{data set's name the classifier says: data set's name it would have to mean}`` for the
         classes that best reassignment moves; empty when it moves none.
     usable : bool
-        False when the classes look matched wrongly; ``message`` says why.
+        False when the classes look matched wrongly or the classifier is near chance; ``message`` says why.
     message : str
+    near_chance : bool
+        Accuracy within :data:`NEAR_CHANCE_MARGIN` of chance: it has not learned the data. Refused before a
+        run unless the user insists (``allow_weak_classifier``), and then every result carries the flag.
     """
 
     classifier: str
@@ -87,6 +90,7 @@ class ClassifierCheck:
     best_permutation: dict
     usable: bool
     message: str
+    near_chance: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,7 +103,9 @@ class GeneratorCheck:
     Attributes
     ----------
     generator : str
-    verdict : {"ok", "weak"}
+    verdict : {"ok", "weak", "unjudged"}
+        ``unjudged`` when the classifier whose features would judge the samples is near chance: its
+        features do not tell the data's images apart, so no verdict of 'ok' can be given (treated as weak).
     figures : dict
         ``fd_clf``, ``fd_train_test``, ``fd_ratio``, ``sample_confidence``, ``real_confidence``,
         ``confidence_ratio``, ``sample_entropy``, ``real_entropy`` and, with an encoder,
@@ -120,13 +126,17 @@ class GeneratorCheck:
 
     @property
     def weak(self) -> bool:
-        return self.verdict == "weak"
+        """Anything but 'ok': results built on it carry the flag."""
+        return self.verdict != "ok"
 
     @property
     def warning(self) -> str:
         """One line for stderr and the pages; empty when the generator is fine."""
         if not self.weak:
             return ""
+        if self.verdict == "unjudged":
+            return (f"generator {self.generator} cannot be judged on this data: {'; '.join(self.failed)}. Train a "
+                    f"classifier that has learned the data first; until then its samples are not vouched for")
         return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}): its samples are not "
                 f"like the data, so results built on it may be meaningless. Train a better one "
                 f"(`probe models train --kind vae --epochs N`) or pick another generator")
@@ -196,6 +206,7 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     moved = {names[covered[c]]: names[covered[r]] for r, c in zip(rows, columns) if r != c}
     per_class = {names[c]: float((predicted[truth == c] == c).mean()) for c in covered if (truth == c).any()}
     chance = 1.0 / len(covered)
+    near_chance = len(covered) > 1 and accuracy <= chance + NEAR_CHANCE_MARGIN
     wrongly_matched = (len(covered) > 1 and accuracy <= chance + NEAR_CHANCE_MARGIN
                        and permutation_accuracy >= accuracy + PERMUTATION_GAIN)
     class_map = match.mapping if match is not None else {n: n for n in classifier.class_names}
@@ -205,20 +216,28 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
                    f"{permutation_accuracy:.0%} if its classes are reassigned: its classes are matched to the data "
                    f"set's wrongly. Reassignment found (what it says = what the data calls it): {shown}. Check the "
                    f"class names, or give the class map, e.g. --class-map \"MODEL_NAME=DATA_NAME,...\"")
-    elif accuracy <= chance + NEAR_CHANCE_MARGIN:
-        message = (f"classifier {classifier.id} is near chance on {dataset.name}: {accuracy:.0%} (chance "
-                   f"{chance:.0%}); failures found with it say little about a trained model")
+    elif near_chance:
+        message = (f"classifier {classifier.id} is near chance on {dataset.name}: {accuracy:.1%} on {len(chosen)} "
+                   f"test images (chance {chance:.1%}): it has not learned the data, so what is sampled or found "
+                   f"with it says nothing about a trained model. Train it better (`probe models train --kind "
+                   f"classifier --dataset {dataset.name} --epochs N`, or retrain the defaults), or insist with "
+                   f"--allow-weak-classifier (every result is then flagged)")
     else:
         message = f"classifier {classifier.id}: {accuracy:.1%} on {len(chosen)} test images of {dataset.name}"
     result = ClassifierCheck(classifier.id, dataset.name, accuracy, per_class, class_map, int(len(chosen)), chance,
-                             permutation_accuracy, moved, not wrongly_matched, message)
+                             permutation_accuracy, moved, not (wrongly_matched or near_chance), message,
+                             near_chance and not wrongly_matched)
     _CLASSIFIER_CHECKS[key] = result
     return result
 
 
-def require_usable(check: ClassifierCheck) -> ClassifierCheck:
-    """``check``, or :class:`ModelCheckError` with its message when the classifier is not usable."""
-    if not check.usable:
+def require_usable(check: ClassifierCheck, allow_weak_classifier: bool = False) -> ClassifierCheck:
+    """``check``, or :class:`ModelCheckError` with its message when the classifier is not usable.
+
+    ``allow_weak_classifier`` lets a near-chance classifier through (the user insists; results are flagged);
+    classes matched wrongly are refused always.
+    """
+    if not check.usable and not (allow_weak_classifier and check.near_chance):
         raise ModelCheckError(check.message)
     return check
 
@@ -296,8 +315,15 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     ratio = figures.get("reconstruction_ratio")
     if ratio is not None and ratio > GENERATOR_THRESHOLDS["reconstruction_ratio"]:
         failed.append(f"it reconstructs held-out images with {ratio:.0%} of the error of the mean image")
-    result = GeneratorCheck(generator.id, "weak" if failed else "ok", figures, failed,
-                            samples=generated[:16].numpy())
+    verdict = "weak" if failed else "ok"
+    judge = check_classifier(classifier, dataset)
+    if judge.near_chance or not judge.usable:
+        # FD-clf and confidence are measured in this classifier's features; one that has not learned maps every
+        # image alike (FD 0 against a train-vs-test FD of 0), so they cannot vouch for the samples
+        verdict = "unjudged"
+        failed = [f"the classifier {classifier.id} that would judge its samples scores {judge.accuracy:.1%} "
+                  f"(chance {judge.chance:.1%})", *failed]
+    result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy())
     _GENERATOR_CHECKS[key] = result
     return result
 

@@ -190,7 +190,8 @@ def training_announcer(context: JobContext):
     """
 
     def announce(spec, model_id: str):
-        context.report(None, f"training {model_id} ({spec.kind} on {spec.dataset_view()}): not in the workspace yet",
+        context.report(None, f"training {model_id} ({spec.kind} on {spec.dataset_view()}: {spec.describe_recipe()}): "
+                             f"not in the workspace yet",
                        {"training": {"model": model_id, "fraction": 0.0}}, force=True)
 
         def on_epoch(progress) -> None:

@@ -24,10 +24,10 @@ def announce_training(spec, model_id: str):
     from probe_core.data.files import is_file_reference
     from probe_core.models.registry import MIN_TRAINING_STEPS
 
-    sized = (f"; epochs chosen by the data's size, for at least {MIN_TRAINING_STEPS[spec.kind]} optimisation steps"
-             if is_file_reference(split_view(spec.dataset)[0]) and spec.kind in MIN_TRAINING_STEPS else "")
-    print(f"{model_id} is not in the workspace yet: training it ({spec.kind} on {spec.dataset_view()}, "
-          f"{spec.epochs} epochs{sized})", file=sys.stderr)
+    sized = ("; epochs chosen by the data's size" if is_file_reference(split_view(spec.dataset)[0])
+             and spec.kind in MIN_TRAINING_STEPS else "")
+    print(f"{model_id} is not in the workspace yet: training it ({spec.kind} on {spec.dataset_view()}: "
+          f"{spec.describe_recipe()}{sized})", file=sys.stderr)
     return progress_bar(f"{spec.kind} on {spec.dataset_view()}")
 
 

@@ -47,6 +47,8 @@ class SampleRequest:
         None: one per worker of the executor (decided where the run runs).
     independence_moves : int
         HMC's independence jumps per iteration after warm-up (:class:`~probe_core.sampling.SamplerConfig`).
+    allow_weak_classifier : bool
+        Sample with a classifier near chance on the data (refused otherwise); the result is flagged.
     """
 
     kind: ClassVar[str] = "sample"
@@ -68,6 +70,7 @@ class SampleRequest:
     executor: str = "local"
     shards: int | None = 1
     independence_moves: int = 0
+    allow_weak_classifier: bool = False
 
     def sampler_settings(self) -> dict:
         """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""

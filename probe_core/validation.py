@@ -82,7 +82,9 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                           "anneal_sigma_from")}
     given = {**sampler_defaults(target, data.image_shape if is_matrix_spec(target) else None), **given}
+    allow_weak = given.pop("allow_weak_classifier", False)
     check_sampler_settings(**given)
+    given["allow_weak_classifier"] = bool(allow_weak)
     given["executor"] = check_executor(given.get("executor", "local"), connect=False)
     if given.get("shards", 1) is None and given["executor"] == "local":
         given["shards"] = 1  # one shard here; None means one per worker of a cluster
@@ -102,9 +104,11 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     return request
 
 
-def checked_models(classifier, dataset, generator=None) -> tuple[ClassifierCheck, GeneratorCheck | None]:
+def checked_models(classifier, dataset, generator=None,
+                   allow_weak_classifier: bool = False) -> tuple[ClassifierCheck, GeneratorCheck | None]:
     """Check the models a run is about to use on its data: a classifier whose classes look matched wrongly
-    is refused (:class:`~probe_core.checks.ModelCheckError`); a weak generator is returned flagged.
+    is refused (:class:`~probe_core.checks.ModelCheckError`), and so is one near chance unless
+    ``allow_weak_classifier`` (then the record flags it); a weak generator is returned flagged.
 
     Parameters
     ----------
@@ -113,7 +117,7 @@ def checked_models(classifier, dataset, generator=None) -> tuple[ClassifierCheck
     dataset : ImageDataset
     generator : LoadedModel, optional
     """
-    classifier_check = require_usable(check_classifier(classifier, dataset))
+    classifier_check = require_usable(check_classifier(classifier, dataset), allow_weak_classifier)
     generator_check = check_generator(generator, classifier, dataset) if generator is not None else None
     return classifier_check, generator_check
 
@@ -121,7 +125,9 @@ def checked_models(classifier, dataset, generator=None) -> tuple[ClassifierCheck
 def check_record(classifier_check: ClassifierCheck, generator_check: GeneratorCheck | None) -> dict:
     """What a stored result carries of the checks (JSON-ready): the class map, accuracy and the generator's verdict."""
     record = {"classifier": {"accuracy": classifier_check.accuracy, "class_map": classifier_check.class_map,
-                             "message": classifier_check.message}}
+                             "message": classifier_check.message, "near_chance": classifier_check.near_chance}}
+    if classifier_check.near_chance:  # the user insisted: every result says so
+        record["classifier_warning"] = classifier_check.message
     if generator_check is not None:
         record["generator"] = generator_check.to_dict()
         record["generator_weak"] = generator_check.weak

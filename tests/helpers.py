@@ -39,8 +39,19 @@ class TinyGenerator(nn.Module):
 
 
 def classifier():
-    torch.manual_seed(1)
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    """Nearest class mean of the 8x8 digits (about 90 % on their test images): a plugin classifier that has
+    learned, as the tool requires before it samples or identifies (one near chance is refused)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = torch.tensor(digits.images.reshape(len(digits.images), -1) / 16.0, dtype=torch.float32)
+    labels = torch.tensor(digits.target)
+    means = torch.stack([images[labels == c].mean(0) for c in range(10)])
+    layer = nn.Linear(64, 10)
+    with torch.no_grad():
+        layer.weight.copy_(means * 10.0)
+        layer.bias.copy_(-5.0 * (means ** 2).sum(1))
+    return nn.Sequential(nn.Flatten(), layer)
 
 
 def generator():

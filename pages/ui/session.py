@@ -15,6 +15,7 @@ from probe_core.catalog import canonical_dataset_name, generator_source, list_da
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.files import is_file_reference
 from probe_core.accounts import Permission
+from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
 from probe_core.jobs import JobManager
 from probe_core.scaleout import check_executor
@@ -43,7 +44,7 @@ def job_manager() -> JobManager:
 
 
 def device() -> str:
-    return st.session_state.get("device", "cpu")
+    return str(resolve_device(st.session_state.get("device", "auto")))
 
 
 def scaleout() -> dict:
@@ -150,8 +151,8 @@ def sidebar_settings() -> None:
         if {d.name: d.needs_folder for d in list_datasets()}.get(st.session_state["dataset"], False):
             st.text_input("Data folder (IDX files)", key="data_dir", disabled=not may(Permission.LOAD),
                           help=f"Folder with train-/t10k- IDX files; default ${DATA_DIR_ENV} (admins only)")
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-        st.selectbox("Device", devices, key="device", help="CUDA is offered when a GPU is present")
+        devices = ["auto", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        st.selectbox("Device", devices, key="device", help="auto: CUDA when a GPU is present, else the CPU")
         st.session_state.setdefault("executor", "local")
         st.session_state.setdefault("shards", 0)
         with st.expander("Scale out"):

@@ -1,5 +1,7 @@
 """Failures: Defuse identification and distillation with progress, the failure map, and cluster cards."""
 
+from dataclasses import replace
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
@@ -55,6 +57,9 @@ if start:
     else:
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau)}
+        _, sized_note = steps.sized_identification(replace(identify, max_images=None), dataset)
+        if sized_note and identify.max_images is not None:
+            st.info(sized_note)
         run_id = steps.submit_find_failures(manager, ws.registry, identify, distill, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 

@@ -68,15 +68,19 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
     classifier = registry.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
     generator = registry.get_or_train_reference(request.generator, "generator", request.dataset, device=device)
     data = load_dataset(request.dataset, registry.data_dir)
-    classifier_check, generator_check = checked_models(classifier, data, generator)
+    classifier_check, generator_check = checked_models(classifier, data, generator,
+                                                       allow_weak_classifier=request.allow_weak_classifier)
     names = tuple(classifier.class_names)
     if request.class_names and names != tuple(request.class_names):
         raise ProbeError(f"classifier {classifier.id} now has the classes {', '.join(names)}, not the "
                          f"{', '.join(request.class_names)} this run was requested with; start it again")
     warning = generator_check.warning if generator_check.weak else None
-    if warning and suggest_generator:
+    if warning and suggest_generator and not classifier_check.near_chance:
         better = better_generator(registry, classifier, data, generator.id)
         warning += f"; generator {better} passes the check: use it instead" if better else ""
+    if classifier_check.near_chance:
+        warning = "; ".join(filter(None, [f"WEAK CLASSIFIER (sampling anyway, as asked): {classifier_check.message}",
+                                          warning]))
     request = replace(request, classifier=classifier.id, generator=generator.id, class_names=names)
     return PreparedSample(request, classifier, generator, data, check_record(classifier_check, generator_check),
                           warning)

@@ -42,7 +42,7 @@ def _identify_settings(args) -> steps.IdentifySettings:
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
-        shards=shard_count(args.executor, args.shards))
+        shards=shard_count(args.executor, args.shards), allow_weak_classifier=args.allow_weak_classifier)
 
 
 def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:
@@ -320,6 +320,9 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--a", type=float, default=50.0, help="Beta(a, b) noise")
     parser.add_argument("--b", type=float, default=50.0, help="Beta(a, b) noise")
     parser.add_argument("--max-images", type=int, help="only the first N training images (quick looks)")
+    parser.add_argument("--allow-weak-classifier", action="store_true",
+                        help="identify even with a classifier near chance on the data's test images (refused "
+                        "otherwise); the run is then flagged")
     parser.add_argument("--shards", type=int, help="split the training images into this many shards, each with its "
                         "own seed (default: 1 with --executor local, one per worker with ray)")
 

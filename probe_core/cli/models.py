@@ -8,7 +8,7 @@ import sys
 
 from probe_core.cli.common import format_metrics, workspace_from_args
 from probe_core.export import format_table
-from probe_core.progress import progress_bar
+from probe_core.progress import announce_training, progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 
@@ -56,11 +56,22 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _models_defaults(args: argparse.Namespace) -> int:
+    from probe_core.checks import check_references
+
     workspace = workspace_from_args(args)
-    for spec in workspace.registry.default_specs(args.dataset):
-        loaded = workspace.registry.get_or_train(spec, progress=progress_bar(f"{spec.kind} on {args.dataset}"),
-                                                 device=args.device)
+    registry = workspace.registry.announcing(announce_training)  # each model's recipe is printed as it starts
+    for spec in registry.default_specs(args.dataset):
+        loaded = registry.get_or_train(spec, device=args.device)
         print(f"{loaded.id}: {format_metrics(loaded.metrics)}")
+    # the defaults prove themselves on the data at once: a classifier near chance or a generator that is not
+    # 'ok' is said here, with what to do, not at the first run
+    report = check_references(workspace.registry, "default", args.dataset, "default", device=args.device)
+    classifier, generator = report["classifier"], report["generator"]
+    print(f"check: classifier {classifier['accuracy']:.1%} on {classifier['images']} test images "
+          f"(chance {classifier['chance']:.1%}); generator {generator['verdict']}")
+    for warning in filter(None, [None if classifier["usable"] else classifier["message"],
+                                 report.get("generator_warning")]):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -69,7 +69,8 @@ def _given_settings(args: argparse.Namespace) -> dict:
     """The sampler settings as given on the command line; None where the target's default applies."""
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
             "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
-            "executor": args.executor, "shards": args.shards, "independence_moves": args.independence_moves}
+            "executor": args.executor, "shards": args.shards, "independence_moves": args.independence_moves,
+            "allow_weak_classifier": args.allow_weak_classifier or None}
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -109,6 +110,9 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
                         "mixture fitted to each target's warm-up draws, so chains move between modes; HMC's "
                         f"trajectories are then capped at {JUMPING_INTEGRATION_STEPS} leapfrog steps instead of "
                         f"{DEFAULT_INTEGRATION_STEPS} (default 0)")
+    parser.add_argument("--allow-weak-classifier", action="store_true",
+                        help="sample even with a classifier near chance on the data's test images (refused "
+                        "otherwise); every result is then flagged")
     parser.add_argument("--shards", type=int, help="split the targets into this many shards, each with its own "
                         "seed (default: 1 with --executor local, one per worker with ray); the same --shards and "
                         "--seed give the same samples on every executor")

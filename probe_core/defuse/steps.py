@@ -6,6 +6,7 @@ CLI runs it inline (:func:`run_step`) and the dashboard submits it to a worker (
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -90,7 +91,7 @@ class IdentifySettings:
     dataset: str = DEFAULT_DATASET
     classifier: str = "default"
     vae: str = "default"
-    samples_per_image: int = 500
+    samples_per_image: int = 500  # DEFAULT_SAMPLES_PER_IMAGE
     max_per_image: int = 100
     noise: str = "centered"
     a: float = 50.0
@@ -100,6 +101,7 @@ class IdentifySettings:
     max_images: int | None = None
     executor: str = "local"  # where the image shards run (probe_core.scaleout): local, ray or ray:ADDRESS
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
+    allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
 
     def job_arguments(self) -> dict:
         return {"settings": record(self)}
@@ -115,6 +117,35 @@ class IdentifySettings:
             raise ProbeError("the Beta noise's a and b and the noise scale must be positive")
         if self.max_images is not None and self.max_images < 1:
             raise ProbeError("max images must be >= 1")
+
+
+# Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
+# 2 cores (8,000 SVHN-like images). Unless the user names --max-images, it decodes and classifies about this many
+# perturbations (Q per image over the first images), which takes minutes at 32x32 (benchmarks/real_size.py).
+REAL_SIZE_SAMPLES_PER_IMAGE = 100
+REAL_SIZE_PERTURBATIONS = 100_000
+DEFAULT_SAMPLES_PER_IMAGE = 500
+
+
+def sized_identification(settings: IdentifySettings, dataset: ImageDataset) -> tuple[IdentifySettings, str | None]:
+    """The settings with the images and perturbations chosen from the data's size, and a note saying so.
+
+    Images of 32x32 and up, with no ``max_images`` given: at most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q
+    lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it was left at its default. Smaller images, or a
+    ``max_images`` the user gave, are left as they are (note None).
+    """
+    from probe_core.models.registry import REAL_SIZE
+
+    if settings.max_images is not None or min(dataset.image_shape[1:]) < REAL_SIZE:
+        return settings, None
+    per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
+                 else settings.samples_per_image)
+    available = len(dataset.train_labels)
+    images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
+    note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
+            f"{available:,} training images with {per_image} perturbations each, chosen from the data's size "
+            f"(--max-images and --samples-per-image choose otherwise)")
+    return replace(settings, samples_per_image=per_image, max_images=images), note
 
 
 def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu",
@@ -134,7 +165,11 @@ def checked_identify_settings(registry, settings: IdentifySettings, device: str 
     vae = lookup(settings.vae, "generator", settings.dataset, device=device)
     if not vae.capabilities.encoder:
         raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
-    checked_models(classifier, load_dataset(settings.dataset, registry.data_dir))  # refused when matched wrongly
+    data = load_dataset(settings.dataset, registry.data_dir)
+    checked_models(classifier, data, allow_weak_classifier=settings.allow_weak_classifier)  # refused: see there
+    settings, note = sized_identification(settings, data)
+    if note:
+        log.warning(note)
     return replace(settings, classifier=classifier.id, vae=vae.id)
 
 
@@ -161,6 +196,8 @@ class DistillSettings:
         if not (0 <= self.weight_threshold < 1 and self.tau > 0):
             raise ProbeError("the weight threshold ε must be in [0, 1) and τ positive")
 
+
+log = logging.getLogger(__name__)
 
 BASELINES = {
     "labelled-images": "finetune on the individually labelled failures: review images whose annotators' "
@@ -228,12 +265,16 @@ def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> J
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
-        _, vae_check = checked_models(classifier, dataset, vae)
+        classifier_check, vae_check = checked_models(classifier, dataset, vae,
+                                                     allow_weak_classifier=settings.allow_weak_classifier)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
                "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
                "generator_check": vae_check.to_dict()}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
+        if classifier_check.near_chance:
+            ids["classifier_warning"] = classifier_check.message
+            context.report(0.0, f"warning: {classifier_check.message}", force=True)
         images, labels = dataset.train_images, dataset.train_labels
         if settings.max_images is not None:
             images, labels = images[:settings.max_images], labels[:settings.max_images]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from probe_core.devices import resolve_device
 from probe_core.data import DEFAULT_DATASET
 from probe_core.defuse.labels import HUMAN
 from probe_core.defuse.results import CorrectionResult
@@ -140,7 +141,7 @@ def _report(space, distill_run: int, source: str, correct_run: int | None = None
 
 
 def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, class_names=None, input_shape=None,
-             class_map: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
+             class_map: str | None = None, workspace=None, device: str = "auto", progress: bool = True,
              **settings) -> IdentifyResult:
     """Find failures: perturb the VAE codes of training images and keep the misclassified decodings.
 
@@ -158,6 +159,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     from probe_core.kept import references
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
     request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
@@ -169,7 +172,7 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     return IdentifyResult(run_id, request, failures_of(space.store, run_id), outcome, names)
 
 
-def distill(identified, *, workspace=None, device: str = "cpu", progress: bool = True, **settings) -> DefuseReport:
+def distill(identified, *, workspace=None, device: str = "auto", progress: bool = True, **settings) -> DefuseReport:
     """Cluster an identification's failures (Dirichlet-process GMM) into failure regions to label.
 
     ``identified``: an :class:`IdentifyResult` or its run id; ``settings``:
@@ -179,13 +182,15 @@ def distill(identified, *, workspace=None, device: str = "cpu", progress: bool =
     from probe_core.defuse.steps import DistillSettings
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     run_id, _ = run_now(space.registry, DistillSettings(identify_run=_run_id(identified), **settings), device=device,
                         progress_bar="distilling" if progress else None)
     return _report(space, run_id, HUMAN)
 
 
 def label(distilled, labels: dict | None = None, *, annotator: str | None = None, oracle: str | None = None,
-          workspace=None, device: str = "cpu") -> DefuseReport:
+          workspace=None, device: str = "auto") -> DefuseReport:
     """Label every image of clusters' review sets, as the Label page does; returns the aggregated report.
 
     Parameters
@@ -203,6 +208,8 @@ def label(distilled, labels: dict | None = None, *, annotator: str | None = None
     from probe_core.defuse.review import auto_label, review_images
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     distill_run = _run_id(distilled)
     if (labels is None) == (oracle is None):
         raise ProbeError("give either labels ({cluster id: class}) with an annotator, or an oracle classifier")
@@ -224,7 +231,7 @@ def label(distilled, labels: dict | None = None, *, annotator: str | None = None
     return _report(space, distill_run, HUMAN)
 
 
-def correct(distilled, *, source: str | None = None, workspace=None, device: str = "cpu", progress: bool = True,
+def correct(distilled, *, source: str | None = None, workspace=None, device: str = "auto", progress: bool = True,
             **settings) -> DefuseReport:
     """Finetune the classifier with L(D) + λ·CE(D_f) over a λ sweep; the report's ``results`` hold before,
     Defuse and baseline accuracies and ``corrected_model`` the new classifier's id.
@@ -236,6 +243,8 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     from probe_core.defuse.steps import CorrectSettings
 
     space = open_workspace(workspace)
+
+    device = str(resolve_device(device))  # "auto": CUDA when present
     source = source or getattr(distilled, "source", HUMAN)
     distill_run = _run_id(distilled)
     correct_run, _ = run_now(space.registry, CorrectSettings(distill_run=distill_run, source=source, **settings),

@@ -102,6 +102,41 @@ def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: 
                                      math.ceil(MIN_TRAINING_STEPS[kind] / steps_per_epoch)))
 
 
+# Real-size images (32x32 and up, a user's folder or .npz): optimisation steps (batches of 64) of the default
+# models, and the latent sizes of the Defuse paper's β-VAEs (10 for SVHN's 10 classes, 15 for the 43 signs).
+REAL_SIZE = 32
+REAL_SIZE_STEPS = {"classifier": 3000, "vae": 3000, "gan": 3000}
+REAL_SIZE_EPOCHS = (8, 200)
+
+
+def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: int,
+                     train_images: int, batch_size: int = 64) -> dict | None:
+    """The default model recipe for a user's real-size data (images of 32x32 and up), None for smaller images.
+
+    The classifier is a small ResNet (:class:`~probe_core.models.architectures.ResNetClassifier`) trained with
+    standard augmentation (a chance-level plain CNN was the old default on colour 32x32 data); the VAE is the
+    convolutional one with the paper's latent size (10 up to 10 classes, 15 above, as Defuse used for SVHN and
+    the German signs). Epochs are chosen for :data:`REAL_SIZE_STEPS` optimisation steps, within
+    :data:`REAL_SIZE_EPOCHS`.
+
+    Returns
+    -------
+    dict or None
+        ``architecture``, ``epochs`` and, as they apply, ``augment``, ``latent_dim``, ``kl_warmup``.
+    """
+    if min(image_shape[1], image_shape[2]) < REAL_SIZE:
+        return None
+    steps_per_epoch = max(1, math.ceil(train_images / batch_size))
+    low, high = REAL_SIZE_EPOCHS
+    epochs = min(high, max(low, math.ceil(REAL_SIZE_STEPS[kind] / steps_per_epoch)))
+    if kind == "classifier":
+        return {"architecture": "ResNetClassifier", "epochs": epochs, "augment": True}
+    latent_dim = 10 if num_classes <= 10 else 15
+    if kind == "vae":
+        return {"architecture": "VAE", "epochs": epochs, "latent_dim": latent_dim, "kl_warmup": epochs // 2}
+    return {"architecture": "GANGenerator", "epochs": epochs, "latent_dim": latent_dim}
+
+
 def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
     """Architecture class name used by the zoo for a kind and image size."""
     if kind == "classifier":
@@ -154,6 +189,9 @@ class ModelSpec:
     beta : float, optional
         VAEs only: the KL term's weight in the loss, a β-VAE for β > 1 (Defuse used β = 4 on
         MNIST); default the data set's (:attr:`~probe_core.data.DatasetEntry.vae_beta`), else 1.
+    augment : bool, optional
+        Classifiers only: train with :func:`~probe_core.models.training.augment_batch` (the real-size
+        recipe turns it on; default off).
     """
 
     dataset: str = DEFAULT_DATASET
@@ -166,6 +204,7 @@ class ModelSpec:
     architecture: str | None = None
     kl_warmup: int | None = None
     beta: float | None = None
+    augment: bool | None = None
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -183,10 +222,23 @@ class ModelSpec:
             raise ProbeError("kl_warmup applies to VAEs and must be >= 0")
         if self.beta is not None and (self.kind != "vae" or not self.beta > 0):
             raise ProbeError(f"beta applies to VAEs and must be > 0, got {self.beta}")
+        if self.augment and self.kind != "classifier":
+            raise ProbeError("augmentation applies to classifiers only")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
             object.__setattr__(self, "classes", tuple(sorted({int(c) for c in self.classes})))
+
+    def describe_recipe(self) -> str:
+        """What this (resolved) spec trains, in words, for the line printed when training starts."""
+        parts = [self.architecture or "", f"{self.epochs} epochs"]
+        if self.latent_dim:
+            parts.append(f"latent {self.latent_dim}")
+        if self.beta:
+            parts.append(f"β {self.beta:g}")
+        if self.augment:
+            parts.append("augmentation: random crops, brightness and contrast")
+        return ", ".join(part for part in parts if part)
 
     def dataset_view(self) -> str:
         """The data set name with the class subset, as :func:`load_dataset` reads it."""
@@ -197,7 +249,16 @@ class ModelSpec:
         entry = dataset_entry(self.dataset)
         classifier = self.kind == "classifier"
         entry_epochs = {"classifier": entry.classifier_epochs, "vae": entry.vae_epochs}.get(self.kind)
-        if is_file_reference(split_view(self.dataset)[0]):  # a user's data: epochs by its size
+        users_data = is_file_reference(split_view(self.dataset)[0])
+        recipe = real_size_recipe(self.kind, dataset.image_shape, dataset.num_classes,
+                                  len(dataset.train_labels)) if users_data else None
+        if recipe is not None:
+            return replace(self, epochs=self.epochs or recipe["epochs"],
+                           latent_dim=self.latent_dim or recipe.get("latent_dim"),
+                           kl_warmup=self.kl_warmup if self.kl_warmup is not None else recipe.get("kl_warmup"),
+                           beta=self.beta, architecture=self.architecture or recipe["architecture"],
+                           augment=self.augment if self.augment is not None else recipe.get("augment"))
+        if users_data:  # a user's data: epochs by its size
             sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
         else:
             sized = default_epochs(self.kind, dataset.image_shape)
@@ -213,7 +274,7 @@ class ModelSpec:
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
         fields = asdict(self)
-        for newer in ("kl_warmup", "beta"):  # unset, they keep the ids of models from before the field existed
+        for newer in ("kl_warmup", "beta", "augment"):  # unset, they keep the ids of models from before the field existed
             if fields[newer] is None:
                 del fields[newer]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:6]
@@ -485,7 +546,7 @@ class ModelRegistry:
         common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "progress": progress}
         if spec.kind == "classifier":
             module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
-                                               **common)
+                                               augment=bool(spec.augment), **common)
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "vae":
             module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,

@@ -1,0 +1,200 @@
+"""Real-size data with its default models, as a new user meets it: colour 32×32 (SVHN-like) and 64×64 (43 sign classes).
+
+For each size it builds the stand-in data set (``probe_core.data.synthetic``: MNIST's test digits from
+``../shared`` on cluttered colour backgrounds; 43 drawn sign classes), writes it as a ``.npz`` and then does what
+``probe models defaults``, ``probe sample`` and ``probe defuse run`` do with no flags, printing one table per size:
+
+- training: each default model's recipe and time;
+- the classifier's test accuracy (against chance) and the generator check (FD-clf ratio, verdict);
+- ``high:C`` and an ambiguous pair of similar classes with 16 chains and default settings: chains with a
+  hit, time, and how many hits an **independent judge** (a second classifier of the same recipe with
+  another seed, trained on the real images and never probed) calls the target class;
+- the sampler against its ceiling: gradient evaluations/s of a short batched HMC run against the
+  decoder+classifier forward+backward throughput at that batch, and Pyro NUTS's evaluations/s;
+- Defuse identification and distillation with the defaults the data's size chooses: failures, regions, time.
+
+Run: ``.venv/bin/python benchmarks/real_size.py [--quick] [--sizes 32,64] [--workspace DIR] [--mnist DIR]``.
+``--quick`` (CI): a few hundred images, a few epochs, 4 chains; it checks that the pipeline runs, not the goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sampler.py's ceiling()
+
+MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-t10k"
+# (train images, test images) of each size: the issue's figures, and a smoke run
+SIZES = {32: {"full": (8000, 2000), "quick": (400, 200)},
+         64: {"full": (90, 30), "quick": (6, 4)}}  # 64: per class, 43 classes
+QUICK_EPOCHS = 2
+
+
+def build_data(size: int, quick: bool, mnist: Path, out: Path) -> tuple[Path, tuple[str, ...]]:
+    from probe_core.data.idx import read_idx
+    from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like, write_npz
+
+    digits = read_idx(next(mnist.glob("t10k-images*")))
+    labels = read_idx(next(mnist.glob("t10k-labels*")))
+    train_count, test_count = SIZES[size]["quick" if quick else "full"]
+    # train and test digits come from disjoint halves of MNIST's test set: no handwriting is in both
+    half = len(digits) // 2
+    if size == 32:
+        train = svhn_like(digits[:half], labels[:half], train_count, 32, seed=1)
+        test = svhn_like(digits[half:], labels[half:], test_count, 32, seed=2)
+        names = SVHN_CLASSES
+    else:
+        train = signs_like(digits[:half], labels[:half], train_count, size, seed=1)
+        test = signs_like(digits[half:], labels[half:], test_count, size, seed=2)
+        names = SIGN_CLASSES
+    path = write_npz(out / f"real-size-{size}{'-quick' if quick else ''}.npz", train, test, names)
+    return path, names
+
+
+def similar_pair(classifier, dataset) -> tuple[int, int]:
+    """The two classes the classifier confuses most on the test images (a pair a user would probe)."""
+    with torch.no_grad():
+        predicted = torch.cat([classifier.module(dataset.test_images[s:s + 512]).argmax(1)
+                               for s in range(0, len(dataset.test_images), 512)])
+    count = dataset.num_classes
+    confusion = np.zeros((count, count))
+    np.add.at(confusion, (dataset.test_labels.numpy(), predicted.numpy()), 1)
+    symmetric = confusion + confusion.T
+    np.fill_diagonal(symmetric, -1)
+    a, b = np.unravel_index(np.argmax(symmetric), symmetric.shape)
+    return int(min(a, b)), int(max(a, b))
+
+
+def judge_agreement(judge, images: np.ndarray, classes: tuple[int, ...]) -> tuple[int, int]:
+    """How many hit images the judge puts in the target's class (``high``) or pair (``ambiguous``), of how many."""
+    if images is None or not len(images):
+        return 0, 0
+    with torch.no_grad():
+        predicted = judge.module(torch.as_tensor(images, dtype=torch.float32)).argmax(1).numpy()
+    return int(np.isin(predicted, classes).sum()), len(images)
+
+
+def sampler_against_ceiling(classifier, generator, target, chains: int, steps: int) -> dict:
+    from sampler import ceiling
+
+    from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
+    from probe_core.targets import TargetBatch
+
+    roof = ceiling(classifier.module, generator.module, chains, repeats=5)
+    posterior = BayesTrExPosterior(classifier.module, generator.module, TargetBatch([target], chains))
+    fast = run_hmc(posterior, SamplerConfig(num_warmup=steps, num_samples=steps, init="optimize"))
+    fast_rate = fast.gradient_evaluations * chains / fast.wall_seconds
+    nuts_steps = max(2, steps // 10)
+    nuts = run_pyro_nuts(BayesTrExPosterior(classifier.module, generator.module, TargetBatch([target], 1)),
+                         num_warmup=nuts_steps, num_samples=nuts_steps, seed=0)
+    return {"ceiling": roof, "fast": fast_rate, "nuts": nuts.gradient_evaluations / nuts.wall_seconds}
+
+
+def run_size(size: int, args, workspace) -> None:
+    import probe_core.api as mp
+    from probe_core.catalog import canonical_dataset_name
+    from probe_core.checks import check_classifier, check_generator
+    from probe_core.defuse import verbs
+    from probe_core.models import ModelSpec
+    from probe_core.requests import SampleRequest
+
+    path, names = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
+    reference = canonical_dataset_name(str(path))
+    registry = workspace.registry
+    dataset = registry.dataset(reference)
+    print(f"\n## {size}×{size} colour, {dataset.num_classes} classes: {len(dataset.train_labels):,} training and "
+          f"{len(dataset.test_labels):,} test images ({path.name}; torch threads {torch.get_num_threads()})")
+    rows = [("step", "figure")]
+    for spec in registry.default_specs(reference):
+        if args.quick:
+            spec = ModelSpec(**{**spec.__dict__, "epochs": QUICK_EPOCHS})
+        resolved = spec.resolved(dataset)
+        started = time.perf_counter()
+        registry.get_or_train(spec)
+        rows.append((f"train {spec.kind}", f"{resolved.describe_recipe()}: {time.perf_counter() - started:.0f} s"))
+    kind_ids = {spec.kind: spec.model_id() for spec in registry.default_specs(reference)}
+    if args.quick:
+        kind_ids = {spec.kind: ModelSpec(**{**spec.__dict__, "epochs": QUICK_EPOCHS}).model_id()
+                    for spec in registry.default_specs(reference)}
+    classifier = registry.resolve(kind_ids["classifier"], "classifier", reference)
+    generator = registry.resolve(kind_ids["vae"], "generator", reference)
+    clf_check = check_classifier(classifier, dataset)
+    gen_check = check_generator(generator, classifier, dataset)
+    rows.append(("classifier test accuracy", f"{clf_check.accuracy:.1%} (chance {clf_check.chance:.1%})"
+                 + (" — NEAR CHANCE: refused" if clf_check.near_chance else "")))
+    rows.append(("generator check (VAE)", f"{gen_check.verdict}: FD-clf ratio {gen_check.figures['fd_ratio']:.1f} "
+                 f"(limit 50), reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}"))
+    judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=1001,
+                           epochs=QUICK_EPOCHS if args.quick else None)
+    started = time.perf_counter()
+    judge = registry.get_or_train(judge_spec)
+    rows.append(("independent judge", f"{judge_spec.resolved(dataset).describe_recipe()}, seed 1001: "
+                 f"{judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy "
+                 f"({time.perf_counter() - started:.0f} s)"))
+    chains = 4 if args.quick else 16
+    short = {"warmup": 5, "samples": 5} if args.quick else {}
+    high_class = names[7 % len(names)]
+    pair = similar_pair(classifier, dataset)
+    for spec, classes in ((f"high:{high_class}", (names.index(high_class),)),
+                          (f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair)):
+        started = time.perf_counter()
+        try:
+            result = mp.sample(spec, kind_ids["classifier"], kind_ids["vae"], dataset=reference, workspace=workspace,
+                               chains=chains, progress=False, **short)
+        except Exception as exc:  # noqa: BLE001 - a benchmark reports a refusal as a row
+            rows.append((spec, f"refused: {exc}"))
+            continue
+        wall = time.perf_counter() - started
+        report = result.targets[0]["summary"]
+        hits = result.images[result.hit] if result.images is not None and result.hit is not None else None
+        agree, total = judge_agreement(judge, hits, classes)
+        share = f"{agree / total:.0%}" if total else "n/a"
+        rows.append((spec, f"{report['chains_with_hits']} of {chains} chains hit in {wall:.0f} s; the judge agrees "
+                     f"with {agree} of {total} hits ({share})"))
+    [target] = SampleRequest(dataset=reference, target=f"high:{high_class}", class_names=names).targets
+    rates = sampler_against_ceiling(classifier, generator, target, chains, 5 if args.quick else 30)
+    rows.append(("sampler throughput", f"fast HMC {rates['fast']:,.0f} gradient evals/s = "
+                 f"{rates['fast'] / rates['ceiling']:.0%} of the {rates['ceiling']:,.0f}/s forward+backward ceiling at "
+                 f"batch {chains}; Pyro NUTS {rates['nuts']:,.0f}/s (x{rates['fast'] / rates['nuts']:.0f})"))
+    started = time.perf_counter()
+    identified = verbs.identify(dataset=reference, classifier=kind_ids["classifier"], vae=kind_ids["vae"],
+                                workspace=workspace, progress=False,
+                                **({"max_images": 40, "samples_per_image": 20} if args.quick else {}))
+    identify_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    distilled = verbs.distill(identified, workspace=workspace, progress=False)
+    outcome = identified.outcome
+    regions = len(distilled.report.get("clusters", []))
+    rows.append(("Defuse identify + distill", f"{outcome.failures:,} failures from {outcome.images:,} images "
+                 f"({identify_seconds:.0f} s), {regions} regions ({time.perf_counter() - started:.0f} s)"))
+    width = max(len(step) for step, _ in rows)
+    for step, figure in rows:
+        print(f"| {step:<{width}} | {figure} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few hundred images and epochs (CI's smoke run)")
+    parser.add_argument("--sizes", default="32,64", help="image sizes to run, from 32 and 64")
+    parser.add_argument("--workspace", default=".bench-workspace-real-size")
+    parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)),
+                        help="folder of MNIST's t10k IDX files (the digits drawn into the images)")
+    args = parser.parse_args()
+    from probe_core.workspace import Workspace
+
+    workspace = Workspace(args.workspace)
+    for size in (int(s) for s in args.sizes.split(",")):
+        if size not in SIZES:
+            parser.error(f"--sizes takes 32 and 64, got {size}")
+        run_size(size, args, workspace)
+
+
+if __name__ == "__main__":
+    main()

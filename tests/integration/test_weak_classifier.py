@@ -1,0 +1,82 @@
+"""A classifier at chance is refused before any run, and never vouches for a generator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from probe_core.catalog import load_dataset
+from probe_core.checks import ModelCheckError, check_classifier, check_generator
+from probe_core.models.architectures import make_vae
+from probe_core.models.registry import LoadedModel, align_classifier, in_memory_classifier
+from probe_core.validation import check_record, checked_models
+
+
+class ConstantClassifier(nn.Module):
+    """Says class 1 for every image: what the default classifier did on the SVHN-like set (10.8 %)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(len(images), 10)
+        logits[:, 1] = 5.0
+        return logits
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def _constant(digits):
+    names = digits.class_names
+    return align_classifier(in_memory_classifier(ConstantClassifier(), names, digits.image_shape, name="constant"),
+                            digits)
+
+
+def test_a_classifier_at_chance_is_refused_with_its_accuracy_and_what_to_do(digits):
+    classifier = _constant(digits)
+    check = check_classifier(classifier, digits)
+    assert check.near_chance and not check.usable
+    assert check.accuracy <= check.chance + 0.05  # a constant answer is right on one class's share of images
+    with pytest.raises(ModelCheckError) as refused:
+        checked_models(classifier, digits)
+    message = str(refused.value)
+    assert f"{check.accuracy:.1%}" in message and "chance" in message and "--allow-weak-classifier" in message
+
+
+def test_insisting_runs_but_flags_the_record(digits):
+    classifier = _constant(digits)
+    classifier_check, _ = checked_models(classifier, digits, allow_weak_classifier=True)
+    record = check_record(classifier_check, None)
+    assert record["classifier"]["near_chance"] and "near chance" in record["classifier_warning"]
+
+
+def test_a_generator_is_never_ok_by_a_classifier_that_has_not_learned(digits, trained_workspace):
+    generator = trained_workspace.registry.resolve("default", "generator", "digits")
+    learned = trained_workspace.registry.resolve("default", "classifier", "digits")
+    assert check_generator(generator, learned, digits).verdict == "ok"  # the shipped default VAE passes
+    verdict = check_generator(generator, _constant(digits), digits)
+    assert verdict.verdict == "unjudged" and verdict.weak
+    assert "cannot be judged" in verdict.warning and "chance" in verdict.warning
+    untrained = LoadedModel("untrained-vae", "vae", make_vae(digits.image_shape, 8).eval(), (), {"metrics": {}})
+    assert check_generator(untrained, _constant(digits), digits).verdict != "ok"
+
+
+def test_the_cli_refuses_sampling_with_a_classifier_at_chance_and_stores_nothing(trained_workspace, tmp_path,
+                                                                                 capsys):
+    from probe_core.cli import main
+
+    plugin = tmp_path / "constant.py"
+    plugin.write_text("import torch\nfrom torch import nn\n"
+                      "class_names = [str(i) for i in range(10)]\ninput_shape = (1, 8, 8)\nclassifier_outputs = \"logits\"\n"
+                      "class Constant(nn.Module):\n"
+                      "    def forward(self, x):\n"
+                      "        out = torch.zeros(len(x), 10)\n"
+                      "        out[:, 1] = 5.0\n"
+                      "        return out\n"
+                      "def classifier():\n    return Constant()\n")
+    runs_before = len(trained_workspace.store.list_runs())
+    code = main(["--workspace", str(trained_workspace.root), "sample", "--target", "high:7", "--classifier",
+                 str(plugin), "--chains", "2", "--warmup", "2", "--samples", "2"])
+    assert code == 2 and "near chance" in capsys.readouterr().err
+    assert len(trained_workspace.store.list_runs()) == runs_before

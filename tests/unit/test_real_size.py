@@ -1,0 +1,76 @@
+"""Real-size data: the recipe chosen from the data's size, channels and classes; the stand-in data sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
+from probe_core.models.architectures import ResNetClassifier
+from probe_core.models.registry import REAL_SIZE_EPOCHS, real_size_recipe
+from probe_core.models.training import augment_batch
+
+
+@pytest.mark.parametrize("shape, classes, images, latent", [((3, 32, 32), 10, 8000, 10), ((3, 64, 64), 43, 3870, 15),
+                                                            ((1, 32, 32), 10, 500, 10), ((3, 128, 128), 43, 100, 15)])
+def test_real_size_images_get_a_resnet_with_augmentation_and_the_papers_latent_size(shape, classes, images, latent):
+    classifier = real_size_recipe("classifier", shape, classes, images)
+    assert classifier["architecture"] == "ResNetClassifier" and classifier["augment"]
+    assert REAL_SIZE_EPOCHS[0] <= classifier["epochs"] <= REAL_SIZE_EPOCHS[1]
+    vae = real_size_recipe("vae", shape, classes, images)
+    assert vae["architecture"] == "VAE" and vae["latent_dim"] == latent and vae["kl_warmup"] == vae["epochs"] // 2
+    assert real_size_recipe("gan", shape, classes, images)["latent_dim"] == latent
+
+
+def test_more_images_get_fewer_epochs_and_small_images_keep_their_old_defaults():
+    few = real_size_recipe("classifier", (3, 32, 32), 10, 1000)["epochs"]
+    many = real_size_recipe("classifier", (3, 32, 32), 10, 20000)["epochs"]
+    assert few > many
+    assert real_size_recipe("classifier", (1, 28, 28), 10, 8000) is None
+    assert real_size_recipe("vae", (1, 8, 8), 10, 1000) is None
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (3, 64, 64), (1, 32, 32), (3, 128, 128)])
+def test_the_resnet_costs_about_the_same_per_image_at_every_size(shape):
+    model = ResNetClassifier(shape, 43).eval()
+    with torch.no_grad():
+        assert model(torch.rand(2, *shape)).shape == (2, 43)
+        assert model.features(torch.rand(2, *shape)).shape == (2, 128)
+    # the stem's stride keeps the residual stages at 32x32 or below
+    stem = model.body[0]
+    assert shape[1] // stem.stride[0] <= 32
+
+
+def test_augmentation_keeps_shape_range_and_content_roughly():
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(16, 3, 32, 32)
+    augmented = augment_batch(images, generator)
+    assert augmented.shape == images.shape and augmented.min() >= 0 and augmented.max() <= 1
+    assert not torch.equal(augmented, images)
+    grey = augment_batch(torch.rand(4, 1, 32, 32), generator)
+    assert grey.shape == (4, 1, 32, 32)
+
+
+def _digits(count=200):
+    rng = np.random.default_rng(0)
+    images = np.zeros((count, 28, 28), np.uint8)
+    images[:, 6:22, 10:18] = 255  # a bar: enough for rendering
+    return images, rng.integers(0, 10, count)
+
+
+def test_svhn_like_images_are_colour_32x32_with_the_centre_digits_label():
+    digits, labels = _digits()
+    images, targets = svhn_like(digits, labels, 30, 32, seed=0)
+    assert images.shape == (30, 32, 32, 3) and images.dtype == np.uint8
+    assert set(targets) <= set(range(10)) and len(SVHN_CLASSES) == 10
+    assert images.reshape(30, -1, 3).std(1).mean() > 10  # cluttered, not a flat background
+    again, _ = svhn_like(digits, labels, 30, 32, seed=0)
+    assert np.array_equal(images, again)  # a seed gives the same set
+
+
+def test_signs_like_has_43_balanced_classes_at_the_asked_size():
+    digits, labels = _digits()
+    images, targets = signs_like(digits, labels, 2, 64, seed=0)
+    assert len(SIGN_CLASSES) == 43 == len(set(SIGN_CLASSES))
+    assert images.shape == (86, 64, 64, 3) and np.bincount(targets).tolist() == [2] * 43
