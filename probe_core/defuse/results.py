@@ -39,6 +39,8 @@ class IdentificationResult(StoredResult):
         Shards that gave no result (``shard``, ``covers``, ``error``).
     distill_run : int or None
         The distillation run the dashboard's one button started next (None: none, or too few failures).
+    classifier_warning : str or None
+        Set when the user insisted on a classifier near chance: the failures say little about a trained model.
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -56,6 +58,7 @@ class IdentificationResult(StoredResult):
     generator_check: dict = field(default_factory=dict)
     not_done: list[dict] = field(default_factory=list)
     distill_run: int | None = None
+    classifier_warning: str | None = None
 
 
 @dataclass(frozen=True)
