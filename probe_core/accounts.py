@@ -15,7 +15,9 @@ the local owner: whoever can run them already has the machine.
 
 from __future__ import annotations
 
+import functools
 import getpass
+import math
 import os
 import re
 import secrets
@@ -36,6 +38,10 @@ LOCAL_PREFIX = "local:"  # runs started from a shell on the server record "local
 COOKIE_SECRET = "sign-in-cookie"
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_BYTES = 72  # bcrypt's limit: longer passwords are refused, never silently cut
+# Sign-in throttle: this many failed sign-ins of one account, or from one client, within the window lock that
+# account (or client) out until the window has passed since the oldest of them.
+MAX_FAILED_SIGN_INS = 10
+FAILURE_WINDOW_SECONDS = 15 * 60
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.@-]{0,39}$")  # lower case: the sign-in form folds case
 
 
@@ -152,6 +158,8 @@ def _checked_role(role: str) -> str:
 
 def _password_hash(password: str) -> str:
     encoded = (password or "").encode()
+    if password and password != password.strip():
+        raise ProbeError("a password neither starts nor ends with a space (the sign-in form drops them)")
     if len(password or "") < MIN_PASSWORD_LENGTH:
         raise ProbeError(f"a password has at least {MIN_PASSWORD_LENGTH} characters")
     if len(encoded) > MAX_PASSWORD_BYTES:
@@ -171,24 +179,35 @@ def add_account(store, name: str, role: str, password: str) -> Actor:
     if store.get_user(name) is not None:
         raise ProbeError(f"there is already an account {name!r} (probe users passwd to change its password)")
     store.put_user(name, role, _password_hash(password))
+    store.log_account_event("added", name, detail=role)
     return Actor(name, role, signed_in=True)
 
 
 def change_password(store, name: str, password: str) -> None:
-    """Replace an account's password. Raises ProbeError for an unknown account or a bad password."""
+    """Replace an account's password and end every earlier sign-in of it (cookies and live sessions).
+
+    Raises ProbeError for an unknown account or a bad password.
+    """
     account = _existing(store, name)
     store.put_user(account["name"], account["role"], _password_hash(password))
+    record_sign_out(store, account["name"])
+    store.log_account_event("password-changed", account["name"])
 
 
 def set_role(store, name: str, role: str) -> None:
-    """Change an account's role. Raises ProbeError for an unknown account or role."""
+    """Change an account's role and end every earlier sign-in of it. Raises ProbeError for an unknown account or
+    role."""
     account = _existing(store, name)
     store.put_user(account["name"], _checked_role(role), account["password_hash"])
+    record_sign_out(store, account["name"])
+    store.log_account_event("role-changed", account["name"], detail=f"{account['role']} -> {role}")
 
 
 def remove_account(store, name: str) -> None:
     """Delete an account; its labels and runs keep its name. Raises ProbeError for an unknown account."""
-    store.delete_user(_existing(store, name)["name"])
+    removed = _existing(store, name)["name"]
+    store.delete_user(removed)
+    store.log_account_event("removed", removed)
 
 
 def list_accounts(store) -> list[dict]:
@@ -201,6 +220,23 @@ def _existing(store, name: str) -> dict:
     if account is None:
         raise ProbeError(f"there is no account {name!r} (probe users list)")
     return account
+
+
+def shell_annotator(store, name: str) -> str:
+    """The annotator a label typed in a shell is stored under: the name as given in single-user mode; in a
+    team workspace ``local:NAME``, so a shell on the server never labels as (or counts for) a signed-in account.
+
+    Raises
+    ------
+    ProbeError
+        For an empty name.
+    """
+    name = " ".join((name or "").split())
+    if not name:
+        raise ProbeError("--annotator NAME is required to store a label")
+    if not store.list_users() or name.startswith(LOCAL_PREFIX):
+        return name
+    return f"{LOCAL_PREFIX}{name}"
 
 
 def account_actor(store, name: str) -> Actor | None:
@@ -216,13 +252,73 @@ def record_sign_out(store, name: str, when: float | None = None) -> None:
     cookie, or another browser's remembered sign-in must not bring the session back.
     """
     store.set_signed_out(name, time.time() if when is None else when)
+    store.log_account_event("sign-out", name, at=when)
 
 
 def cookie_counts(store, name: str, issued_at: float) -> bool:
-    """Whether a sign-in cookie of ``name`` issued at ``issued_at`` may sign it in: the account exists and has
-    not signed out since."""
+    """Whether a sign-in of ``name`` made (or a cookie issued) at ``issued_at`` still holds: the account exists
+    and has not signed out, changed its password or role, or been made anew since."""
     account = store.get_user(name)
     return account is not None and issued_at > (account.get("signed_out_at") or 0.0)
+
+
+def lockout_seconds(store, name: str, client: str, now: float | None = None) -> float:
+    """How long sign-in stays refused for this account or this client (0: not locked out).
+
+    Locked out after :data:`MAX_FAILED_SIGN_INS` failures of the account, or from the client, within
+    :data:`FAILURE_WINDOW_SECONDS`; it ends when the window has passed since the oldest of those failures.
+    """
+    now = time.time() if now is None else now
+    since = now - FAILURE_WINDOW_SECONDS
+    waits = [0.0]
+    for column in ({"name": name}, {"client": client}):
+        if not next(iter(column.values())):
+            continue
+        failures = store.account_events(since, ("sign-in-failed",), limit=MAX_FAILED_SIGN_INS, **column)
+        if len(failures) >= MAX_FAILED_SIGN_INS:
+            waits.append(failures[-1]["at"] + FAILURE_WINDOW_SECONDS - now)
+    return max(waits)
+
+
+@functools.lru_cache(maxsize=1)
+def _unknown_account_hash() -> str:
+    """bcrypt of a password nobody has, checked for unknown names: a failure costs the same whether or not the
+    account exists, so the time of a reply does not tell which names are accounts."""
+    return bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt()).decode()
+
+
+def verify_sign_in(store, name: str, password: str, client: str = "") -> Actor:
+    """Check a sign-in: the throttle first, then the password (bcrypt, at the same cost for unknown names).
+
+    Every attempt is logged (``sign-in``, ``sign-in-failed``, ``locked-out``).
+
+    Raises
+    ------
+    PermissionDenied
+        Locked out (the message says how long to wait), or a wrong name or password (one message for both).
+    """
+    name = " ".join((name or "").split()).lower()
+    password = (password or "").strip()
+    wait = lockout_seconds(store, name, client)
+    if wait > 0:
+        store.log_account_event("locked-out", name, client)
+        raise PermissionDenied(f"too many failed sign-ins: wait {math.ceil(wait / 60)} minute(s) and try again")
+    account = store.get_user(name)
+    stored = account["password_hash"] if account is not None else _unknown_account_hash()
+    try:
+        matches = bcrypt.checkpw(password.encode()[:MAX_PASSWORD_BYTES], stored.encode())
+    except ValueError:
+        matches = False
+    if account is None or not matches:
+        store.log_account_event("sign-in-failed", name, client)
+        raise PermissionDenied("wrong name or password")
+    store.log_account_event("sign-in", name, client)
+    return Actor(account["name"], account["role"], signed_in=True)
+
+
+def account_log(store, since: float = 0.0, limit: int = 200) -> list[dict]:
+    """The account log, newest first: ``at``, ``kind``, ``name``, ``client``, ``detail``."""
+    return store.account_events(since, limit=limit)
 
 
 def cookie_secret(store) -> str:

@@ -104,6 +104,27 @@ def label_rows(store, history: bool = False) -> list[dict]:
     return rows
 
 
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """A CSV cell that a spreadsheet shows as text: a string starting like a formula (``=cmd|...``, ``+``,
+    ``-``, ``@``, a tab or carriage return) gets a leading apostrophe (OWASP's CSV injection advice); numbers
+    and other values are kept."""
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+        return "'" + value
+    return value
+
+
+def safe_csv_rows(rows):
+    """Every cell of ``rows`` (dicts or sequences) through :func:`spreadsheet_safe`."""
+    for row in rows:
+        if isinstance(row, dict):
+            yield {key: spreadsheet_safe(value) for key, value in row.items()}
+        else:
+            yield [spreadsheet_safe(value) for value in row]
+
+
 def labels_text(rows: list[dict], file_format: str, history: bool = False) -> str:
     """:func:`label_rows` as CSV (a header row) or JSON (a list of objects).
 
@@ -119,5 +140,5 @@ def labels_text(rows: list[dict], file_format: str, history: bool = False) -> st
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=HISTORY_COLUMNS if history else LABEL_COLUMNS)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(safe_csv_rows(rows))  # names and labels are typed by people: never formulas
     return buffer.getvalue()

@@ -40,6 +40,7 @@ class Workspace:
                  actor: Actor | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_workspace_path()
         try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds password hashes: private
             self.models_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ProbeError(f"cannot create workspace folder {self.root}: {exc.strerror}") from exc

@@ -12,6 +12,7 @@ account or changing its role takes effect at the next click.
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
 
@@ -24,6 +25,7 @@ from probe_core.workspace import default_workspace_path
 COOKIE_NAME = "model_probe_sign_in"
 COOKIE_DAYS = 7.0
 ACTOR_KEY = "signed_in_actor"
+SIGNED_IN_AT_KEY = "signed_in_at"  # when this session signed in: a later sign-out, password or role change ends it
 
 
 def _store():
@@ -72,19 +74,26 @@ def sign_in() -> Actor | None:
     authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
                                         COOKIE_DAYS, auto_hash=False)
     was_signed_in = bool(st.session_state.get("authentication_status"))
+    if was_signed_in and not accounts.cookie_counts(store, st.session_state.get("username") or "",
+                                                    st.session_state.get(SIGNED_IN_AT_KEY, 0.0)):
+        # signed out in another browser, or the password or role changed since: this session ends too
+        st.session_state.pop(ACTOR_KEY, None)
+        authenticator.logout(location="unrendered")
+        st.session_state["logout"] = True
+        was_signed_in = False
+        st.warning("Your sign-in has ended (signed out elsewhere, or the account changed): sign in again.")
     if not was_signed_in:
         cookie = authenticator.cookie_controller.get_cookie()
         if cookie and not accounts.cookie_counts(store, cookie["username"], cookie["exp_date"] - COOKIE_DAYS * 86400):
             st.session_state["logout"] = True  # issued before its account signed out: ignored, then deleted
-    try:
-        authenticator.login(location="main", fields={"Form name": "Sign in to Model Probe", "Username": "Name",
-                                                     "Password": "Password", "Login": "Sign in"})
+    try:  # a valid sign-in cookie signs in here; the form below is ours, so every attempt is throttled and logged
+        authenticator.login(location="unrendered")
     except LoginError as exc:  # a cookie of an account that was removed
         st.error(f"Cannot sign in: {exc}")
         authenticator.logout(location="unrendered")
+    if not st.session_state.get("authentication_status"):
+        _sign_in_form(store, authenticator)
     status = st.session_state.get("authentication_status")
-    if status is False:
-        st.error("Wrong name or password.")
     actor = accounts.account_actor(store, st.session_state.get("username") or "") if status else None
     if actor is None:
         st.session_state.pop(ACTOR_KEY, None)
@@ -94,6 +103,7 @@ def sign_in() -> Actor | None:
         return None
     st.session_state[ACTOR_KEY] = actor
     if not was_signed_in:  # signed in by this run's form: draw the page without it
+        st.session_state[SIGNED_IN_AT_KEY] = time.time()
         st.rerun()
     with st.sidebar:
         st.caption(f"Signed in as **{actor.name}** ({actor.role})")
@@ -105,6 +115,33 @@ def sign_in() -> Actor | None:
     if not st.session_state.get("authentication_status"):  # just signed out: show the form, not the page
         st.rerun()
     return actor
+
+
+def _client() -> str:
+    """The browser's address as the server sees it (behind a proxy: the proxy's), for the sign-in throttle."""
+    return st.context.ip_address or "unknown"
+
+
+def _sign_in_form(store, authenticator) -> None:
+    """The sign-in form: :func:`probe_core.accounts.verify_sign_in` decides (throttle, bcrypt, log); a success
+    becomes streamlit-authenticator's signed-in state and its cookie."""
+    with st.form("sign_in_form"):
+        st.subheader("Sign in to Model Probe")
+        name = st.text_input("Name", autocomplete="username")
+        password = st.text_input("Password", type="password", autocomplete="current-password")
+        submitted = st.form_submit_button("Sign in")
+    if not submitted:
+        return
+    try:
+        actor = accounts.verify_sign_in(store, name, password, _client())
+    except PermissionDenied as exc:
+        st.session_state["authentication_status"] = False
+        message = str(exc)
+        st.error(message[:1].upper() + message[1:] + ".")
+        return
+    st.session_state.update(authentication_status=True, username=actor.name, name=actor.name, roles=[actor.role],
+                            logout=False)
+    authenticator.cookie_controller.set_cookie()
 
 
 def _signed_out(store, actor: Actor) -> None:
@@ -127,6 +164,8 @@ def current_actor() -> Actor:
     actor = None if signed_in is None else accounts.account_actor(store, signed_in.name)
     if actor is None:
         raise PermissionDenied("sign in first")
+    if not accounts.cookie_counts(store, actor.name, st.session_state.get(SIGNED_IN_AT_KEY, 0.0)):
+        raise PermissionDenied("your sign-in has ended (signed out elsewhere, or the account changed): sign in again")
     return actor
 
 

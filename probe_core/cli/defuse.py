@@ -14,6 +14,7 @@ from probe_core.defuse import correction
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
+from probe_core.accounts import shell_annotator
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, write_file
 from probe_core.scaleout import shard_count
@@ -162,8 +163,7 @@ def _label_images(workspace, args, class_names: tuple[str, ...]) -> None:
     if args.failure is not None:
         raise ProbeError("--failure/--no-failure are gone: label what each image shows (--label CLASS, --image N) "
                          "and the failure verdict follows from the labels, as in the paper")
-    if not args.annotator:
-        raise ProbeError("--annotator NAME is required to store a label")
+    args.annotator = shell_annotator(workspace.store, args.annotator)
     cluster = workspace.store.get_cluster(args.cluster)
     if cluster is None or cluster["run_id"] != args.run:
         raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")

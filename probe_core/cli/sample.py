@@ -164,7 +164,10 @@ def _recipe(args: argparse.Namespace) -> int:
 
 
 def _label(args: argparse.Namespace) -> int:
+    from probe_core.accounts import shell_annotator
+
     workspace = workspace_from_args(args)
+    args.annotator = shell_annotator(workspace.store, args.annotator)
     if args.what == "test-image":
         from probe_core.bayestrex import label_test_image
         from probe_core.catalog import load_dataset

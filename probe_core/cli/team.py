@@ -60,6 +60,17 @@ def _users_role(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_log(args: argparse.Namespace) -> int:
+    events = accounts.account_log(workspace_from_args(args).store, limit=args.limit)
+    if not events:
+        print("the account log is empty")
+        return 0
+    when = lambda t: dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    print(format_table([[when(e["at"]), e["kind"], e["name"], e["client"], e["detail"]] for e in events],
+                       ["when", "event", "account", "client", "detail"]))
+    return 0
+
+
 def _labels_export(args: argparse.Namespace) -> int:
     store = workspace_from_args(args).store
     text = labels_text(label_rows(store, history=args.history), args.format, history=args.history)
@@ -96,6 +107,10 @@ def add_team_commands(commands: argparse._SubParsersAction) -> None:
     role.add_argument("name")
     role.add_argument("role", choices=accounts.ROLES)
     role.set_defaults(handler=_users_role)
+    log = actions.add_parser("log", help="sign-ins, failed sign-ins, lock-outs, sign-outs and account changes, "
+                                         "newest first")
+    log.add_argument("--limit", type=int, default=200, help="at most this many entries (default 200)")
+    log.set_defaults(handler=_users_log)
 
     labels = commands.add_parser("labels", help="every label in the workspace with who gave it and when")
     label_actions = labels.add_subparsers(dest="action", required=True)

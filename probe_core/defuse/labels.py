@@ -32,6 +32,7 @@ import numpy as np
 
 from probe_core.classes import class_index
 from probe_core.errors import ProbeError
+from probe_core.export import spreadsheet_safe
 
 NONE_OF_THE_ABOVE = "none"
 HUMAN = "human"
@@ -246,8 +247,9 @@ def labels_csv(store, distill_run_id: int) -> tuple[str, int]:
             image = "" if label["review_image_id"] is None else position[label["review_image_id"]] + 1
             failure = "" if label["is_failure"] is None else ("yes" if label["is_failure"] else "no")
             when = dt.datetime.fromtimestamp(label["created_at"], dt.timezone.utc).isoformat(timespec="seconds")
-            writer.writerow([cluster_id, cluster["cluster_index"], image, label["annotator"], label["source"], failure,
-                             label["label"] or "", when])
+            writer.writerow([spreadsheet_safe(cell) for cell in (
+                cluster_id, cluster["cluster_index"], image, label["annotator"], label["source"], failure,
+                label["label"] or "", when)])
             count += 1
     return buffer.getvalue(), count
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import os
 import sqlite3
+import stat
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +18,10 @@ import numpy as np
 
 from probe_core.errors import ProbeError
 from probe_core.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
+SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite gives them the main file's permissions
 
 
 def pack_array(array: Any) -> bytes:
@@ -60,9 +67,29 @@ class Database:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=PRIVATE_FOLDER, parents=True, exist_ok=True)
+        self._keep_private()
         self._local = threading.local()
         self._migrate()
+
+    def _keep_private(self) -> None:
+        """The database holds password hashes and the cookie-signing secret: its folder is 0700 and its files
+        0600, created so; an older workspace's wider permissions are narrowed on open, with a warning."""
+        if not self.path.exists():
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
+        candidates = [(self.path.parent, PRIVATE_FOLDER), (self.path, PRIVATE_FILE)]
+        candidates += [(self.path.with_name(self.path.name + side), PRIVATE_FILE) for side in SIDE_FILES]
+        for candidate, mode in candidates:
+            try:
+                current = stat.S_IMODE(candidate.stat().st_mode)
+                if current & 0o077:
+                    os.chmod(candidate, mode)
+                    log.warning("%s was readable by other users (mode %o): narrowed to %o, as it holds the "
+                                "workspace's password hashes and sign-in secret", candidate, current, mode)
+            except FileNotFoundError:
+                continue
+            except PermissionError as exc:  # not ours to change: say so, never fail a read-only use
+                log.warning("cannot narrow the permissions of %s: %s", candidate, exc)
 
     # -- connections -----------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -185,5 +185,18 @@ MIGRATIONS: dict[int, str] = {
     """,
     8: """
     ALTER TABLE users ADD COLUMN signed_out_at REAL;
+    """,
+    # The account log (probe users log): sign-ins, failures, lock-outs, sign-outs and account changes.
+    9: """
+    CREATE TABLE account_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        client TEXT NOT NULL DEFAULT '',
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX account_events_by_name ON account_events(name, at);
+    CREATE INDEX account_events_by_client ON account_events(client, at);
     """,
 }

@@ -13,13 +13,18 @@ class TeamTables(Database):
     """``users`` and ``workspace_secrets``."""
 
     def put_user(self, name: str, role: str, password_hash: str) -> None:
-        """Insert an account or replace its role and hash (its creation time stays)."""
+        """Insert an account or replace its role and hash (its creation time stays).
+
+        A new account starts signed out at its creation: a cookie left from a removed account of the same name
+        never signs it in.
+        """
         now = time.time()
         with self.transaction() as connection:
             connection.execute(
-                "INSERT INTO users (name, role, password_hash, created_at, changed_at) VALUES (?,?,?,?,?) "
+                "INSERT INTO users (name, role, password_hash, created_at, changed_at, signed_out_at) "
+                "VALUES (?,?,?,?,?,?) "
                 "ON CONFLICT(name) DO UPDATE SET role=excluded.role, password_hash=excluded.password_hash, "
-                "changed_at=excluded.changed_at", (name, role, password_hash, now, now))
+                "changed_at=excluded.changed_at", (name, role, password_hash, now, now, now))
 
     def get_user(self, name: str) -> UserRecord | None:
         """An account: ``name``, ``role``, ``password_hash``, ``created_at``, ``changed_at``; None if none."""
@@ -40,6 +45,26 @@ class TeamTables(Database):
         """Remove an account (its labels and runs keep its name); returns whether it existed."""
         with self.transaction() as connection:
             return connection.execute("DELETE FROM users WHERE name=?", (name,)).rowcount > 0
+
+    def log_account_event(self, kind: str, name: str, client: str = "", detail: str = "",
+                          at: float | None = None) -> None:
+        """Append to the account log (``sign-in``, ``sign-in-failed``, ``locked-out``, ``sign-out``, ``added``...)."""
+        with self.transaction() as connection:
+            connection.execute("INSERT INTO account_events (at, kind, name, client, detail) VALUES (?,?,?,?,?)",
+                               (time.time() if at is None else at, kind, name, client, detail))
+
+    def account_events(self, since: float = 0.0, kinds: tuple[str, ...] | None = None, name: str | None = None,
+                       client: str | None = None, limit: int = 1000) -> list[dict]:
+        """Account log entries at or after ``since``, newest first, filtered by kinds, account and client."""
+        sql, params = "SELECT * FROM account_events WHERE at >= ?", [since]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        for column, value in (("name", name), ("client", client)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        return [dict(row) for row in self._query(sql + " ORDER BY at DESC, id DESC LIMIT ?", [*params, limit])]
 
     def secret(self, name: str, make: Any) -> str:
         """The workspace secret ``name``, made by ``make()`` and stored the first time it is asked for."""

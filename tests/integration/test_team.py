@@ -75,15 +75,16 @@ def test_a_sign_out_revokes_the_cookies_issued_before_it(workspace):
     store = workspace.store
     accounts.add_account(store, "alice", "annotator", PASSWORD)
     accounts.add_account(store, "bob", "annotator", PASSWORD)
-    assert accounts.cookie_counts(store, "alice", issued_at=1000.0)  # never signed out
-    accounts.record_sign_out(store, "alice", when=2000.0)
-    assert not accounts.cookie_counts(store, "alice", issued_at=1999.0)  # a cookie from before the sign-out
-    assert accounts.cookie_counts(store, "alice", issued_at=2001.0)  # signed in again afterwards
-    assert accounts.cookie_counts(store, "bob", issued_at=1000.0)  # another account's cookies are untouched
-    accounts.record_sign_out(store, "alice", when=1500.0)  # an older sign-out never moves it back
-    assert not accounts.cookie_counts(store, "alice", issued_at=1999.0)
+    t = time.time() + 10  # times after the accounts were made (a cookie from before an account's creation is dead)
+    assert accounts.cookie_counts(store, "alice", issued_at=t + 1000.0)  # never signed out
+    accounts.record_sign_out(store, "alice", when=t + 2000.0)
+    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0)  # a cookie from before the sign-out
+    assert accounts.cookie_counts(store, "alice", issued_at=t + 2001.0)  # signed in again afterwards
+    assert accounts.cookie_counts(store, "bob", issued_at=t + 1000.0)  # another account's cookies are untouched
+    accounts.record_sign_out(store, "alice", when=t + 1500.0)  # an older sign-out never moves it back
+    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0)
     accounts.remove_account(store, "bob")
-    assert not accounts.cookie_counts(store, "bob", issued_at=5000.0)  # a removed account signs nobody in
+    assert not accounts.cookie_counts(store, "bob", issued_at=t + 5000.0)  # a removed account signs nobody in
 
 
 def test_a_wrong_password_is_refused_and_opens_no_session(team):
@@ -132,6 +133,7 @@ def _page_actions(plugin: str, classifier: str, vae: str) -> None:
 def _act_as(actor: Actor, plugin: Path, classifier: str, vae: str) -> dict:
     at = AppTest.from_function(_page_actions, args=(str(plugin), classifier, vae), default_timeout=60)
     at.session_state["signed_in_actor"] = actor
+    at.session_state["signed_in_at"] = time.time()
     at.run()
     assert not at.exception, at.exception
     return at.session_state["outcome"], [e.value for e in at.error]
@@ -308,3 +310,83 @@ def test_the_app_served_on_a_network_address_without_accounts_shows_only_the_ref
         config.set_option("server.address", address)
     assert not at.exception and not at.title
     assert [e.value for e in at.error] and "no accounts" in at.error[0].value
+
+
+def test_ten_wrong_passwords_lock_the_account_and_the_client_out_and_the_log_shows_it(workspace, capsys):
+    from probe_core.cli import main
+
+    store = workspace.store
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    assert accounts.verify_sign_in(store, "alice", PASSWORD, "10.0.0.1") == Actor("alice", "annotator", True)
+    for attempt in range(accounts.MAX_FAILED_SIGN_INS):
+        with pytest.raises(PermissionDenied, match="wrong name or password"):
+            accounts.verify_sign_in(store, "alice", f"wrong {attempt}", "10.0.0.2")
+    with pytest.raises(PermissionDenied, match="too many failed sign-ins: wait"):
+        accounts.verify_sign_in(store, "alice", PASSWORD, "10.0.0.3")  # the right password, from anywhere
+    with pytest.raises(PermissionDenied, match="too many failed sign-ins"):  # the guessing client, any account
+        accounts.verify_sign_in(store, "nobody", PASSWORD, "10.0.0.2")
+    later = time.time() + accounts.FAILURE_WINDOW_SECONDS + 1
+    assert accounts.lockout_seconds(store, "alice", "10.0.0.3", now=later) == 0  # it ends after the window
+    # an unknown name fails as a wrong password does (bcrypt against a hash nobody has), and is logged
+    with pytest.raises(PermissionDenied, match="wrong name or password"):
+        accounts.verify_sign_in(store, "mallory", PASSWORD, "10.0.0.4")
+    assert main(["--workspace", str(workspace.root), "users", "log"]) == 0
+    log = capsys.readouterr().out
+    assert log.count("sign-in-failed") == accounts.MAX_FAILED_SIGN_INS + 1
+    assert "locked-out" in log and "added" in log and "mallory" in log and "10.0.0.2" in log
+
+
+def test_a_password_or_role_change_and_a_new_account_of_the_same_name_end_earlier_sign_ins(workspace):
+    store = workspace.store
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    signed_in_at = time.time()
+    time.sleep(0.01)
+    assert accounts.cookie_counts(store, "alice", signed_in_at)
+    accounts.change_password(store, "alice", "another password 2")
+    assert not accounts.cookie_counts(store, "alice", signed_in_at)  # a cookie saved before passwd: refused
+    signed_in_at = time.time()
+    time.sleep(0.01)
+    accounts.set_role(store, "alice", "admin")
+    assert not accounts.cookie_counts(store, "alice", signed_in_at)
+    signed_in_at = time.time()
+    time.sleep(0.01)
+    accounts.remove_account(store, "alice")
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    assert not accounts.cookie_counts(store, "alice", signed_in_at)  # the old account's cookies stay dead
+    with pytest.raises(ProbeError, match="neither starts nor ends with a space"):
+        accounts.add_account(store, "bob", "annotator", " spaced password ")
+
+
+def test_the_files_holding_hashes_and_the_secret_are_private_when_made_and_after_opening_an_old_one(tmp_path):
+    import os
+    import stat
+
+    from probe_core.workspace import Workspace
+
+    def modes(root):
+        return {path.name: stat.S_IMODE(path.stat().st_mode) for path in [root, *root.glob("probe.sqlite*")]}
+
+    fresh = Workspace(tmp_path / "fresh")
+    accounts.add_account(fresh.store, "alice", "admin", PASSWORD)
+    accounts.cookie_secret(fresh.store)
+    assert modes(fresh.root) == {"fresh": 0o700, **{name: 0o600 for name in modes(fresh.root) if name != "fresh"}}
+    assert "probe.sqlite" in modes(fresh.root)
+    for path in [fresh.root, *fresh.root.glob("probe.sqlite*")]:  # an older version made them world-readable
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    reopened = Workspace(tmp_path / "fresh")
+    reopened.store.list_users()
+    assert set(modes(reopened.root).values()) <= {0o700, 0o600}
+
+
+def test_csv_exports_neutralise_formulas_and_a_shell_label_in_a_team_workspace_is_local(workspace):
+    from probe_core.export import labels_text, spreadsheet_safe
+
+    assert spreadsheet_safe("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
+    assert [spreadsheet_safe(v) for v in ("+1", "-2", "@SUM(A1)", "\tx", "seven", 3)] == \
+        ["'+1", "'-2", "'@SUM(A1)", "'\tx", "seven", 3]
+    text = labels_text([{"item": "cluster", "item_id": "1", "annotator": "=HYPERLINK(\"x\")", "source": "human",
+                         "label": "-1+1", "is_failure": True, "labelled_at": "now"}], "csv")
+    assert "'=HYPERLINK" in text and "'-1+1" in text
+    assert accounts.shell_annotator(workspace.store, "alice") == "alice"  # single-user mode: as typed
+    accounts.add_account(workspace.store, "alice", "annotator", PASSWORD)
+    assert accounts.shell_annotator(workspace.store, "alice") == "local:alice"  # never a signed-in account's
