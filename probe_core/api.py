@@ -17,6 +17,7 @@ from probe_core.devices import resolve_device
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
+from probe_core.targets import report_classes
 
 
 def open_workspace(workspace=None, data_dir: str | Path | None = None):
@@ -221,7 +222,7 @@ class MatrixResult:
             for t, h, d, image in zip(sampled.target_index, sampled.hit, _target_distances(sampled), sampled.images)]
         best = best_hit_per_target(samples)
         for index, entry in enumerate(sampled.targets):
-            first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+            first, second = report_classes(entry, names)
             stored = entry.get("target_index", index)
             for row, column in ((first, second), (second, first)):
                 reached[row, column] = not entry["failed"]
@@ -263,7 +264,7 @@ def _target_distances(sampled: SampleResult) -> np.ndarray:
     """Each stored sample's distance to an equal split of its pair (the matrix's targets are ambiguous:i,j)."""
     distances = np.zeros(len(sampled.target_index))
     for index, entry in enumerate(sampled.targets):
-        first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+        first, second = report_classes(entry, sampled.request.class_names)
         mine = sampled.target_index == entry.get("target_index", index)
         pair = sampled.confidences[mine][:, [first, second]]
         distances[mine] = np.abs(pair - 0.5).sum(axis=1)

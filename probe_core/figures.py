@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from probe_core.targets import report_classes
+
 MISSING_CELL_GREY = 0.35
 
 
@@ -128,7 +130,7 @@ def matrix_cells(class_names: Sequence[str], targets: Sequence[dict], best_image
     stored target index."""
     cells = []
     for index, entry in enumerate(targets):
-        first, second = (int(c) for c in entry["spec"].split(":", 1)[1].split(","))
+        first, second = report_classes(entry, class_names)
         summary = entry["summary"]
         label = (f"{class_names[first]} vs {class_names[second]}: {summary['hits']} of {summary['kept']} samples "
                  f"are hits" if summary["hits"] else f"{class_names[first]} vs {class_names[second]}: not reached")

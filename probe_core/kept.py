@@ -226,9 +226,15 @@ def model_reference(workspace_root: str | Path, model, kind: str, class_names: S
 
 
 def dataset_reference(workspace_root: str | Path, data, class_names: Sequence[str] | None = None) -> str:
-    """A data set reference for what a notebook verb was given: a name as is, ``(x, y)`` kept as an ``.npz``."""
+    """A data set reference for what a notebook verb was given: a catalogue name as is, a folder or ``.npz``
+    path (``str`` or ``pathlib.Path``) as its stored reference, as the CLI takes them (``./my_images`` becomes
+    ``images:/abs/my_images``), and ``(x, y)`` kept as an ``.npz``."""
+    from probe_core.catalog import canonical_dataset_name
+
+    if isinstance(data, Path):
+        data = str(data)
     if isinstance(data, str):
-        return data
+        return canonical_dataset_name(data)
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return keep_arrays(workspace_root, data[0], data[1], class_names)
     raise ProbeError(f"data is a data set name (digits, mnist, a folder or .npz) or a pair (x, y) of arrays, "

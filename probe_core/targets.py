@@ -137,9 +137,26 @@ class Target:
         return "confidences " + ", ".join(f"{name(c)}={self.target_probs[c]:.2g}" for c in self.classes)
 
 
-def _vector_target(probs: list[float], num_classes: int) -> Target:
+_SPEC_SYNTAX = (":", ";", ",", "=", "->")
+
+
+def spec_name(index: int, class_names: Sequence[str] | None) -> str:
+    """How a class is written in a spec's canonical text: its name (``high:seven``) where the name reads back
+    as this class and holds none of the spec's punctuation, else its index."""
+    if not class_names:
+        return str(index)
+    name = str(class_names[index])
+    readable = name and name == name.strip() and not any(mark in name for mark in _SPEC_SYNTAX)
+    if readable:
+        lowered = [n.lower() for n in class_names]
+        if lowered.count(name.lower()) == 1:
+            return name
+    return str(index)
+
+
+def _vector_target(probs: list[float], num_classes: int, class_names: Sequence[str] | None = None) -> Target:
     classes = tuple(k for k, p in enumerate(probs) if p > 0)
-    spec = "probs:" + ",".join(f"{k}={probs[k]:g}" for k in classes)
+    spec = "probs:" + ",".join(f"{spec_name(k, class_names)}={probs[k]:g}" for k in classes)
     return Target("vector", classes, num_classes, tuple(float(p) for p in probs), spec)
 
 
@@ -194,6 +211,14 @@ def describe_spec(spec: str, class_names: Sequence[str], shown: int = 4) -> str:
     return "; ".join(t.describe(class_names) for t in targets[:shown]) + more
 
 
+def report_classes(entry: dict, class_names: Sequence[str]) -> tuple[int, ...]:
+    """The class indices a per-target report is about: stored with it (``classes``), or, for a report of an older
+    version, read from its spec in the classifier's ``class_names``."""
+    if entry.get("classes") is not None:
+        return tuple(int(c) for c in entry["classes"])
+    return parse_targets(entry["spec"], class_names)[0].classes
+
+
 def first_target_classes(spec: str, class_names: Sequence[str]) -> tuple[str, ...]:
     """The class names the spec's first target is about (``high:7`` -> ``("7",)``)."""
     return tuple(class_names[c] for c in parse_targets(spec, class_names)[0].reported_classes)
@@ -203,7 +228,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
     num_classes = len(class_names)
     if kind == "high":
         c = class_index(argument, class_names)
-        return [Target("high", (c,), num_classes, (), f"high:{c}")]
+        return [Target("high", (c,), num_classes, (), f"high:{spec_name(c, class_names)}")]
     if kind == "ambiguous":
         parts = argument.split(",")
         if len(parts) != 2:
@@ -212,11 +237,13 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
         if a == b:
             raise ProbeError("the two classes of an ambiguous target must differ")
         a, b = sorted((a, b))
-        return [Target("ambiguous", (a, b), num_classes, (), f"ambiguous:{a},{b}")]
+        return [Target("ambiguous", (a, b), num_classes, (),
+                       f"ambiguous:{spec_name(a, class_names)},{spec_name(b, class_names)}")]
     if kind == MATRIX_SPEC:
         if argument:
             raise ProbeError(f"{MATRIX_SPEC} takes no argument")
-        return [Target("ambiguous", (a, b), num_classes, (), f"ambiguous:{a},{b}")
+        return [Target("ambiguous", (a, b), num_classes, (),
+                       f"ambiguous:{spec_name(a, class_names)},{spec_name(b, class_names)}")
                 for a, b in itertools.combinations(range(num_classes), 2)]
     if kind == "uniform":
         if argument:
@@ -239,7 +266,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
             probs[class_index(name, class_names)] = p
         if abs(sum(probs) - 1.0) > 1e-6:
             raise ProbeError(f"probabilities must sum to 1, they sum to {sum(probs):.6g}")
-        return [_vector_target(probs, num_classes)]
+        return [_vector_target(probs, num_classes, class_names)]
     if kind == "path":
         ends, colon, steps_text = argument.rpartition(":")
         source, arrow, destination = ends.partition("->")
@@ -256,7 +283,7 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
             t = round(i / (steps - 1), 10)
             probs = [0.0] * num_classes
             probs[a], probs[b] = 1.0 - t, t
-            targets.append(_vector_target(probs, num_classes))
+            targets.append(_vector_target(probs, num_classes, class_names))
         return targets
     known = "high:C, ambiguous:A,B, uniform, probs:C=P,..., path:A->B:N, ambiguous-matrix"
     raise ProbeError(f"unknown target kind {excerpt(kind)}; use one of {known}")

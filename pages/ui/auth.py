@@ -125,7 +125,7 @@ def _client() -> str:
 def _sign_in_form(store, authenticator) -> None:
     """The sign-in form: :func:`probe_core.accounts.verify_sign_in` decides (throttle, bcrypt, log); a success
     becomes streamlit-authenticator's signed-in state and its cookie."""
-    with st.form("sign_in_form"):
+    with st.form("sign_in_form", enter_to_submit=False):
         st.subheader("Sign in to Model Probe")
         name = st.text_input("Name", autocomplete="username")
         password = st.text_input("Password", type="password", autocomplete="current-password")

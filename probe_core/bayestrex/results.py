@@ -29,6 +29,7 @@ class TargetReport(TypedDict, total=False):
     """
 
     spec: str
+    classes: list
     description: str
     failed: bool
     hit_rate: float

@@ -212,6 +212,7 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
                                    class_names, structured_prior=isinstance(generator, StructuredPrior))
         entry = {
             "spec": target.spec,
+            "classes": list(target.classes),
             "description": target.describe(class_names),
             "failed": summary["hits"] == 0,
             "hit_rate": summary["hits"] / summary["kept"] if summary["kept"] else 0.0,

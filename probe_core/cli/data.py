@@ -26,9 +26,14 @@ def _data_list(args: argparse.Namespace) -> int:
 
 
 def _data_info(args: argparse.Namespace) -> int:
-    from probe_core.catalog import load_dataset
+    from probe_core.catalog import canonical_dataset_name, load_dataset
 
-    dataset = load_dataset(args.name, args.data_dir)
+    if args.name and args.dataset and args.name != args.dataset:
+        raise ProbeError(f"give the data set once: {args.name!r} or --dataset {args.dataset!r}")
+    name = args.dataset or args.name
+    if not name:
+        raise ProbeError("name the data set: probe data info --dataset NAME (or probe data info NAME)")
+    dataset = load_dataset(canonical_dataset_name(name), args.data_dir)
     counts = lambda labels: ", ".join(  # noqa: E731
         f"{dataset.class_names[c]}: {int((labels == c).sum())}" for c in range(dataset.num_classes)
     )
@@ -45,7 +50,8 @@ def add_data_commands(commands: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="data sets and whether they can be loaded").set_defaults(handler=_data_list)
     info = sub.add_parser("info", help="shape, classes, split and counts of one data set")
-    info.add_argument("name", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5], a folder of class "
+    info.add_argument("--dataset", help="e.g. digits, mnist, fashion-mnist, idx, digits[drop=5], a folder of class "
                       "sub-folders of images (./my_images) or a .npz of arrays (data.npz)")
+    info.add_argument("name", nargs="?", help="the same, as a positional argument (an alias of --dataset)")
     info.set_defaults(handler=_data_info)
 

@@ -54,7 +54,14 @@ def test_spec_language():
         "probs:0=1", "probs:0=0.75,3=0.25", "probs:0=0.5,3=0.5", "probs:0=0.25,3=0.75", "probs:3=1"]
     assert len(parse_targets("ambiguous-matrix", tuple(str(i) for i in range(10)))) == 45
     assert parse_targets("high:bag", FASHION)[0].classes == (2,)
-    assert parse_targets("ambiguous:Trouser,T-shirt/top", FASHION)[0].spec == "ambiguous:0,1"
+    # canonical text is written in the classifier's class names (high:seven shows as high:seven), sorted by index
+    [pair] = parse_targets("ambiguous:Trouser,T-shirt/top", FASHION)
+    assert pair.spec == "ambiguous:T-shirt/top,Trouser" and pair.classes == (0, 1)
+    assert parse_targets(pair.spec, FASHION)[0].classes == (0, 1)  # and reads back as the same classes
+    assert parse_targets("high:1", ("zero", "one"))[0].spec == "high:one"
+    assert parse_targets("probs:0=0.5,1=0.5", ("a:b", "c"))[0].spec == "probs:0=0.5,c=0.5"  # ':' in a name: index
+    assert parse_targets("high:1", ("3", "1"))[0].spec == "high:1" and \
+        parse_targets("high:1", ("3", "1"))[0].classes == (1,)
     assert parse_targets("uniform", NAMES)[0].target_probs == (0.25,) * 4
 
 
