@@ -45,20 +45,29 @@ def main() -> None:
     parser.add_argument("--max-images", type=int, help="identify on the first N training images only")
     parser.add_argument("--quick", action="store_true", help="100 images, 3 λ, 1 epoch (a smoke run, not the figures)")
     args = parser.parse_args()
-    flawed_data = f"{args.dataset}[{FLAW}]"
-    workspace = Workspace(args.workspace)
+    run_protocols(Workspace(args.workspace), args.dataset, FLAW, quick=args.quick, max_images=args.max_images)
+
+
+def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
+                  oracle: str = "default", identify_settings: dict | None = None,
+                  correct_settings: dict | None = None, classifier_epochs: int | None = None) -> None:
+    """Plant ``flaw`` (a view such as ``mislabel=9->8:0.4``) in ``dataset``, train its classifier, and run Defuse
+    under both protocols with ``oracle`` labelling the review images; prints the table."""
+    args = argparse.Namespace(quick=quick)
+    flawed_data = f"{dataset}[{flaw}]"
     registry, store = workspace.registry, workspace.store
-    flawed = registry.get_or_train(ModelSpec(dataset=flawed_data, kind="classifier"))
-    identify = {"max_images": 100, "samples_per_image": 50} if args.quick else {}
-    if args.max_images and not args.quick:
-        identify["max_images"] = args.max_images
-    correct = {"lambdas": (0.01, 1.0, 10.0), "epochs": 1, "samples_per_region": 64} if args.quick else {}
+    flawed = registry.get_or_train(ModelSpec(dataset=flawed_data, kind="classifier", epochs=classifier_epochs))
+    identify = {"max_images": 100, "samples_per_image": 50} if quick else dict(identify_settings or {})
+    if max_images and not quick:
+        identify["max_images"] = max_images
+    correct = ({"lambdas": (0.01, 1.0, 10.0), "epochs": 1, "samples_per_region": 64} if quick
+               else dict(correct_settings or {}))
 
     started = time.perf_counter()
     identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
         dataset=flawed_data, classifier=flawed.id, **identify))
     distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(identify_run=identify_run))
-    source, verdicts = defuse_review.auto_label(registry, store, distill_run, "default")
+    source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle)
     regions = [v for v in verdicts if v["usable"]]
     names = queries.run_class_names(store, distill_run)
     individually = queries.labelled_review_failures(store, distill_run, names, source)

@@ -72,15 +72,6 @@ def similar_pair(classifier, dataset) -> tuple[int, int]:
     return int(min(a, b)), int(max(a, b))
 
 
-def judge_agreement(judge, images: np.ndarray, classes: tuple[int, ...]) -> tuple[int, int]:
-    """How many hit images the judge puts in the target's class (``high``) or pair (``ambiguous``), of how many."""
-    if images is None or not len(images):
-        return 0, 0
-    with torch.no_grad():
-        predicted = judge.module(torch.as_tensor(images, dtype=torch.float32)).argmax(1).numpy()
-    return int(np.isin(predicted, classes).sum()), len(images)
-
-
 def sampler_against_ceiling(classifier, generator, target, chains: int, steps: int) -> dict:
     from sampler import ceiling
 
@@ -100,7 +91,7 @@ def sampler_against_ceiling(classifier, generator, target, chains: int, steps: i
 def run_size(size: int, args, workspace) -> None:
     import probe_core.api as mp
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.checks import check_classifier, check_generator
+    from probe_core.checks import check_classifier, check_generator, judge_agreement
     from probe_core.defuse import verbs
     from probe_core.models import ModelSpec
     from probe_core.requests import SampleRequest
@@ -153,7 +144,7 @@ def run_size(size: int, args, workspace) -> None:
         wall = time.perf_counter() - started
         report = result.targets[0]["summary"]
         hits = result.images[result.hit] if result.images is not None and result.hit is not None else None
-        agree, total = judge_agreement(judge, hits, classes)
+        agree, total = judge_agreement(judge.module, hits, classes)
         share = f"{agree / total:.0%}" if total else "n/a"
         rows.append((spec, f"{report['chains_with_hits']} of {chains} chains hit in {wall:.0f} s; the judge agrees "
                      f"with {agree} of {total} hits ({share})"))

@@ -161,10 +161,31 @@ class ImageDataset:
                               f"labelled {self.class_names[target]}")
 
 
+    def without_dark(self, source: int, fraction: float) -> "ImageDataset":
+        """A view whose training split lacks a sub-style: the darkest ``fraction`` of class ``source``'s training
+        images (by mean brightness) are left out; the test split keeps them. A classifier trained on it has
+        never seen a dark ``source``, the other planted flaw Defuse is meant to find."""
+        if not 0 <= source < self.num_classes:
+            raise DataError(f"class {source} does not exist in {self.name} (0..{self.num_classes - 1})")
+        if not 0 < fraction < 1:
+            raise DataError("dropdark needs a fraction in (0, 1)")
+        members = (self.train_labels == source).nonzero().squeeze(1)
+        brightness = self.train_images[members].flatten(1).mean(1)
+        dropped = members[brightness.argsort()[:int(round(fraction * len(members)))]]
+        keep = torch.ones(len(self.train_labels), dtype=torch.bool)
+        keep[dropped] = False
+        suffix = f"dropdark={source}:{fraction:g}"
+        return replace(self, name=f"{self.name}[{suffix}]", train_images=self.train_images[keep],
+                       train_labels=self.train_labels[keep],
+                       source=f"{self.source}; the {len(dropped)} darkest training images of class "
+                              f"{self.class_names[source]} left out")
+
+
 def clean_dataset_name(name: str) -> str:
-    """The data set name without a ``mislabel`` view (labels matter to classifiers, not to generators)."""
+    """The data set name without a label-flaw view (``mislabel``, ``dropdark``): they change what a classifier
+    learns, not the images a generator models."""
     base, _, view = name.partition("[")
-    return base if view.startswith("mislabel=") else name
+    return base if view.startswith(("mislabel=", "dropdark=")) else name
 
 
 def _parse_mislabel(dataset: "ImageDataset", values: str) -> "ImageDataset":
@@ -456,7 +477,8 @@ def split_view(name: str) -> tuple[str, str]:
 
 
 def apply_view(dataset: ImageDataset, view: str) -> ImageDataset:
-    """A class-subset (``keep=0,1,3``, ``drop=5``) or mislabel (``mislabel=9->8:0.4``) view of a data set.
+    """A class-subset (``keep=0,1,3``, ``drop=5``), mislabel (``mislabel=9->8:0.4``) or missing-sub-style
+    (``dropdark=7:0.5``) view of a data set.
 
     Raises
     ------
@@ -468,7 +490,15 @@ def apply_view(dataset: ImageDataset, view: str) -> ImageDataset:
     key, _, values = view.partition("=")
     if key == "mislabel" and values:
         return _parse_mislabel(dataset, values)
+    if key == "dropdark" and values:
+        name, _, fraction_text = values.partition(":")
+        try:
+            fraction = float(fraction_text)
+        except ValueError:
+            raise DataError(f"bad dropdark view {excerpt(values)}: write NAME[dropdark=7:0.5]") from None
+        return dataset.without_dark(dataset.class_index(name), fraction)
     if key not in ("keep", "drop") or not values:
-        raise DataError(f"bad view {excerpt(view)}: write NAME[keep=0,1,3], NAME[drop=5] or NAME[mislabel=9->8:0.4]")
+        raise DataError(f"bad view {excerpt(view)}: write NAME[keep=0,1,3], NAME[drop=5], NAME[mislabel=9->8:0.4] "
+                        f"or NAME[dropdark=7:0.5]")
     classes = [dataset.class_index(v) for v in values.split(",")]
     return dataset.subset(**{key: classes})

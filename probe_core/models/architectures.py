@@ -45,7 +45,7 @@ class _BodyHeadClassifier(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits of shape (B, K) for images of shape (B, C, H, W) in [0, 1]."""
-        return self.head(self.body(images))
+        return self.head(self.features(images))
 
 
 class ConvClassifier(_BodyHeadClassifier):
@@ -127,8 +127,10 @@ class ResNetClassifier(_BodyHeadClassifier):
     """A small residual network for real-size images (32x32 to 128x128, grey or colour): a ResNet-8.
 
     A stem (strided for images above 32x32, so every size costs about the same per image), three residual
-    stages of widths 32, 64, 128 (the last two strided) and global average pooling: the shape of the
-    ResNets the Defuse paper finetunes, sized to train in minutes on 2 CPU cores.
+    stages of widths 16, 32, 64 (the last two strided; CIFAR's ResNet widths) and global average pooling: the
+    shape of the ResNets the Defuse paper finetunes, sized to train in minutes on 2 CPU cores (a training step
+    of 64 images takes about 0.08 s there; widths 32, 64, 128 took 0.27 s). Weights and inputs are kept
+    channels-last, which CPU convolutions run faster.
 
     Parameters
     ----------
@@ -145,11 +147,16 @@ class ResNetClassifier(_BodyHeadClassifier):
         self.num_classes = int(num_classes)
         stem_stride = max(1, min(height, width) // 32)
         self.body = nn.Sequential(
-            nn.Conv2d(channels, 32, 3, stride=stem_stride, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-            _ResidualBlock(32, 32, 1), _ResidualBlock(32, 64, 2), _ResidualBlock(64, 128, 2),
+            nn.Conv2d(channels, 16, 3, stride=stem_stride, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            _ResidualBlock(16, 16, 1), _ResidualBlock(16, 32, 2), _ResidualBlock(32, 64, 2),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         )
-        self.head = nn.Linear(128, self.num_classes)
+        self.head = nn.Linear(64, self.num_classes)
+        self.to(memory_format=torch.channels_last)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Penultimate-layer features, shape (B, 64)."""
+        return self.body(images.contiguous(memory_format=torch.channels_last))
 
 
 CLASSIFIER_ARCHITECTURES = {"ConvClassifier": ConvClassifier, "CountingClassifier": CountingClassifier,

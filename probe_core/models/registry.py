@@ -105,7 +105,7 @@ def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: 
 # Real-size images (32x32 and up, a user's folder or .npz): optimisation steps (batches of 64) of the default
 # models, and the latent sizes of the Defuse paper's β-VAEs (10 for SVHN's 10 classes, 15 for the 43 signs).
 REAL_SIZE = 32
-REAL_SIZE_STEPS = {"classifier": 3000, "vae": 3000, "gan": 3000}
+REAL_SIZE_STEPS = {"classifier": 3000, "vae": 3000, "gan": 1500}
 REAL_SIZE_EPOCHS = (8, 200)
 
 

@@ -80,3 +80,14 @@ def test_the_cli_refuses_sampling_with_a_classifier_at_chance_and_stores_nothing
                  str(plugin), "--chains", "2", "--warmup", "2", "--samples", "2"])
     assert code == 2 and "near chance" in capsys.readouterr().err
     assert len(trained_workspace.store.list_runs()) == runs_before
+
+
+def test_the_judge_counts_the_hits_it_puts_in_the_target_class(digits):
+    from probe_core.checks import judge_agreement
+
+    judge = _constant(digits).module  # always says "1"
+    images = digits.test_images[:12]
+    assert judge_agreement(judge, images, (1,)) == (12, 12)
+    assert judge_agreement(judge, images, (7,)) == (0, 12)
+    assert judge_agreement(judge, images.numpy(), (0, 1)) == (12, 12)  # a pair, and arrays as stored
+    assert judge_agreement(judge, None, (1,)) == (0, 0)

@@ -1,0 +1,70 @@
+"""A small real-size run end to end: a colour 32x32 .npz named by path, its recipe, sampling and identification.
+
+The models train for 2 epochs only (the recipe's epochs are for minutes, not a test), so the classifier may be
+near chance: the run must then refuse, and with --allow-weak-classifier go through, flagged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+from sklearn.datasets import load_digits
+
+from probe_core.cli import main
+from probe_core.data.synthetic import SVHN_CLASSES, svhn_like, write_npz
+
+
+@pytest.fixture(scope="module")
+def colour_npz(tmp_path_factory):
+    """SVHN-like 32x32 colour images of scikit-learn's digits (upscaled to 28x28), 300 train / 100 test."""
+    digits = load_digits()
+    big = np.stack([np.asarray(Image.fromarray((image * 16).clip(0, 255).astype(np.uint8)).resize((28, 28)))
+                    for image in digits.images])
+    folder = tmp_path_factory.mktemp("real-size")
+    train = svhn_like(big[:900], digits.target[:900], 300, 32, seed=1)
+    test = svhn_like(big[900:], digits.target[900:], 100, 32, seed=2)
+    return write_npz(folder / "colour32.npz", train, test, SVHN_CLASSES)
+
+
+def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identification(colour_npz, tmp_path, capsys):
+    from probe_core.workspace import Workspace
+
+    base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
+    for kind in ("classifier", "vae"):
+        assert main(base + ["models", "train", "--kind", kind, "--dataset", str(colour_npz), "--epochs", "2"]) == 0
+    models = {m["kind"]: m for m in Workspace(tmp_path / "ws").registry.list()}
+    assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
+    assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == 10  # the paper's SVHN latent size
+    capsys.readouterr()
+    sample = base + ["sample", "--dataset", str(colour_npz), "--classifier", models["classifier"]["id"],
+                     "--generator", models["vae"]["id"], "--target", "high:7", "--chains", "2", "--warmup", "3",
+                     "--samples", "3"]
+    code = main(sample)
+    err = capsys.readouterr().err
+    weak = "near chance" in err
+    assert code == (2 if weak else 0), err  # refused only for a classifier near chance, and then said so
+    if weak:
+        assert main(sample + ["--allow-weak-classifier"]) == 0
+        assert "WEAK CLASSIFIER" in capsys.readouterr().err
+    identify = base + ["defuse", "identify", "--dataset", str(colour_npz), "--classifier", models["classifier"]["id"],
+                       "--vae", models["vae"]["id"], "--max-images", "6", "--samples-per-image", "8",
+                       *(["--allow-weak-classifier"] if weak else [])]
+    assert main(identify) == 0, capsys.readouterr().err
+    assert "failures from" in capsys.readouterr().out
+
+
+def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
+    from probe_core.catalog import canonical_dataset_name
+    from probe_core.defuse.steps import IdentifySettings, REAL_SIZE_PERTURBATIONS, sized_identification
+    from probe_core.models import ModelSpec
+    from probe_core.workspace import Workspace
+
+    reference = canonical_dataset_name(str(colour_npz))
+    dataset = Workspace(tmp_path / "ws").registry.dataset(reference)
+    spec = ModelSpec(dataset=reference, kind="classifier").resolved(dataset)
+    assert "ResNetClassifier" in spec.describe_recipe() and "augmentation" in spec.describe_recipe()
+    sized, note = sized_identification(IdentifySettings(dataset=reference), dataset)
+    assert sized.max_images * sized.samples_per_image <= REAL_SIZE_PERTURBATIONS and "chosen from the data" in note
+    given, none = sized_identification(IdentifySettings(dataset=reference, max_images=5), dataset)
+    assert given.max_images == 5 and none is None  # the user's choice stands
