@@ -118,7 +118,8 @@ def run_size(size: int, args, workspace) -> None:
     rows.append(("classifier test accuracy", f"{clf_check.accuracy:.1%} (chance {clf_check.chance:.1%})"
                  + (" — NEAR CHANCE: refused" if clf_check.near_chance else "")))
     rows.append(("generator check (VAE)", f"{gen_check.verdict}: FD-clf ratio {gen_check.figures['fd_ratio']:.1f} "
-                 f"(limit 50), reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}"))
+                 f"(limit 50), sharpness {gen_check.figures['sharpness_ratio']:.2f}x the real images', "
+                 f"reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}"))
     judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=1001,
                            epochs=QUICK_EPOCHS if args.quick else None)
     started = time.perf_counter()
