@@ -119,7 +119,8 @@ def sign_in() -> Actor | None:
 
 def _client() -> str:
     """The browser's address as the server sees it (behind a proxy: the proxy's), for the sign-in throttle."""
-    return st.context.ip_address or "unknown"
+    address = st.context.ip_address
+    return address if isinstance(address, str) and address else "unknown"
 
 
 def _sign_in_form(store, authenticator) -> None:

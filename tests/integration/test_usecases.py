@@ -29,7 +29,7 @@ def test_always_ambiguous_classifier_is_ambiguous_on_every_neighbouring_pair(tra
     classifier = trained_workspace.registry.load(result.classifier)
     assert classifier.record["spec"]["ambiguous"] is True
     assert trained_workspace.registry.load(result.generator).record["spec"]["kind"] == "gan"
-    pairs = [tuple(sorted(map(int, t["spec"].removeprefix("ambiguous:").split(",")))) for t in result.targets]
+    pairs = [tuple(sorted(t["classes"])) for t in result.targets]
     assert pairs == [tuple(sorted((i, (i + 1) % 10))) for i in range(10)]
     # the paper: sampling succeeds for (nearly) every pair with such a classifier, even on the GAN
     assert result.reached >= 8
@@ -39,7 +39,9 @@ def test_novel_class_extrapolation_trains_on_disjoint_classes(trained_workspace)
     result = usecases.novel_class_extrapolation(trained_workspace.registry, "digits", (0, 1, 3, 6, 9), **SHORT)
     assert trained_workspace.registry.load(result.generator).record["spec"]["kind"] == "gan"
     assert result.use_case["generator_classes"] == ["2", "4", "5", "7", "8"]
-    assert [t["spec"] for t in result.targets] == [f"high:{k}" for k in range(5)]
+    # one high-confidence target per class the classifier knows, written in its class names, indices stored
+    assert [t["spec"] for t in result.targets] == [f"high:{name}" for name in ("0", "1", "3", "6", "9")]
+    assert [t["classes"] for t in result.targets] == [[k] for k in range(5)]
     classifier = trained_workspace.registry.load(result.classifier)
     assert classifier.class_names == ("0", "1", "3", "6", "9")
     # At least one seen class is reached confidently from images of unseen classes.
