@@ -74,8 +74,11 @@ def sign_in() -> Actor | None:
     authenticator = stauth.Authenticate(_credentials(store), COOKIE_NAME, accounts.cookie_secret(store),
                                         COOKIE_DAYS, auto_hash=False)
     was_signed_in = bool(st.session_state.get("authentication_status"))
+    if was_signed_in and st.session_state.get(SIGNED_IN_AT_KEY) is None:
+        # signed in by a cookie (checked below before it was accepted) in a run that a rerun interrupted
+        st.session_state[SIGNED_IN_AT_KEY] = time.time()
     if was_signed_in and not accounts.cookie_counts(store, st.session_state.get("username") or "",
-                                                    st.session_state.get(SIGNED_IN_AT_KEY, 0.0)):
+                                                    st.session_state[SIGNED_IN_AT_KEY]):
         # signed out in another browser, or the password or role changed since: this session ends too
         st.session_state.pop(ACTOR_KEY, None)
         authenticator.logout(location="unrendered")
