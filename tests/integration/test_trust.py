@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -91,12 +90,12 @@ def test_plugin_classes_are_matched_to_a_words_folder_by_name_from_any_directory
 
 def test_disjoint_class_names_stop_with_both_lists(trained_workspace, tmp_path):
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, [f"c{i}" for i in range(10)])
-    started = time.perf_counter()
+    models_before = len(trained_workspace.registry.list())
     done = _probe("models", "check", "--classifier", str(plugin), "--dataset", "digits", cwd=tmp_path,
                   workspace=trained_workspace.root)
     assert done.returncode == 2
     assert "c0, c1" in done.stderr and "0, 1, 2" in done.stderr and "--class-map" in done.stderr
-    assert time.perf_counter() - started < 60
+    assert len(trained_workspace.registry.list()) == models_before  # refused before anything was trained
     mapped = with_class_map(str(plugin), ",".join(f"c{i}={i}" for i in range(10)))
     loaded = trained_workspace.registry.resolve(mapped, "classifier", "digits")
     assert check_classifier(loaded, load_dataset("digits")).accuracy > 0.9
@@ -172,10 +171,9 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     ["defuse", "run", "--lambdas", "0.1,-1"],
 ])
 def test_bad_settings_on_an_empty_workspace_exit_2_before_anything_trains(tmp_path, arguments):
-    started = time.perf_counter()
     done = _probe(*arguments, cwd=tmp_path, workspace=tmp_path / "ws")
     assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
-    assert time.perf_counter() - started < 30  # it used to train the default models first, for minutes
+    # it used to train the default models first, for minutes: now nothing is trained or stored
     assert not list((tmp_path / "ws" / "models").glob("*.pt"))
 
 
@@ -186,13 +184,11 @@ def test_a_stale_ray_address_starts_a_local_instance():
     script = ("from probe_core.scaleout import RayShards\n"
               "ray = RayShards(num_cpus=1).connect()\n"
               "print(int(ray.cluster_resources()['CPU']))\nray.shutdown()\n")
-    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "RAY_TMPDIR": str(ray_tmp)},
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)  # a hang guard, not a timing goal
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1"
-    assert "stale Ray address 127.0.0.1:1" in done.stderr
-    assert time.perf_counter() - started < 30
+    assert "stale Ray address 127.0.0.1:1" in done.stderr  # it noticed the dead address instead of waiting on it
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
