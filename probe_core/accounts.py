@@ -41,6 +41,9 @@ MAX_PASSWORD_BYTES = 72  # bcrypt's limit: longer passwords are refused, never s
 # Sign-in throttle: this many failed sign-ins of one account, or from one client, within the window lock that
 # account (or client) out until the window has passed since the oldest of them.
 MAX_FAILED_SIGN_INS = 10
+# A sign-in lasts at most this long from the moment the password was given, however often it is used: the
+# cookie is written once, at sign-in, and never renewed, and a live session ends at the same moment.
+SIGN_IN_LIFETIME_S = 7 * 86400.0
 FAILURE_WINDOW_SECONDS = 15 * 60
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.@-]{0,39}$")  # lower case: the sign-in form folds case
 
@@ -167,14 +170,16 @@ def _password_hash(password: str) -> str:
     return bcrypt.hashpw(encoded, bcrypt.gensalt()).decode()
 
 
-def add_account(store, name: str, role: str, password: str) -> Actor:
-    """Create an account with a salted bcrypt hash of ``password``.
+def add_account(store, name: str, role: str, password: str, *, actor: Actor | None = None) -> Actor:
+    """Create an account with a salted bcrypt hash of ``password``; ``actor`` (default the local owner) must
+    manage accounts.
 
     Raises
     ------
     ProbeError
         For a bad name, role or password, or a name already taken (nothing is stored then).
     """
+    require(actor or local_owner(), Permission.USERS)
     name, role = _checked_name(name), _checked_role(role)
     if store.get_user(name) is not None:
         raise ProbeError(f"there is already an account {name!r} (probe users passwd to change its password)")
@@ -183,35 +188,42 @@ def add_account(store, name: str, role: str, password: str) -> Actor:
     return Actor(name, role, signed_in=True)
 
 
-def change_password(store, name: str, password: str) -> None:
+def change_password(store, name: str, password: str, *, actor: Actor | None = None) -> None:
     """Replace an account's password and end every earlier sign-in of it (cookies and live sessions).
 
-    Raises ProbeError for an unknown account or a bad password.
+    Raises ProbeError for an unknown account or a bad password, PermissionDenied unless ``actor`` (default the
+    local owner) manages accounts.
     """
+    require(actor or local_owner(), Permission.USERS)
     account = _existing(store, name)
     store.put_user(account["name"], account["role"], _password_hash(password))
     record_sign_out(store, account["name"])
     store.log_account_event("password-changed", account["name"])
 
 
-def set_role(store, name: str, role: str) -> None:
+def set_role(store, name: str, role: str, *, actor: Actor | None = None) -> None:
     """Change an account's role and end every earlier sign-in of it. Raises ProbeError for an unknown account or
     role."""
+    require(actor or local_owner(), Permission.USERS)
     account = _existing(store, name)
     store.put_user(account["name"], _checked_role(role), account["password_hash"])
     record_sign_out(store, account["name"])
     store.log_account_event("role-changed", account["name"], detail=f"{account['role']} -> {role}")
 
 
-def remove_account(store, name: str) -> None:
-    """Delete an account; its labels and runs keep its name. Raises ProbeError for an unknown account."""
+def remove_account(store, name: str, *, actor: Actor | None = None) -> None:
+    """Delete an account; its labels and runs keep its name. Raises ProbeError for an unknown account,
+    PermissionDenied unless ``actor`` (default the local owner) manages accounts."""
+    require(actor or local_owner(), Permission.USERS)
     removed = _existing(store, name)["name"]
     store.delete_user(removed)
     store.log_account_event("removed", removed)
 
 
-def list_accounts(store) -> list[dict]:
-    """Accounts without their hashes: ``name``, ``role``, ``created_at``, ``changed_at``."""
+def list_accounts(store, *, actor: Actor | None = None) -> list[dict]:
+    """Accounts without their hashes: ``name``, ``role``, ``created_at``, ``changed_at`` (for an ``actor`` who
+    manages accounts; default the local owner)."""
+    require(actor or local_owner(), Permission.USERS)
     return [{key: value for key, value in row.items() if key != "password_hash"} for row in store.list_users()]
 
 
@@ -255,9 +267,13 @@ def record_sign_out(store, name: str, when: float | None = None) -> None:
     store.log_account_event("sign-out", name, at=when)
 
 
-def cookie_counts(store, name: str, issued_at: float) -> bool:
-    """Whether a sign-in of ``name`` made (or a cookie issued) at ``issued_at`` still holds: the account exists
-    and has not signed out, changed its password or role, or been made anew since."""
+def cookie_counts(store, name: str, issued_at: float, now: float | None = None) -> bool:
+    """Whether a sign-in of ``name`` made (or a cookie issued) at ``issued_at`` still holds: it is younger than
+    :data:`SIGN_IN_LIFETIME_S`, and the account exists and has not signed out, changed its password or role, or
+    been made anew since."""
+    now = time.time() if now is None else now
+    if not 0 <= now - issued_at < SIGN_IN_LIFETIME_S:
+        return False
     account = store.get_user(name)
     return account is not None and issued_at > (account.get("signed_out_at") or 0.0)
 
@@ -316,8 +332,10 @@ def verify_sign_in(store, name: str, password: str, client: str = "") -> Actor:
     return Actor(account["name"], account["role"], signed_in=True)
 
 
-def account_log(store, since: float = 0.0, limit: int = 200) -> list[dict]:
-    """The account log, newest first: ``at``, ``kind``, ``name``, ``client``, ``detail``."""
+def account_log(store, since: float = 0.0, limit: int = 200, *, actor: Actor | None = None) -> list[dict]:
+    """The account log, newest first: ``at``, ``kind``, ``name``, ``client``, ``detail`` (for an ``actor`` who
+    manages accounts; default the local owner)."""
+    require(actor or local_owner(), Permission.USERS)
     return store.account_events(since, limit=limit)
 
 

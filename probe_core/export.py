@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
 
 
@@ -41,7 +42,7 @@ def npz_bytes(**arrays) -> bytes:
     return buffer.getvalue()
 
 
-def sample_arrays(stored: list[dict]) -> dict[str, np.ndarray]:
+def sample_arrays(stored: list[dict], *, actor: Actor | None = None) -> dict[str, np.ndarray]:
     """Stored Bayes-TrEx samples as arrays.
 
     Returns
@@ -54,7 +55,10 @@ def sample_arrays(stored: list[dict]) -> dict[str, np.ndarray]:
     ------
     ProbeError
         If there are no samples.
+    PermissionDenied
+        Unless ``actor`` (default the local owner) may download exports.
     """
+    require(actor or local_owner(), Permission.EXPORT)
     if not stored:
         raise ProbeError("no samples were stored, nothing to export")
     return {"z": np.stack([s["z"] for s in stored]), "confidences": np.stack([s["confidences"] for s in stored]),
@@ -125,14 +129,17 @@ def safe_csv_rows(rows):
             yield [spreadsheet_safe(value) for value in row]
 
 
-def labels_text(rows: list[dict], file_format: str, history: bool = False) -> str:
+def labels_text(rows: list[dict], file_format: str, history: bool = False, *, actor: Actor | None = None) -> str:
     """:func:`label_rows` as CSV (a header row) or JSON (a list of objects).
 
     Raises
     ------
     ProbeError
         For a format other than ``csv`` or ``json``.
+    PermissionDenied
+        Unless ``actor`` (default the local owner) may download exports.
     """
+    require(actor or local_owner(), Permission.EXPORT)
     if file_format not in LABEL_EXPORT_FORMATS:
         raise ProbeError(f"--format is one of {', '.join(LABEL_EXPORT_FORMATS)}, got {file_format!r}")
     if file_format == "json":

@@ -18,6 +18,7 @@ import threading
 from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
 from probe_core.launchers import ThreadLauncher, make_launcher
+from probe_core.limits import ServerLimits
 from probe_core.lifecycle import JobSpec
 from probe_core.store import Run, Store
 
@@ -58,17 +59,31 @@ class JobManager:
         (runs in a thread). With ``dedupe``, an active run of the same kind and config is
         reused instead of starting a second one (e.g. two tabs asking for the same training).
 
+        A signed-in person's run is held to the server's :class:`~probe_core.limits.ServerLimits`: settings
+        over their bounds and a run beyond the person's waiting ones are refused; a run beyond the working
+        limits is stored queued and starts when a slot frees.
+
         Raises
         ------
         PermissionDenied
             When the manager's actor may not start runs (an annotator); nothing is stored then.
+        ProbeError
+            When a signed-in person's run exceeds the server's limits; nothing is stored then.
         """
         require(self.actor, Permission.RUN)
+        limits = ServerLimits.from_environment()
+        if self.actor.signed_in:
+            limits.check_request(_normalise(config))
         with self._guard:
             if dedupe:
                 for run in self.store.list_runs(kind=kind, active_only=True):
                     if run.config == _normalise(config):
                         return run.id
+            if self.actor.signed_in:
+                waiting = self.store.count_queued_runs(self.actor.recorded_name)
+                if waiting >= limits.queued_per_person:
+                    raise ProbeError(f"{self.actor.name} already has {waiting} runs waiting (at most "
+                                     f"{limits.queued_per_person}); stop some or wait for them to start")
             spec = job if isinstance(job, JobSpec) else None
             run_id = self.store.create_run(kind, config, job=spec.to_json() if spec else None,
                                            user=self.actor.recorded_name)

@@ -28,6 +28,7 @@ from typing import Callable, ClassVar, Protocol
 
 from probe_core.accounts import check_run_starter, local_owner
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.limits import ServerLimits
 from probe_core.requests import record
 from probe_core.store import Store
 
@@ -140,11 +141,13 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
 
     Never raises for a job's own failure (the run records it); used by worker processes and threads.
     A run recorded for an account that may not start runs fails here without doing anything: the
-    page refused it too, but a hidden control is not a permission.
+    page refused it too, but a hidden control is not a permission. A run waits, queued, until the
+    server's limits (:class:`~probe_core.limits.ServerLimits`) leave it a slot; asked to stop while
+    waiting, it ends cancelled.
     """
-    store.start_run(run_id)
     try:
         try:
+            _wait_for_slot(store, run_id, ServerLimits.from_environment())
             check_run_starter(store, store.get_run(run_id))
             result = fn(JobContext(store, run_id, listener=listener)) or {}
         except BaseException as exc:  # a job must never die silently; the run records why
@@ -159,6 +162,24 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
     finally:
         if threading.current_thread() is not threading.main_thread():
             store.close()  # connections are per thread: a job thread's ends with it
+
+
+def _wait_for_slot(store: Store, run_id: int, limits: ServerLimits, poll_s: float = 0.5) -> None:
+    """Block until :meth:`~probe_core.store.Store.claim_run_slot` starts the run; the run's message says how many
+    are ahead. Raises :class:`CancelledError` when someone asks the waiting run to stop."""
+    reported = None
+    while True:
+        ahead = store.claim_run_slot(run_id, limits.runs_per_person, limits.runs_in_total)
+        if not ahead:
+            return
+        if ahead != reported:
+            reported = ahead
+            store.update_run(run_id, 0.0, f"queued: {ahead} run(s) ahead (this server works on at most "
+                                          f"{limits.runs_in_total} runs at once, {limits.runs_per_person} per person)")
+        run = store.get_run(run_id)
+        if run is not None and run.cancel_requested:
+            raise CancelledError(f"run {run_id} cancelled while queued")
+        time.sleep(poll_s)
 
 
 def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,

@@ -7,6 +7,11 @@ import torch
 
 from probe_core.errors import ProbeError
 
+# The dashboard computes saliency in the server's own process: a forged widget value must not make it average
+# thousands of noisy copies of a batch (the page offers up to 200).
+MAX_SMOOTHGRAD_SAMPLES = 500
+MAX_SMOOTHGRAD_IMAGES = 64
+
 
 def smoothgrad(classifier: torch.nn.Module, images: torch.Tensor, target: int | torch.Tensor, *,
                noise_level: float = 0.15, samples: int = 50, seed: int = 0) -> torch.Tensor:
@@ -23,7 +28,7 @@ def smoothgrad(classifier: torch.nn.Module, images: torch.Tensor, target: int | 
     noise_level : float
         Standard deviation of the Gaussian input noise, as a fraction of the [0, 1] pixel range.
     samples : int
-        Noisy copies averaged per image.
+        Noisy copies averaged per image, from 1 to :data:`MAX_SMOOTHGRAD_SAMPLES`.
 
     Returns
     -------
@@ -34,8 +39,12 @@ def smoothgrad(classifier: torch.nn.Module, images: torch.Tensor, target: int | 
 
     if images.ndim != 4:
         raise ProbeError(f"saliency wants images (B, C, H, W), got shape {tuple(images.shape)}")
-    if noise_level < 0 or samples < 1:
-        raise ProbeError("noise_level must be ≥ 0 and samples ≥ 1")
+    if not 0 <= noise_level <= 1:
+        raise ProbeError(f"noise_level is a fraction of the pixel range from 0 to 1, got {noise_level!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SMOOTHGRAD_SAMPLES:
+        raise ProbeError(f"SmoothGrad averages from 1 to {MAX_SMOOTHGRAD_SAMPLES} noisy copies, got {samples!r}")
+    if len(images) > MAX_SMOOTHGRAD_IMAGES:
+        raise ProbeError(f"SmoothGrad explains at most {MAX_SMOOTHGRAD_IMAGES} images at a time, got {len(images)}")
     if not torch.isfinite(images).all():
         raise ProbeError("the images contain NaN or infinite values")
     was_training = classifier.training

@@ -33,6 +33,7 @@ from probe_core.catalog import generator_dataset, load_dataset
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_now, submit
 from probe_core.reports import suite_html_report
@@ -272,7 +273,8 @@ def require_suite(store, name: str) -> dict:
 
 def _add(registry, store, suite: str, dataset: str, *, kind: str, name: str, classifier, class_names, evidence: dict,
          latents: np.ndarray, images: np.ndarray, labels: np.ndarray) -> int:
-    """Store a check and score the classifier it was found on."""
+    """Store a check and score the classifier it was found on, for the registry's actor (who must manage suites)."""
+    require(registry.actor or local_owner(), Permission.SUITES)
     if not len(labels):
         raise ProbeError("nothing to add: the check would hold no labelled images")
     images = np.asarray(images, dtype=np.float32)
@@ -468,7 +470,7 @@ def add_finding_checks(registry, store, suite: str, run_id: int, sample_ids: lis
     return check_ids
 
 
-def retire_check(store, suite_name: str, check_id: int) -> int:
+def retire_check(store, suite_name: str, check_id: int, *, actor: Actor | None = None) -> int:
     """Take a check out of a suite from its next version on (its evidence and scores are kept); returns
     the suite's new version.
 
@@ -476,7 +478,10 @@ def retire_check(store, suite_name: str, check_id: int) -> int:
     ------
     ProbeError
         If the suite has no such check.
+    PermissionDenied
+        Unless ``actor`` (default the local owner) manages suites.
     """
+    require(actor or local_owner(), Permission.SUITES)
     check = store.get_suite_check(check_id, with_data=False)
     suite = store.get_suite(suite_name)
     if check is None or suite is None or check["suite_id"] != suite["id"]:
@@ -519,8 +524,10 @@ def label_names(check: dict) -> list[str]:
     return [NONE_OF_THE_ABOVE if label == NOVEL else names[label] for label in check["data"]["labels"]]
 
 
-def suite_report(store, suite_name: str, images_per_check: int = 20) -> str:
-    """The self-contained HTML report of a suite: every check's images, labels and scores across versions."""
+def suite_report(store, suite_name: str, images_per_check: int = 20, *, actor: Actor | None = None) -> str:
+    """The self-contained HTML report of a suite: every check's images, labels and scores across versions
+    (an export: ``actor``, default the local owner, must be allowed to download exports)."""
+    require(actor or local_owner(), Permission.EXPORT)
     matrix = suite_matrix(store, suite_name)
     sections = []
     for summary in matrix["checks"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from probe_core.accounts import Actor
+from probe_core.accounts import Actor, Permission, require
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelRegistry, TrainingAnnouncer
 from probe_core.store import Store
@@ -53,7 +53,14 @@ class Workspace:
 
         Cheap: the dashboard makes one per page run from the person's own setting. Its registry resolves
         references as ``actor`` (None: the local owner, who may load anything).
+
+        Raises
+        ------
+        PermissionDenied
+            When ``actor`` may not browse runs and reports (every page reads the workspace through this).
         """
+        if actor is not None:
+            require(actor, Permission.BROWSE)
         return Workspace(self.root, data_dir, store=self.store, on_training=self.registry.on_training, actor=actor)
 
     @property

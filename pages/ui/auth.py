@@ -23,9 +23,17 @@ from probe_core.errors import ProbeError
 from probe_core.workspace import default_workspace_path
 
 COOKIE_NAME = "model_probe_sign_in"
-COOKIE_DAYS = 7.0
+COOKIE_DAYS = accounts.SIGN_IN_LIFETIME_S / 86400
 ACTOR_KEY = "signed_in_actor"
 SIGNED_IN_AT_KEY = "signed_in_at"  # when this session signed in: a later sign-out, password or role change ends it
+BY_FORM_KEY = "signed_in_by_form"  # this session gave the password (it writes the cookie; a cookie's never renews)
+COOKIE_WRITE_WINDOW_S = 120.0  # the cookie is written in the runs of the first two minutes after the form
+
+
+def _cookie_issued_at(authenticator) -> float | None:
+    """When the browser's sign-in cookie was written (its expiry less the lifetime), None without one."""
+    cookie = authenticator.cookie_controller.get_cookie()
+    return cookie["exp_date"] - COOKIE_DAYS * 86400 if cookie else None
 
 
 def _store():
@@ -76,15 +84,16 @@ def sign_in() -> Actor | None:
     was_signed_in = bool(st.session_state.get("authentication_status"))
     if was_signed_in and st.session_state.get(SIGNED_IN_AT_KEY) is None:
         # signed in by a cookie (checked below before it was accepted) in a run that a rerun interrupted
-        st.session_state[SIGNED_IN_AT_KEY] = time.time()
+        st.session_state[SIGNED_IN_AT_KEY] = _cookie_issued_at(authenticator) or time.time()
     if was_signed_in and not accounts.cookie_counts(store, st.session_state.get("username") or "",
                                                     st.session_state[SIGNED_IN_AT_KEY]):
-        # signed out in another browser, or the password or role changed since: this session ends too
+        # signed out in another browser, the password or role changed since, or the sign-in is too old
         st.session_state.pop(ACTOR_KEY, None)
+        st.session_state.pop(BY_FORM_KEY, None)
         authenticator.logout(location="unrendered")
         st.session_state["logout"] = True
         was_signed_in = False
-        st.warning("Your sign-in has ended (signed out elsewhere, or the account changed): sign in again.")
+        st.warning("Your sign-in has ended (signed out elsewhere, the account changed, or it is a week old): sign in again.")
     if not was_signed_in:
         cookie = authenticator.cookie_controller.get_cookie()
         if cookie and not accounts.cookie_counts(store, cookie["username"], cookie["exp_date"] - COOKIE_DAYS * 86400):
@@ -105,14 +114,19 @@ def sign_in() -> Actor | None:
                 authenticator.cookie_controller.delete_cookie()
         return None
     st.session_state[ACTOR_KEY] = actor
-    if not was_signed_in:  # signed in by this run's form: draw the page without it
-        st.session_state[SIGNED_IN_AT_KEY] = time.time()
+    if not was_signed_in:  # signed in by this run's form or a cookie: draw the page without the form
+        by_form = st.session_state.get(BY_FORM_KEY, False)
+        st.session_state[SIGNED_IN_AT_KEY] = time.time() if by_form else (_cookie_issued_at(authenticator)
+                                                                          or time.time())
         st.rerun()
     with st.sidebar:
         st.caption(f"Signed in as **{actor.name}** ({actor.role})")
-        # The cookie is written by a browser component; rendered on every run (one stable element), it
-        # lives long enough to write it however soon the next click comes, and each visit renews it.
-        authenticator.cookie_controller.set_cookie()
+        # The cookie is written by a browser component; rendered on every run (one stable element) of the
+        # first minutes after the form, it lives long enough to write it however soon the next click comes.
+        # It is never renewed: a sign-in ends SIGN_IN_LIFETIME_S after the password was given.
+        if st.session_state.get(BY_FORM_KEY) and \
+                time.time() - st.session_state[SIGNED_IN_AT_KEY] < COOKIE_WRITE_WINDOW_S:
+            authenticator.cookie_controller.set_cookie()
         authenticator.logout("Sign out", location="sidebar", key="sign_out",
                              callback=lambda _: _signed_out(store, actor))
     if not st.session_state.get("authentication_status"):  # just signed out: show the form, not the page
@@ -144,12 +158,13 @@ def _sign_in_form(store, authenticator) -> None:
         st.error(message[:1].upper() + message[1:] + ".")
         return
     st.session_state.update(authentication_status=True, username=actor.name, name=actor.name, roles=[actor.role],
-                            logout=False)
+                            logout=False, **{BY_FORM_KEY: True})
     authenticator.cookie_controller.set_cookie()
 
 
 def _signed_out(store, actor: Actor) -> None:
     st.session_state.pop(ACTOR_KEY, None)
+    st.session_state.pop(BY_FORM_KEY, None)
     accounts.record_sign_out(store, actor.name)  # the cookie the browser may still hold no longer signs in
 
 

@@ -76,7 +76,7 @@ choices = ["(not labelled)"] + list(names) + ["none"]
 def save(sample_id: int, key: str) -> None:
     value = st.session_state[key]
     if value != "(not labelled)" and annotator:
-        sample_queries.label_sample(ws.store, annotator, sample_id, value)
+        sample_queries.label_sample(ws.store, annotator, sample_id, value, actor=_ui.current_actor())
 
 
 for side, classifier_id in enumerate(compared.classifiers):

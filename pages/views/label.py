@@ -11,7 +11,6 @@ from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.errors import ProbeError
-from probe_core.export import npz_bytes
 
 ws = _ui.workspace()
 st.title("Label")
@@ -88,7 +87,8 @@ def stored_label(choice: str) -> str:
 
 def label_all(choice: str) -> None:
     try:
-        label_tools.label_images(ws.store, shown["ids"], annotator, stored_label(choice), names)
+        label_tools.label_images(ws.store, shown["ids"], annotator, stored_label(choice), names,
+                                 actor=_ui.current_actor())
         st.session_state["label_version"] += 1
         st.session_state["label_saved"] = f"Saved: all {len(shown['ids'])} images of cluster {cluster['id']} = {choice}"
     except ProbeError as exc:
@@ -100,7 +100,8 @@ def label_one(image_id: int, widget_key: str) -> None:
     if choice is None:
         return
     try:
-        label_tools.label_images(ws.store, [image_id], annotator, stored_label(choice), names)
+        label_tools.label_images(ws.store, [image_id], annotator, stored_label(choice), names,
+                                 actor=_ui.current_actor())
     except ProbeError as exc:
         st.session_state["label_problem"] = str(exc)
 
@@ -208,14 +209,14 @@ if figure is not None:
 
 st.subheader("Export")
 e1, e2, e3 = st.columns(3)
-text, rows = label_tools.labels_csv(ws.store, distill_run.id)
+text, rows = label_tools.labels_csv(ws.store, distill_run.id, actor=_ui.current_actor())
 e1.download_button(f"Labels (CSV, {rows} rows)", text, f"labels-run{distill_run.id}.csv", mime="text/csv",
                    key="label_csv")
 
 
 def labelled_failures_npz() -> bytes:
     """Built only when the button is clicked: it reads every failure of the run."""
-    return npz_bytes(**queries.labelled_failure_set(ws.store, distill_run.id, names), class_names=names)
+    return queries.labelled_failures_npz(ws.store, distill_run.id, names, actor=_ui.current_actor())[0]
 
 
 in_failure_regions = sum(r["size"] for r in table if r["usable"])  # the failures assigned to those clusters

@@ -138,11 +138,11 @@ else:
                                          + (" ✗" if index in wrong else ""))
 
 d1, d2 = st.columns(2)
-d1.download_button("Suite report (HTML, self-contained)", lambda: suites.suite_report(ws.store, suite_name),
+d1.download_button("Suite report (HTML, self-contained)", lambda: suites.suite_report(ws.store, suite_name, actor=_ui.current_actor()),
                    f"suite-{suite_name}.html", mime="text/html", key="regressions_report")
 if d2.button("Retire this check", key=f"regressions_retire_{check_id}", disabled=not _ui.may(Permission.SUITES),
              help="take it out of the suite from the next version on; its evidence and scores are kept"):
     _ui.require(Permission.SUITES)
-    suites.retire_check(ws.store, suite_name, check_id)
+    suites.retire_check(ws.store, suite_name, check_id, actor=_ui.current_actor())
     st.session_state.pop("regressions_check", None)
     st.rerun()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.defuse.labels import HUMAN
 from probe_core.store import SampleRecord, TestImageLabelRecord
 
@@ -12,8 +13,10 @@ def samples(store, run_id: int, limit: int | None = None) -> list[SampleRecord]:
     return store.get_samples(run_id, limit=limit)
 
 
-def label_sample(store, annotator: str, sample_id: int, label: str) -> int:
-    """Write ``annotator``'s label of a sample now (replacing their earlier one); returns the label's row id."""
+def label_sample(store, annotator: str, sample_id: int, label: str, *, actor: Actor | None = None) -> int:
+    """Write ``annotator``'s label of a sample now (replacing their earlier one); returns the label's row id.
+    ``actor`` (default the local owner) must be allowed to label (PermissionDenied otherwise)."""
+    require(actor or local_owner(), Permission.LABEL)
     return store.set_label(annotator, sample_id=sample_id, label=label, source=HUMAN)
 
 

@@ -16,7 +16,7 @@ from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.accounts import shell_annotator
 from probe_core.errors import ProbeError
-from probe_core.export import npz_bytes, write_file
+from probe_core.export import write_file
 from probe_core.scaleout import shard_count
 
 
@@ -151,9 +151,9 @@ def _label(args) -> int:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
     if args.export_npz:
-        chosen = queries.labelled_failure_set(store, args.run, class_names, source, args.rho)
-        write_file(args.export_npz, npz_bytes(**chosen, class_names=class_names))
-        print(f"{len(chosen['labels'])} labelled failures written to {args.export_npz}")
+        content, count = queries.labelled_failures_npz(store, args.run, class_names, source, args.rho)
+        write_file(args.export_npz, content)
+        print(f"{count} labelled failures written to {args.export_npz}")
     _print_clusters(workspace, args.run, class_names, source, args.rho)
     return 0
 

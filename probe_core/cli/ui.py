@@ -56,6 +56,7 @@ def streamlit_options(folder: Path) -> list[str]:
 def _ui(args: argparse.Namespace) -> int:
     from probe_core.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
     from probe_core.cli.common import workspace_from_args
+    from probe_core.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
 
     if not 1 <= args.port <= 65535:
         raise ProbeError(f"--port must be from 1 to 65535, got {args.port}")
@@ -73,6 +74,10 @@ def _ui(args: argparse.Namespace) -> int:
         os.environ[AUTH_ENV] = "1"
     if args.insecure_no_auth:
         os.environ[INSECURE_ENV] = "1"
+    for value, name in ((args.max_runs, MAX_RUNS_ENV), (args.max_runs_per_person, MAX_RUNS_PER_PERSON_ENV)):
+        if value is not None:
+            os.environ[name] = str(value)
+    ServerLimits.from_environment()  # a bad value stops here, before the server starts
     print(f"Model Probe: http://{args.host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     # `python app.py` preloads the heavy libraries into the server before it serves (see app.py)
     os.execv(sys.executable, [sys.executable, str(folder / "app.py"), *options])
@@ -88,4 +93,8 @@ def add_ui_command(commands: argparse._SubParsersAction) -> None:
                         "workspace has an account)")
     parser.add_argument("--insecure-no-auth", action="store_true", help="serve beyond localhost with no "
                         "accounts: everyone who reaches the port acts as an admin (a warning is printed)")
+    parser.add_argument("--max-runs", type=int, help="runs working at once over everybody; later ones wait "
+                        "(default: the machine's cores, at least 2; $PROBE_MAX_RUNS)")
+    parser.add_argument("--max-runs-per-person", type=int, help="runs of one person working at once; their "
+                        "later ones wait (default 2; $PROBE_MAX_RUNS_PER_PERSON)")
     parser.set_defaults(handler=_ui)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.classes import class_index
 from probe_core.errors import ProbeError
 from probe_core.export import spreadsheet_safe
@@ -65,12 +66,13 @@ def normalise_label(label: str | int | None, class_names: tuple[str, ...]) -> st
 
 
 def label_images(store, review_image_ids: list[int], annotator: str, label: str | int,
-                 class_names: tuple[str, ...], source: str = HUMAN) -> list[int]:
+                 class_names: tuple[str, ...], source: str = HUMAN, *, actor: Actor | None = None) -> list[int]:
     """Validate and store one annotator's label of review images at once (one transaction); returns row ids.
 
     One call with all of a cluster's images is the fast path ("all ten are a 9"); single images can
-    then be changed with further calls.
+    then be changed with further calls. ``actor`` (default the local owner) must be allowed to label.
     """
+    require(actor or local_owner(), Permission.LABEL)
     if not review_image_ids:
         raise ProbeError("no review images to label")
     name = normalise_label(label, class_names)
@@ -230,11 +232,13 @@ def annotator_progress(store, distill_run_id: int, source: str = HUMAN) -> list[
     return sorted(progress, key=lambda r: (-r["images_labelled"], r["annotator"]))
 
 
-def labels_csv(store, distill_run_id: int) -> tuple[str, int]:
+def labels_csv(store, distill_run_id: int, *, actor: Actor | None = None) -> tuple[str, int]:
     """Every stored label of a run's clusters (all sources) as CSV text, and the number of rows.
 
-    ``image`` is the review image's position (1 to 10), empty for a whole-cluster label.
+    ``image`` is the review image's position (1 to 10), empty for a whole-cluster label. ``actor`` (default the
+    local owner) must be allowed to download exports (PermissionDenied otherwise).
     """
+    require(actor or local_owner(), Permission.EXPORT)
     clusters = {c["id"]: c for c in store.get_clusters(distill_run_id)}
     buffer = io.StringIO()
     writer = csv.writer(buffer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.catalog import load_dataset
 from probe_core.defuse.identification import FailureSet
 from probe_core.defuse.labels import (
@@ -24,6 +25,7 @@ from probe_core.defuse.labels import (
 )
 from probe_core.defuse.results import CORRECT, DISTILL, IDENTIFY
 from probe_core.errors import ProbeError
+from probe_core.export import npz_bytes
 from probe_core.store import ClusterRecord
 
 EMBEDDING_ARRAYS = "embedding"  # the distill run's arrays holding its failure map
@@ -136,6 +138,21 @@ def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], 
         "cluster_id": np.array([rows[c]["id"] for c in clusters[keep]], dtype=np.int64),
         "true_labels": failures.true_labels[keep], "predictions": failures.predictions[keep],
     }
+
+
+def labelled_failures_npz(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,
+                          rho: float = DEFAULT_RHO, *, actor: Actor | None = None) -> tuple[bytes, int]:
+    """:func:`labelled_failure_set` with ``class_names`` as a compressed ``.npz`` download, and how many failures
+    it holds.
+
+    Raises
+    ------
+    PermissionDenied
+        Unless ``actor`` (default the local owner) may download exports.
+    """
+    require(actor or local_owner(), Permission.EXPORT)
+    chosen = labelled_failure_set(store, distill_run, class_names, source, rho)
+    return npz_bytes(**chosen, class_names=class_names), len(chosen["labels"])
 
 
 def labelled_review_failures(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,

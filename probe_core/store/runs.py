@@ -104,6 +104,49 @@ class RunTable(Database):
                 (current_owner(), now, now, run_id),
             )
 
+    def claim_run_slot(self, run_id: int, per_person: int, in_total: int) -> int:
+        """Start a queued run if the limits leave it a slot, first come first served.
+
+        In one write transaction: the run starts (``running``, owned by this process) when fewer than
+        ``in_total`` runs are working, fewer than ``per_person`` of them are its person's, and no earlier
+        queued run could take the slot first (one whose person is under the limit). Working runs whose
+        process is gone do not count.
+
+        Returns
+        -------
+        int
+            0 when the run started (or is no longer queued: nothing to wait for), else how many queued runs
+            are ahead of it (at least 1 when only the limits hold it back).
+        """
+        now = time.time()
+        with self.transaction() as connection:
+            rows = connection.execute(
+                f"SELECT id, user, status, owner, updated_at FROM runs WHERE status IN {ACTIVE_STATUSES} "
+                f"AND id <= ? OR id = ? OR status = 'running'", (run_id, run_id)).fetchall()
+            mine = next((row for row in rows if row["id"] == run_id), None)
+            if mine is None or mine["status"] != "queued":
+                return 0
+            working: dict[str, int] = {}
+            for row in rows:
+                if row["status"] == "running" and not self._owner_gone(row["owner"], row["updated_at"], now):
+                    working[row["user"] or ""] = working.get(row["user"] or "", 0) + 1
+            person = mine["user"] or ""
+            ahead = sum(1 for row in rows if row["status"] == "queued" and row["id"] < run_id
+                        and working.get(row["user"] or "", 0) < per_person
+                        and not self._owner_gone(row["owner"], row["updated_at"], now))
+            if ahead or sum(working.values()) >= in_total or working.get(person, 0) >= per_person:
+                connection.execute("UPDATE runs SET owner=?, updated_at=? WHERE id=?", (current_owner(), now, run_id))
+                return max(ahead, 1)
+            connection.execute("UPDATE runs SET status='running', owner=?, started_at=?, updated_at=? WHERE id=?",
+                               (current_owner(), now, now, run_id))
+            return 0
+
+    def count_queued_runs(self, user: str) -> int:
+        """How many of ``user``'s runs wait for a slot (their process alive)."""
+        rows = self._query("SELECT owner, updated_at FROM runs WHERE status='queued' AND user=?", (user,))
+        now = time.time()
+        return sum(1 for row in rows if not self._owner_gone(row["owner"], row["updated_at"], now))
+
     def update_run(self, run_id: int, progress: float | None = None, message: str | None = None,
                    details: dict | None = None) -> bool:
         """Record progress (and a heartbeat); returns whether cancellation was requested."""

@@ -490,3 +490,53 @@ def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_p
     finally:
         dashboard.stop()
     assert not dashboard.running()
+
+
+def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or_any_text_field(trained_workspace,
+                                                                                                tmp_path):
+    """Signed in as an annotator, hostile references in the address (every page's model and data parameters) and
+    typed into every text field the pages show them: the marker plugin is never imported."""
+    require_browser()
+    from urllib.parse import quote
+
+    from helpers import write_tiny_plugin
+
+    from probe_core import accounts
+
+    (tmp_path / "bait").mkdir()
+    plugin = write_tiny_plugin(tmp_path / "bait", extra="from pathlib import Path as _P\n"
+                                                        "_P(__file__).with_suffix('.imported').write_text('x')\n")
+    marker = plugin.with_suffix(".imported")
+    deep = "/".join([".."] * 12) + str(plugin)
+    references = [str(plugin), f"x[/{deep}#class_map=a=b", f"plugin:{plugin}?x=1", f"modelfile:x[/../..{plugin}"]
+    store = trained_workspace.store
+    accounts.add_account(store, "ann-hostile", "annotator", TEAM_PASSWORD)
+    try:
+        with running_server(trained_workspace.root, tmp_path / "server.log") as server, browser_page() as page:
+            _sign_in(page, server, "ann-hostile")
+            for path in ("", "probe", "saliency", "label"):
+                for reference in references:
+                    address = quote(reference, safe="")
+                    page.goto(f"{server.url}/{path}?classifier={address}&generator={address}&dataset={address}")
+                    page.wait_for_load_state("networkidle")
+                    page.wait_for_timeout(300)
+                    assert not marker.exists(), f"/{path} with {reference!r} in the address imported the plugin"
+                page.goto(f"{server.url}/{path}")
+                page.wait_for_timeout(1500)
+                fields = page.get_by_role("textbox")
+                for index in range(fields.count()):
+                    field = fields.nth(index)
+                    if not field.is_visible() or not field.is_editable():
+                        continue
+                    for reference in references[:2]:
+                        field.fill(reference)
+                        field.press("Enter")
+                        page.wait_for_timeout(500)
+                        assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
+            assert page.get_by_text("Labelling as ann-hostile").count() + page.get_by_text("ann-hostile").count() > 0
+        assert not marker.exists()
+        # the bait is real: the local owner's registry does import it
+        trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
+        assert marker.exists()
+    finally:
+        accounts.remove_account(store, "ann-hostile")

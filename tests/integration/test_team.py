@@ -76,15 +76,15 @@ def test_a_sign_out_revokes_the_cookies_issued_before_it(workspace):
     accounts.add_account(store, "alice", "annotator", PASSWORD)
     accounts.add_account(store, "bob", "annotator", PASSWORD)
     t = time.time() + 10  # times after the accounts were made (a cookie from before an account's creation is dead)
-    assert accounts.cookie_counts(store, "alice", issued_at=t + 1000.0)  # never signed out
+    assert accounts.cookie_counts(store, "alice", issued_at=t + 1000.0, now=t + 1000.0 + 60)  # never signed out
     accounts.record_sign_out(store, "alice", when=t + 2000.0)
-    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0)  # a cookie from before the sign-out
-    assert accounts.cookie_counts(store, "alice", issued_at=t + 2001.0)  # signed in again afterwards
-    assert accounts.cookie_counts(store, "bob", issued_at=t + 1000.0)  # another account's cookies are untouched
+    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0, now=t + 1999.0 + 60)  # a cookie from before the sign-out
+    assert accounts.cookie_counts(store, "alice", issued_at=t + 2001.0, now=t + 2001.0 + 60)  # signed in again afterwards
+    assert accounts.cookie_counts(store, "bob", issued_at=t + 1000.0, now=t + 1000.0 + 60)  # another account's cookies are untouched
     accounts.record_sign_out(store, "alice", when=t + 1500.0)  # an older sign-out never moves it back
-    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0)
+    assert not accounts.cookie_counts(store, "alice", issued_at=t + 1999.0, now=t + 1999.0 + 60)
     accounts.remove_account(store, "bob")
-    assert not accounts.cookie_counts(store, "bob", issued_at=t + 5000.0)  # a removed account signs nobody in
+    assert not accounts.cookie_counts(store, "bob", issued_at=t + 5000.0, now=t + 5000.0 + 60)  # a removed account signs nobody in
 
 
 def test_a_wrong_password_is_refused_and_opens_no_session(team):

@@ -1,0 +1,107 @@
+"""What a server allows one person's runs: how many at once, how many waiting, and how big.
+
+A team server is shared: without limits, one person (or one forged widget value) can start a worker
+per click or ask for a million training epochs. :class:`ServerLimits` holds the bounds, read from the
+environment (``probe ui --max-runs N --max-runs-per-person N`` sets them for the server and its
+workers); :meth:`ServerLimits.check_request` is called by :class:`~probe_core.jobs.JobManager` on
+every run a signed-in person starts, whatever the page offered, and the run lifecycle
+(:func:`probe_core.lifecycle.execute_run`) waits for a free slot (:meth:`~probe_core.store.Store.claim_run_slot`)
+before it starts, so runs beyond the limits are queued, first come first served.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from probe_core.errors import ProbeError
+
+MAX_RUNS_ENV = "PROBE_MAX_RUNS"
+MAX_RUNS_PER_PERSON_ENV = "PROBE_MAX_RUNS_PER_PERSON"
+
+# The run settings a signed-in person's request is bounded in: the config key, the bound's field and the words.
+_BOUNDED_SETTINGS = (
+    ("epochs", "epochs", "training epochs"),
+    ("chains", "chains", "chains per target"),
+    ("warmup", "iterations", "warm-up iterations per chain"),
+    ("samples", "iterations", "samples per chain"),
+    ("samples_per_image", "perturbations", "perturbations per image"),
+    ("samples_per_region", "perturbations", "samples per failure region"),
+    ("max_images", "images", "images"),
+)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds on the runs of a shared server.
+
+    Parameters
+    ----------
+    runs_in_total : int
+        Runs working at once over everybody (default: the machine's cores, at least 2); later ones wait.
+    runs_per_person : int
+        Runs of one person working at once (default 2); their later ones wait.
+    queued_per_person : int
+        Runs one person may have waiting; one more is refused.
+    epochs, chains, iterations, perturbations, images : int
+        The largest value a signed-in person's run may ask for (see :meth:`check_request`).
+    """
+
+    runs_in_total: int = max(2, os.cpu_count() or 2)
+    runs_per_person: int = 2
+    queued_per_person: int = 20
+    epochs: int = 1000
+    chains: int = 256
+    iterations: int = 20_000
+    perturbations: int = 1000
+    images: int = 100_000
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ProbeError(f"the server limit {field.name.replace('_', ' ')} must be a whole number >= 1, "
+                                 f"got {value!r}")
+
+    @classmethod
+    def from_environment(cls) -> "ServerLimits":
+        """The limits ``$PROBE_MAX_RUNS`` and ``$PROBE_MAX_RUNS_PER_PERSON`` set (the defaults otherwise).
+
+        Raises
+        ------
+        ProbeError
+            If either variable is set to something that is not a whole number >= 1.
+        """
+        given = {}
+        for name, field in ((MAX_RUNS_ENV, "runs_in_total"), (MAX_RUNS_PER_PERSON_ENV, "runs_per_person")):
+            text = os.environ.get(name, "").strip()
+            if not text:
+                continue
+            try:
+                given[field] = int(text)
+            except ValueError:
+                given[field] = 0
+            if given[field] < 1:
+                raise ProbeError(f"{name} must be a whole number >= 1, got {text!r}")
+        return cls(**given)
+
+    def check_request(self, config: dict) -> None:
+        """Refuse a run whose settings exceed these bounds (before anything is stored).
+
+        Parameters
+        ----------
+        config : dict
+            The run's stored request (:func:`probe_core.requests.record`); keys it does not have are not
+            bounded, values that are not numbers are left to the request's own validation.
+
+        Raises
+        ------
+        ProbeError
+            Naming the first setting over its bound and the bound.
+        """
+        for key, bound_name, words in _BOUNDED_SETTINGS:
+            value = config.get(key)
+            bound = getattr(self, bound_name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > bound:
+                raise ProbeError(f"this server allows at most {bound:,} {words} in a run, and {value:,} were asked "
+                                 f"for; ask an admin to run it from the command line")
