@@ -493,7 +493,7 @@ def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_p
 
 
 def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or_any_text_field(trained_workspace,
-                                                                                                tmp_path):
+                                                                                                flawed_run, tmp_path):
     """Signed in as an annotator, hostile references in the address (every page's model and data parameters) and
     typed into every text field the pages show them: the marker plugin is never imported."""
     require_browser()
@@ -533,7 +533,8 @@ def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or
                         field.press("Enter")
                         page.wait_for_timeout(500)
                         assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
-            assert page.get_by_text("Labelling as ann-hostile").count() + page.get_by_text("ann-hostile").count() > 0
+            page.goto(f"{server.url}/label")
+            page.get_by_text("Labelling as ann-hostile").wait_for(timeout=60_000)  # still signed in, as the annotator
         assert not marker.exists()
         # the bait is real: the local owner's registry does import it
         trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
