@@ -36,9 +36,19 @@ def test_job_success_failure_and_cancel(workspace):
     assert cancelled.status == "cancelled" and 0 < cancelled.progress < 0.5
 
 
-def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspace):
+def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspace, workspace):
     manager = JobManager(trained_workspace.store)
     assert start_default_training(manager, trained_workspace.registry, "digits") is None
+    # an empty workspace: two pages asking for the defaults at once share one run
+    fresh = JobManager(workspace.store, "thread")
+    first = start_default_training(fresh, workspace.registry, "digits")
+    second = start_default_training(fresh, workspace.registry, "digits")
+    try:
+        assert first is not None and second == first
+        assert [run.id for run in workspace.store.list_runs(kind="train")] == [first]
+    finally:
+        fresh.cancel(first)
+        fresh.wait(first, timeout=120)
 
 
 def test_training_job_reports_per_model_progress(workspace):
