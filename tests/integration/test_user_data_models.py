@@ -31,9 +31,10 @@ def _grey_arrays(path):
     return str(path)
 
 
-@pytest.mark.parametrize("make", [_rgb_folder, lambda root: _grey_arrays(root.with_suffix(".npz"))],
+@pytest.mark.parametrize("make, flaw", [(_rgb_folder, "green->blue:0.6"),
+                                        (lambda root: _grey_arrays(root.with_suffix(".npz")), "middle->bottom:0.6")],
                          ids=["rgb-folder", "grey-npz"])
-def test_user_data_goes_through_info_defaults_sample_and_defuse(tmp_path, make, capsys, monkeypatch):
+def test_user_data_goes_through_info_defaults_sample_and_defuse(tmp_path, make, flaw, capsys, monkeypatch):
     monkeypatch.setenv(files.CACHE_ENV, str(tmp_path / "cache"))
     data = make(tmp_path / "data")
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
@@ -42,17 +43,27 @@ def test_user_data_goes_through_info_defaults_sample_and_defuse(tmp_path, make, 
     assert main(base + ["models", "defaults", "--dataset", data]) == 0
     trained = capsys.readouterr().out
     assert trained.count("test acc") == 1 and trained.count("FD-clf") == 2  # classifier, VAE, GAN
+    sampled = tmp_path / "sample.json"
     assert main(base + ["sample", "--dataset", data, "--target", "high:1", "--chains", "4", "--warmup", "20",
-                        "--samples", "10"]) == 0
-    assert "targets reached" in capsys.readouterr().out
-    assert main(base + ["models", "train", "--dataset", data, "--kind", "classifier", "--seed", "1"]) == 0
-    oracle = capsys.readouterr().out.split(":")[0]
+                        "--samples", "10", "--out", str(sampled)]) == 0
+    assert "1/1 targets reached" in capsys.readouterr().out
+    [target] = json.loads(sampled.read_text())["targets"]
+    hits = [s for s in target["samples"] if s["hit"]]
+    assert target["summary"]["chains_with_hits"] >= 1 and hits
+    assert all(s["confidences"][1] == max(s["confidences"]) for s in hits)  # a hit is the class asked for
+    # a classifier with a known flaw (a share of one class labelled as another), the clean default as the oracle
+    oracle = next(line for line in trained.splitlines() if "test acc" in line).split(":")[0]
+    assert main(base + ["models", "train", "--dataset", f"{data}[mislabel={flaw}]", "--kind", "classifier"]) == 0
+    flawed = capsys.readouterr().out.split(":")[0]
     out = tmp_path / "run.json"
-    code = main(base + ["defuse", "run", "--dataset", data, "--samples-per-image", "50", "--noise-scale", "0.5",
-                        "--max-samples", "500",
+    code = main(base + ["defuse", "run", "--dataset", data, "--classifier", flawed, "--samples-per-image", "50",
+                        "--noise-scale", "0.5", "--max-samples", "500",
                         "--auto-label", f"oracle:{oracle}", "--lambdas", "1", "--epochs", "1",
                         "--samples-per-region", "16", "--out", str(out)])
     printed = capsys.readouterr()
     assert code == 0, printed.err
     summary = json.loads(out.read_text())
     assert summary["failures"] > 0 and 0 <= summary["results"]["before"]["test_accuracy"] <= 1
+    # finetuning on the labelled failure regions raises the classifier's accuracy on held-out samples of them
+    before, after = summary["results"]["before"], summary["results"]["defuse"]
+    assert after["failure_accuracy"] > before["failure_accuracy"], summary["results"]
