@@ -34,3 +34,12 @@ def test_every_benchmark_the_docs_cite_exists():
     for page in [ROOT / "README.md", *DOCS]:
         for script in re.findall(r"benchmarks/(\w+)\.py", page.read_text()):
             assert (ROOT / "benchmarks" / f"{script}.py").exists(), (page.name, script)
+
+
+def test_every_option_the_docs_give_a_benchmark_is_one_it_takes():
+    """``benchmarks/X.py --opt ...`` in README and docs/: X's argument parser declares each ``--opt``."""
+    for page in [ROOT / "README.md", *DOCS]:
+        for script, arguments in re.findall(r"benchmarks/(\w+)\.py((?:\s+--[\w-]+(?:[ =][^\s`|)\]]+)?)*)", page.read_text()):
+            source = (ROOT / "benchmarks" / f"{script}.py").read_text()
+            for option in re.findall(r"--[\w-]+", arguments):
+                assert f'"{option}"' in source, f"{page.name} runs benchmarks/{script}.py {option}, which it does not take"
