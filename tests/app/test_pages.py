@@ -289,6 +289,10 @@ def test_interpolation_samples_a_path_and_draws_the_strip(app_env):
     next(b for b in at.button if b.label == "Sample the path").click().run()
     rerun_until(at, lambda a: any("Best sample per step" in c.value for c in a.caption), timeout=180)
     assert len(at.image) >= 1
+    # the run it drew is the path asked for: three steps from all-1 through half-and-half to all-7
+    run = next(r for r in app_env.store.list_runs(kind="sample") if r.status == "done" and r.result
+               and len(r.result["targets"]) == 3)
+    assert [t["spec"] for t in run.result["targets"]] == ["probs:1=1", "probs:1=0.5,7=0.5", "probs:7=1"]
 
 
 def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed_run):
