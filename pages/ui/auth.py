@@ -93,7 +93,8 @@ def sign_in() -> Actor | None:
         authenticator.logout(location="unrendered")
         st.session_state["logout"] = True
         was_signed_in = False
-        st.warning("Your sign-in has ended (signed out elsewhere, the account changed, or it is a week old): sign in again.")
+        st.warning("Your sign-in has ended (signed out elsewhere, the account changed, or it is a week old): "
+                   "sign in again.")
     if not was_signed_in:
         cookie = authenticator.cookie_controller.get_cookie()
         if cookie and not accounts.cookie_counts(store, cookie["username"], cookie["exp_date"] - COOKIE_DAYS * 86400):

@@ -377,7 +377,8 @@ if hits and not generator.capabilities.structured_prior:
 d1, d2, d3 = st.columns(3)
 with d1:
     _ui.png_download(images, "Gallery (PNG)", f"run{run.id}-target{chosen}.png", "probe_png")
-d2.download_button("Samples and latents (.npz)", lambda: npz_bytes(**sample_arrays(stored, actor=_ui.current_actor())), f"run{run.id}-samples.npz",
+d2.download_button("Samples and latents (.npz)",
+                   lambda: npz_bytes(**sample_arrays(stored, actor=_ui.current_actor())), f"run{run.id}-samples.npz",
                    key="probe_npz")
 report = sampling_report(ws.store, run.id, chosen)
 d3.download_button("One-page report (HTML)", report, f"run{run.id}-report.html", mime="text/html", key="probe_html")

@@ -138,7 +138,8 @@ else:
                                          + (" ✗" if index in wrong else ""))
 
 d1, d2 = st.columns(2)
-d1.download_button("Suite report (HTML, self-contained)", lambda: suites.suite_report(ws.store, suite_name, actor=_ui.current_actor()),
+d1.download_button("Suite report (HTML, self-contained)",
+                   lambda: suites.suite_report(ws.store, suite_name, actor=_ui.current_actor()),
                    f"suite-{suite_name}.html", mime="text/html", key="regressions_report")
 if d2.button("Retire this check", key=f"regressions_retire_{check_id}", disabled=not _ui.may(Permission.SUITES),
              help="take it out of the suite from the next version on; its evidence and scores are kept"):
