@@ -165,17 +165,17 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
 
 
 def _wait_for_slot(store: Store, run_id: int, limits: ServerLimits, poll_s: float = 0.5) -> None:
-    """Block until :meth:`~probe_core.store.Store.claim_run_slot` starts the run; the run's message says how many
-    are ahead. Raises :class:`CancelledError` when someone asks the waiting run to stop."""
+    """Block until :meth:`~probe_core.store.Store.claim_run_slot` starts the run; the run's message says why it
+    waits. Raises :class:`CancelledError` when someone asks the waiting run to stop."""
     reported = None
     while True:
-        ahead = store.claim_run_slot(run_id, limits.runs_per_person, limits.runs_in_total)
-        if not ahead:
+        working = store.claim_run_slot(run_id, limits.runs_per_person, limits.runs_in_total)
+        if not working:
             return
-        if ahead != reported:
-            reported = ahead
-            store.update_run(run_id, 0.0, f"queued: {ahead} run(s) ahead (this server works on at most "
-                                          f"{limits.runs_in_total} runs at once, {limits.runs_per_person} per person)")
+        if working != reported:
+            reported = working
+            store.update_run(run_id, 0.0, f"queued: {working} run(s) working; this server works on at most "
+                                          f"{limits.runs_in_total} at once, {limits.runs_per_person} per person")
         run = store.get_run(run_id)
         if run is not None and run.cancel_requested:
             raise CancelledError(f"run {run_id} cancelled while queued")

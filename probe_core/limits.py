@@ -6,7 +6,7 @@ environment (``probe ui --max-runs N --max-runs-per-person N`` sets them for the
 workers); :meth:`ServerLimits.check_request` is called by :class:`~probe_core.jobs.JobManager` on
 every run a signed-in person starts, whatever the page offered, and the run lifecycle
 (:func:`probe_core.lifecycle.execute_run`) waits for a free slot (:meth:`~probe_core.store.Store.claim_run_slot`)
-before it starts, so runs beyond the limits are queued, first come first served.
+before it starts, so runs beyond the limits wait, queued.
 """
 
 from __future__ import annotations

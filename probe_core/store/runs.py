@@ -105,38 +105,32 @@ class RunTable(Database):
             )
 
     def claim_run_slot(self, run_id: int, per_person: int, in_total: int) -> int:
-        """Start a queued run if the limits leave it a slot, first come first served.
+        """Start a queued run if the limits leave it a slot.
 
         In one write transaction: the run starts (``running``, owned by this process) when fewer than
-        ``in_total`` runs are working, fewer than ``per_person`` of them are its person's, and no earlier
-        queued run could take the slot first (one whose person is under the limit). Working runs whose
-        process is gone do not count.
+        ``in_total`` runs are working and fewer than ``per_person`` of them are its person's. Working runs whose
+        process is gone do not count. Queued runs are not ordered among themselves: a run recorded but never
+        handed to a worker (a test's, or a crashed server's) must not hold the others back, and the per-person
+        limit already keeps one person from taking every slot.
 
         Returns
         -------
         int
-            0 when the run started (or is no longer queued: nothing to wait for), else how many queued runs
-            are ahead of it (at least 1 when only the limits hold it back).
+            0 when the run started (or is no longer queued: nothing to wait for), else how many runs are
+            working (at least 1).
         """
         now = time.time()
         with self.transaction() as connection:
-            rows = connection.execute(
-                f"SELECT id, user, status, owner, updated_at FROM runs WHERE status IN {ACTIVE_STATUSES} "
-                f"AND id <= ? OR id = ? OR status = 'running'", (run_id, run_id)).fetchall()
-            mine = next((row for row in rows if row["id"] == run_id), None)
+            mine = connection.execute("SELECT user, status FROM runs WHERE id=?", (run_id,)).fetchone()
             if mine is None or mine["status"] != "queued":
                 return 0
             working: dict[str, int] = {}
-            for row in rows:
-                if row["status"] == "running" and not self._owner_gone(row["owner"], row["updated_at"], now):
+            for row in connection.execute("SELECT user, owner, updated_at FROM runs WHERE status='running'"):
+                if not self._owner_gone(row["owner"], row["updated_at"], now):
                     working[row["user"] or ""] = working.get(row["user"] or "", 0) + 1
-            person = mine["user"] or ""
-            ahead = sum(1 for row in rows if row["status"] == "queued" and row["id"] < run_id
-                        and working.get(row["user"] or "", 0) < per_person
-                        and not self._owner_gone(row["owner"], row["updated_at"], now))
-            if ahead or sum(working.values()) >= in_total or working.get(person, 0) >= per_person:
+            if sum(working.values()) >= in_total or working.get(mine["user"] or "", 0) >= per_person:
                 connection.execute("UPDATE runs SET owner=?, updated_at=? WHERE id=?", (current_owner(), now, run_id))
-                return max(ahead, 1)
+                return max(sum(working.values()), 1)
             connection.execute("UPDATE runs SET status='running', owner=?, started_at=?, updated_at=? WHERE id=?",
                                (current_owner(), now, now, run_id))
             return 0

@@ -118,12 +118,11 @@ def test_run_limits_refuse_settings_no_widget_offers_and_queue_beyond_the_slots(
     _wait(lambda: store.get_run(first).status == "running")
     second = manager.submit("t", {}, slow)
     third = manager.submit("t", {}, slow)
-    _wait(lambda: "queued: 1 run(s) ahead" in (store.get_run(third).message or ""))
+    _wait(lambda: "queued: 1 run(s) working" in (store.get_run(third).message or ""))
     assert store.get_run(second).status == "queued" and "queued" in store.get_run(second).message
     other = JobManager(store, ThreadLauncher()).acting_as(Actor("boss2", "admin", signed_in=True))
     theirs = other.submit("t", {}, lambda context: {})
-    # another person's run is not held by this one's limit... but waits behind earlier queued runs only if
-    # their person could take the slot: here they cannot (one per person), so it runs at once
+    # another person's run is not held by this one's limit: it runs at once
     assert other.wait(theirs, 10).status == "done"
     manager.cancel(third)
     assert manager.wait(third, 10).status == "cancelled"
@@ -150,18 +149,21 @@ def test_a_person_cannot_queue_without_end_and_bad_limits_are_refused(workspace,
     assert len(store.list_runs()) == limits.queued_per_person
 
 
-def test_claiming_a_slot_is_first_come_first_served_within_the_limits(workspace):
+def test_claiming_a_slot_holds_to_the_limits_and_a_run_never_handed_to_a_worker_holds_nobody_back(workspace):
     store = workspace.store
+    store.create_run("t", {}, user="a")  # recorded, never started (a crashed server's, a test's): blocks nobody
     a1, a2, b1 = (store.create_run("t", {}, user=user) for user in ("a", "a", "b"))
     assert store.claim_run_slot(a1, per_person=1, in_total=2) == 0
     assert store.claim_run_slot(a2, per_person=1, in_total=2) == 1  # its person's slot is taken
-    assert store.claim_run_slot(b1, per_person=1, in_total=2) == 0  # a2 cannot take the slot: b1 is not behind it
+    assert store.claim_run_slot(b1, per_person=1, in_total=2) == 0
     b2 = store.create_run("t", {}, user="b")
-    assert store.claim_run_slot(b2, per_person=2, in_total=2) == 1  # all slots taken
+    assert store.claim_run_slot(b2, per_person=2, in_total=2) == 2  # all slots taken
     store.finish_run(a1, "done")
-    assert store.claim_run_slot(b2, per_person=2, in_total=2) == 1  # a2 came first and may run now
     assert store.claim_run_slot(a2, per_person=2, in_total=2) == 0
+    assert store.claim_run_slot(b2, per_person=2, in_total=2) == 2
     assert store.get_run(a2).status == "running" and store.get_run(b2).status == "queued"
+    assert store.claim_run_slot(a1, per_person=1, in_total=1) == 0  # no longer queued: nothing to wait for
+    assert store.get_run(a1).status == "done"
 
 
 def test_smoothgrad_is_bounded_whatever_the_page_sends():
