@@ -19,6 +19,11 @@ import pytest
 # second OpenMP thread left waiting in a worker spins on the core the other worker needs (a 3-8x slowdown).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+# The session's shared workspaces hold runs other tests left working (the pages' background runs, runs made
+# through the store alone): the server's run limits would queue a later test's run behind them. The limits are
+# tested on their own (tests/integration/test_permissions_core.py sets them there).
+os.environ.setdefault("PROBE_MAX_RUNS", "64")
+os.environ.setdefault("PROBE_MAX_RUNS_PER_PERSON", "64")
 import torch  # noqa: E402
 from helpers import MISLABELLED  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -109,7 +109,8 @@ class RunTable(Database):
 
         In one write transaction: the run starts (``running``, owned by this process) when fewer than
         ``in_total`` runs are working and fewer than ``per_person`` of them are its person's. Working runs whose
-        process is gone do not count. Queued runs are not ordered among themselves: a run recorded but never
+        process is gone do not count, nor runs recorded for nobody (made directly through the store, or before
+        runs named who started them): every front end records its person. Queued runs are not ordered among themselves: a run recorded but never
         handed to a worker (a test's, or a crashed server's) must not hold the others back, and the per-person
         limit already keeps one person from taking every slot.
 
@@ -125,7 +126,8 @@ class RunTable(Database):
             if mine is None or mine["status"] != "queued":
                 return 0
             working: dict[str, int] = {}
-            for row in connection.execute("SELECT user, owner, updated_at FROM runs WHERE status='running'"):
+            for row in connection.execute("SELECT user, owner, updated_at FROM runs WHERE status='running' "
+                                          "AND user IS NOT NULL"):
                 if not self._owner_gone(row["owner"], row["updated_at"], now):
                     working[row["user"] or ""] = working.get(row["user"] or "", 0) + 1
             if sum(working.values()) >= in_total or working.get(mine["user"] or "", 0) >= per_person:

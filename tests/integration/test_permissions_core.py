@@ -152,6 +152,7 @@ def test_a_person_cannot_queue_without_end_and_bad_limits_are_refused(workspace,
 def test_claiming_a_slot_holds_to_the_limits_and_a_run_never_handed_to_a_worker_holds_nobody_back(workspace):
     store = workspace.store
     store.create_run("t", {}, user="a")  # recorded, never started (a crashed server's, a test's): blocks nobody
+    store.start_run(store.create_run("t", {}))  # running for nobody (made through the store alone): not counted
     a1, a2, b1 = (store.create_run("t", {}, user=user) for user in ("a", "a", "b"))
     assert store.claim_run_slot(a1, per_person=1, in_total=2) == 0
     assert store.claim_run_slot(a2, per_person=1, in_total=2) == 1  # its person's slot is taken
