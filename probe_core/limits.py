@@ -51,7 +51,7 @@ class ServerLimits:
     runs_per_person: int = 2
     queued_per_person: int = 20
     epochs: int = 1000
-    chains: int = 256
+    chains: int = 1024  # the most the Probe page offers
     iterations: int = 20_000
     perturbations: int = 1000
     images: int = 100_000
