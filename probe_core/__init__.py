@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 
 serialize_ast_parse()
 
-_API = ("check", "ModelCheck", "sample", "SampleResult", "matrix", "MatrixResult", "suite", "SuiteScore", "train",
-        "open_workspace", "show", "Dashboard")
+_API = ("check", "ModelCheck", "sample", "SampleResult", "TargetSpec", "matrix", "MatrixResult", "suite",
+        "SuiteScore", "train", "open_workspace", "show", "Dashboard")
 
 
 def __getattr__(name: str):

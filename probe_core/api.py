@@ -17,7 +17,7 @@ from probe_core.devices import resolve_device
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
-from probe_core.targets import report_classes
+from probe_core.targets import TargetSpec, report_classes
 
 
 def open_workspace(workspace=None, data_dir: str | Path | None = None):
@@ -129,16 +129,17 @@ class SampleResult:
                 f"{0 if self.z is None else len(self.z)} samples{weak})")
 
 
-def sample(target: str, classifier="default", generator="default", *, dataset=DEFAULT_DATASET,
+def sample(target, classifier="default", generator="default", *, dataset=DEFAULT_DATASET,
            class_names=None, input_shape=None, class_map: str | None = None, workspace=None, device: str = "auto",
            progress: bool = True, **settings) -> SampleResult:
     """Bayes-TrEx: sample in-distribution images at a target confidence; the run is stored in the workspace.
 
     Parameters
     ----------
-    target : str
+    target : str or TargetSpec
         ``high:3``, ``ambiguous:4,9``, ``uniform``, ``probs:8=0.7,9=0.3``, ``path:8->9:11`` or
-        ``ambiguous-matrix``, in the classifier's class names (or indices).
+        ``ambiguous-matrix``, in the classifier's class names (or indices); or a
+        :class:`~probe_core.targets.TargetSpec` made with its constructors (``TargetSpec.high(names, 7)``).
     classifier, generator : str or torch.nn.Module
         ``default`` (the data set's; trained first if missing, with a progress bar), a model id, a plugin
         ``.py`` or a model file (``.pt``/``.pt2`` with its ``.json`` sidecar); or an in-memory module (a

@@ -6,12 +6,14 @@ kinds' requests are in :mod:`probe_core.runconfig`, :mod:`probe_core.defuse.step
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from probe_core.errors import ProbeError
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.targets import DEFAULT_SIGMA, Target, is_matrix_spec, parse_targets
+from probe_core.targets import DEFAULT_SIGMA, Target, TargetSpec
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,8 @@ class SampleRequest:
     Parameters
     ----------
     dataset : str
-    target : str
-        The target spec (:mod:`probe_core.targets`), written in ``class_names``.
+    target : TargetSpec
+        The targets, parsed in ``class_names`` (text read back from a stored run is parsed here, once).
     classifier, generator : str
         Stored references: model ids, plugin or model-file references with their sha256, or
         ``default`` for a data set default not trained yet (the run trains it, announced).
@@ -55,7 +57,7 @@ class SampleRequest:
     builder: ClassVar[str] = "probe_core.bayestrex.jobs:sampling_job"
 
     dataset: str
-    target: str
+    target: TargetSpec
     classifier: str = "default"
     generator: str = "default"
     class_names: tuple[str, ...] = ()
@@ -72,6 +74,14 @@ class SampleRequest:
     independence_moves: int = 0
     allow_weak_classifier: bool = False
 
+    def __post_init__(self) -> None:
+        if isinstance(self.target, str):  # the text of a stored run's record
+            object.__setattr__(self, "target", TargetSpec.parse(self.target, self.class_names))
+        elif not isinstance(self.target, TargetSpec):
+            raise ProbeError(f"a sample request's target is a TargetSpec, not {type(self.target).__name__}")
+        elif self.class_names and self.target.class_names != tuple(self.class_names):
+            raise ProbeError("the target spec is written in other classes than the request's classifier has")
+
     def sampler_settings(self) -> dict:
         """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""
         return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
@@ -83,24 +93,19 @@ class SampleRequest:
         return record(self)
 
     @property
-    def targets(self) -> list[Target]:
-        """The parsed targets, in batch order (the one place a stored spec is read back)."""
-        return parse_targets(self.target, self.class_names)
+    def targets(self) -> tuple[Target, ...]:
+        """The targets, in batch order."""
+        return self.target.targets
 
     @property
     def is_matrix(self) -> bool:
         """Whether the target is the K×K ambiguity matrix."""
-        return is_matrix_spec(self.target)
+        return self.target.is_matrix
 
     @property
-    def path(self) -> tuple[str, str, int] | None:
-        """``(from, to, steps)`` of a ``path:A->B:N`` target; None for other targets."""
-        kind, _, rest = self.target.partition(":")
-        if kind != "path":
-            return None
-        ends, _, steps = rest.rpartition(":")
-        source, _, destination = ends.partition("->")
-        return source, destination, int(steps)
+    def path(self) -> tuple[int, int, int] | None:
+        """``(from, to, steps)`` class indices of a ``path:A->B:N`` target; None for other targets."""
+        return self.target.path
 
 
 SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
@@ -108,6 +113,13 @@ SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
 
 
 def record(config) -> dict:
-    """The configuration as the run stores it (JSON-ready; tuples become lists)."""
-    data = dataclasses.asdict(config)
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+    """The configuration as the run stores it (JSON-ready; tuples become lists, a target spec its text)."""
+    data = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, TargetSpec):
+            value = value.text
+        elif dataclasses.is_dataclass(value) or isinstance(value, (tuple, list, dict)):
+            value = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+        data[field.name] = list(value) if isinstance(value, tuple) else value
+    return data

@@ -1,6 +1,7 @@
-"""Bayes-TrEx targets: a small spec language and the relaxed likelihood, written once as a Pyro model.
+"""Bayes-TrEx targets: a typed target spec, parsed once, and the relaxed likelihood, written once as a Pyro model.
 
-Spec language (several specs may be joined with ``;``):
+Spec language (several specs may be joined with ``;``); each kind is one :class:`SpecKind` class in
+:data:`SPEC_KINDS`, which also writes the CLI's and the dashboard's help:
 
 ``high:C``                     high confidence in class C: u = p_C, observed 1
 ``ambiguous:A,B``              u1 = |p_A - p_B| observed 0, u2 = min(p_A, p_B) - max_{k != A,B} p_k observed 0.5
@@ -11,8 +12,10 @@ Spec language (several specs may be joined with ``;``):
 
 Classes may be given by index or by name (``high:Bag``); a name wins over an index, so
 for a classifier whose classes are named ``0, 1, 3, 6, 9``, ``high:3`` means the class named
-"3". Canonical specs (``Target.spec``) use indices. Each observation site is
-Normal(u, sigma) observed at u* (sigma = 0.05 by default), as in the paper.
+"3". A :class:`TargetSpec` is made once where a request is made (:meth:`TargetSpec.parse` for typed
+text, the constructors for the pages); its canonical text (:attr:`TargetSpec.text`) is written in the
+classifier's class names (``high:seven``). Each observation site is Normal(u, sigma) observed at u*
+(sigma = 0.05 by default), as in the paper.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import torch
 
@@ -31,26 +34,26 @@ DEFAULT_SIGMA = 0.05
 HIGH_HIT = 0.9
 AMBIGUOUS_HIT = (0.4, 0.6)
 VECTOR_HIT_TOLERANCE = 0.1
-KINDS = ("high", "ambiguous", "uniform", "vector")
 
 
 @dataclass(frozen=True)
 class Target:
-    """One target confidence condition over K classes.
+    """One target confidence condition over K classes; one subclass per statistic (high, ambiguous, uniform,
+    vector).
 
     Attributes
     ----------
-    kind : {"high", "ambiguous", "uniform", "vector"}
     classes : tuple of int
         high: (c,); ambiguous: (a, b); vector: classes with p*_k > 0; uniform: ().
+    num_classes : int
     target_probs : tuple of float
         vector and uniform: the full p* (K,); otherwise empty.
-    num_classes : int
     spec : str
-        Canonical spec text (``ambiguous:4,9``).
+        Canonical spec text (``ambiguous:4,9``), in the class names.
     """
 
-    kind: str
+    kind: ClassVar[str] = ""
+
     classes: tuple[int, ...]
     num_classes: int
     target_probs: tuple[float, ...] = ()
@@ -58,35 +61,44 @@ class Target:
 
     @property
     def num_sites(self) -> int:
-        return {"high": 1, "ambiguous": 2, "uniform": 1, "vector": self.num_classes}[self.kind]
+        return len(self.observed())
 
     @property
     def reported_classes(self) -> tuple[int, ...]:
         """Classes whose achieved confidence the summary reports (the paper's Table 2)."""
         return self.classes if self.classes else tuple(range(self.num_classes))
 
+    @property
+    def needs_tempered_start(self) -> bool:
+        """Whether chains should start from tempered SMC (and not anneal σ): every kind but high confidence."""
+        return True
+
     def observed(self) -> torch.Tensor:
         """u*, shape (S,)."""
-        if self.kind == "high":
-            return torch.tensor([1.0])
-        if self.kind == "ambiguous":
-            return torch.tensor([0.0, 0.5])
-        if self.kind == "uniform":
-            return torch.tensor([0.0])
-        return torch.tensor(self.target_probs, dtype=torch.float32)
+        raise NotImplementedError
 
     def statistics(self, probs: torch.Tensor) -> torch.Tensor:
         """u(f(g(z))) for probabilities of shape (B, K); returns (B, S)."""
-        if self.kind == "high":
-            return probs[:, self.classes[0]:self.classes[0] + 1]
-        if self.kind == "ambiguous":
-            a, b = self.classes
-            pa, pb = probs[:, a], probs[:, b]
-            others = probs.index_fill(1, torch.tensor([a, b], device=probs.device), -1.0).max(1).values
-            return torch.stack([(pa - pb).abs(), torch.minimum(pa, pb) - others], 1)
-        if self.kind == "uniform":
-            return (probs.max(1).values - probs.min(1).values).unsqueeze(1)
-        return probs
+        raise NotImplementedError
+
+    def is_hit(self, probs: torch.Tensor) -> torch.Tensor:
+        """Whether each (B, K) confidence vector meets the target, shape (B,) bool."""
+        raise NotImplementedError
+
+    def soft_label(self) -> torch.Tensor:
+        """A class distribution that meets the target, shape (K,); used to optimise starting points."""
+        return torch.tensor(self.target_probs, dtype=torch.float32)
+
+    def describe(self, class_names: Sequence[str] | None = None) -> str:
+        """Human-readable form, with class names when given."""
+        raise NotImplementedError
+
+    @classmethod
+    def batched_statistics(cls, targets: Sequence["Target"],
+                           target_index: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """Statistics of a batch whose targets are all of this class, in one tensor operation: a function of
+        the per-chain probabilities (num_chains, K) -> (num_chains, S); None where there is no such fast path."""
+        return None
 
     def log_likelihood(self, probs: torch.Tensor, sigma: float = DEFAULT_SIGMA) -> torch.Tensor:
         """Sum over sites of log N(u*; u, sigma^2), shape (B,)."""
@@ -94,47 +106,134 @@ class Target:
         observed = self.observed().to(probs)
         return torch.distributions.Normal(u, sigma).log_prob(observed.expand_as(u)).sum(1)
 
-    def is_hit(self, probs: torch.Tensor) -> torch.Tensor:
-        """Whether each (B, K) confidence vector meets the target, shape (B,) bool.
-
-        high: p_c >= 0.9; ambiguous: both in [0.4, 0.6] and no other class above them;
-        vector and uniform: every class within 0.1 of p*.
-        """
-        if self.kind == "high":
-            return probs[:, self.classes[0]] >= HIGH_HIT
-        if self.kind == "ambiguous":
-            a, b = self.classes
-            low, high = AMBIGUOUS_HIT
-            pair = probs[:, [a, b]]
-            others = probs.index_fill(1, torch.tensor([a, b], device=probs.device), -1.0).max(1).values
-            return ((pair >= low) & (pair <= high)).all(1) & (others < pair.min(1).values)
-        target = torch.tensor(self.target_probs, dtype=probs.dtype, device=probs.device)
-        return ((probs - target).abs() <= VECTOR_HIT_TOLERANCE).all(1)
-
     def distance(self, probs: torch.Tensor) -> torch.Tensor:
         """Largest gap between the achieved statistics and u*, shape (B,)."""
         return (self.statistics(probs) - self.observed().to(probs)).abs().max(1).values
 
+
+def _name(class_names: Sequence[str] | None) -> Callable[[int], str]:
+    return (lambda c: str(class_names[c])) if class_names else str
+
+
+@dataclass(frozen=True)
+class HighTarget(Target):
+    """High confidence in ``classes[0]``: u = p_c observed 1; a hit is p_c >= 0.9."""
+
+    kind: ClassVar[str] = "high"
+
+    @property
+    def needs_tempered_start(self) -> bool:
+        return False
+
+    def observed(self) -> torch.Tensor:
+        return torch.tensor([1.0])
+
+    def statistics(self, probs: torch.Tensor) -> torch.Tensor:
+        return probs[:, self.classes[0]:self.classes[0] + 1]
+
+    def is_hit(self, probs: torch.Tensor) -> torch.Tensor:
+        return probs[:, self.classes[0]] >= HIGH_HIT
+
     def soft_label(self) -> torch.Tensor:
-        """A class distribution that meets the target, shape (K,); used to optimise starting points."""
-        if self.kind == "high":
-            return torch.nn.functional.one_hot(torch.tensor(self.classes[0]), self.num_classes).float()
-        if self.kind == "ambiguous":
-            label = torch.zeros(self.num_classes)
-            label[list(self.classes)] = 0.5
-            return label
-        return torch.tensor(self.target_probs, dtype=torch.float32)
+        return torch.nn.functional.one_hot(torch.tensor(self.classes[0]), self.num_classes).float()
 
     def describe(self, class_names: Sequence[str] | None = None) -> str:
-        """Human-readable form, with class names when given."""
-        name = (lambda c: class_names[c]) if class_names else str  # noqa: E731
-        if self.kind == "high":
-            return f"high confidence in {name(self.classes[0])}"
-        if self.kind == "ambiguous":
-            return f"ambiguous between {name(self.classes[0])} and {name(self.classes[1])}"
-        if self.kind == "uniform":
-            return "uniform over all classes"
+        return f"high confidence in {_name(class_names)(self.classes[0])}"
+
+    @classmethod
+    def batched_statistics(cls, targets, target_index):
+        classes = torch.tensor([t.classes[0] for t in targets])[target_index].unsqueeze(1)
+        return lambda probs: probs.gather(1, classes.to(probs.device))
+
+
+@dataclass(frozen=True)
+class AmbiguousTarget(Target):
+    """Ambiguous between ``classes`` (a, b): u1 = |p_a - p_b| observed 0, u2 = min(p_a, p_b) - max of the others
+    observed 0.5; a hit has both in [0.4, 0.6] and no other class above them."""
+
+    kind: ClassVar[str] = "ambiguous"
+
+    def observed(self) -> torch.Tensor:
+        return torch.tensor([0.0, 0.5])
+
+    def statistics(self, probs: torch.Tensor) -> torch.Tensor:
+        a, b = self.classes
+        pa, pb = probs[:, a], probs[:, b]
+        others = probs.index_fill(1, torch.tensor([a, b], device=probs.device), -1.0).max(1).values
+        return torch.stack([(pa - pb).abs(), torch.minimum(pa, pb) - others], 1)
+
+    def is_hit(self, probs: torch.Tensor) -> torch.Tensor:
+        a, b = self.classes
+        low, high = AMBIGUOUS_HIT
+        pair = probs[:, [a, b]]
+        others = probs.index_fill(1, torch.tensor([a, b], device=probs.device), -1.0).max(1).values
+        return ((pair >= low) & (pair <= high)).all(1) & (others < pair.min(1).values)
+
+    def soft_label(self) -> torch.Tensor:
+        label = torch.zeros(self.num_classes)
+        label[list(self.classes)] = 0.5
+        return label
+
+    def describe(self, class_names: Sequence[str] | None = None) -> str:
+        name = _name(class_names)
+        return f"ambiguous between {name(self.classes[0])} and {name(self.classes[1])}"
+
+    @classmethod
+    def batched_statistics(cls, targets, target_index):
+        pairs = torch.tensor([t.classes for t in targets])[target_index]
+
+        def ambiguous(probs: torch.Tensor) -> torch.Tensor:
+            pa = probs.gather(1, pairs[:, :1].to(probs.device)).squeeze(1)
+            pb = probs.gather(1, pairs[:, 1:].to(probs.device)).squeeze(1)
+            others = probs.scatter(1, pairs.to(probs.device), -1.0).max(1).values
+            return torch.stack([(pa - pb).abs(), torch.minimum(pa, pb) - others], 1)
+
+        return ambiguous
+
+
+@dataclass(frozen=True)
+class VectorTarget(Target):
+    """Every class's confidence at ``target_probs``: one site per class; a hit is every class within 0.1."""
+
+    kind: ClassVar[str] = "vector"
+
+    def observed(self) -> torch.Tensor:
+        return torch.tensor(self.target_probs, dtype=torch.float32)
+
+    def statistics(self, probs: torch.Tensor) -> torch.Tensor:
+        return probs
+
+    def is_hit(self, probs: torch.Tensor) -> torch.Tensor:
+        target = torch.tensor(self.target_probs, dtype=probs.dtype, device=probs.device)
+        return ((probs - target).abs() <= VECTOR_HIT_TOLERANCE).all(1)
+
+    def describe(self, class_names: Sequence[str] | None = None) -> str:
+        name = _name(class_names)
         return "confidences " + ", ".join(f"{name(c)}={self.target_probs[c]:.2g}" for c in self.classes)
+
+    @classmethod
+    def batched_statistics(cls, targets, target_index):
+        return lambda probs: probs
+
+
+@dataclass(frozen=True)
+class UniformTarget(VectorTarget):
+    """Uniform over all classes: u = max(p) - min(p) observed 0; a hit is every class within 0.1 of 1/K."""
+
+    kind: ClassVar[str] = "uniform"
+
+    def observed(self) -> torch.Tensor:
+        return torch.tensor([0.0])
+
+    def statistics(self, probs: torch.Tensor) -> torch.Tensor:
+        return (probs.max(1).values - probs.min(1).values).unsqueeze(1)
+
+    def describe(self, class_names: Sequence[str] | None = None) -> str:
+        return "uniform over all classes"
+
+    @classmethod
+    def batched_statistics(cls, targets, target_index):
+        return None
 
 
 _SPEC_SYNTAX = (":", ";", ",", "=", "->")
@@ -154,103 +253,151 @@ def spec_name(index: int, class_names: Sequence[str] | None) -> str:
     return str(index)
 
 
-def _vector_target(probs: list[float], num_classes: int, class_names: Sequence[str] | None = None) -> Target:
+def _vector_target(probs: Sequence[float], class_names: Sequence[str]) -> VectorTarget:
     classes = tuple(k for k, p in enumerate(probs) if p > 0)
     spec = "probs:" + ",".join(f"{spec_name(k, class_names)}={probs[k]:g}" for k in classes)
-    return Target("vector", classes, num_classes, tuple(float(p) for p in probs), spec)
+    return VectorTarget(classes, len(class_names), tuple(float(p) for p in probs), spec)
 
 
-MATRIX_SPEC = "ambiguous-matrix"
+def _ambiguous_target(a: int, b: int, class_names: Sequence[str]) -> AmbiguousTarget:
+    a, b = sorted((a, b))
+    return AmbiguousTarget((a, b), len(class_names), (),
+                           f"ambiguous:{spec_name(a, class_names)},{spec_name(b, class_names)}")
 
 
-def is_matrix_spec(spec: str | None) -> bool:
-    """Whether a target spec is the K×K ambiguity matrix."""
-    return spec is not None and spec.strip() == MATRIX_SPEC
+@dataclass(frozen=True)
+class SpecPart:
+    """One ``;``-separated part of a spec, parsed: its kind, canonical text, typed arguments and targets.
 
-
-def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
-    """Parse a target spec (see the module docstring) into targets.
-
-    Parameters
+    Attributes
     ----------
-    spec : str
-        One or more specs separated by ``;``.
-    class_names : sequence of str
-        The classifier's K class names (indices and names are both accepted).
-
-    Raises
-    ------
-    ProbeError
-        One clear message for malformed specs, unknown classes, negative or
-        non-summing vectors.
+    kind : str
+        The :class:`SpecKind`'s name (``path``).
+    text : str
+        Canonical text in the class names (``path:eight->nine:11``).
+    arguments : tuple
+        The kind's typed arguments, class indices for classes (``path``: ``(a, b, steps)``).
+    targets : tuple of Target
     """
-    num_classes = len(class_names)
-    if num_classes < 2:
-        raise ProbeError("targets need a classifier with at least 2 classes")
-    targets: list[Target] = []
-    for part in [p.strip() for p in (spec or "").split(";") if p.strip()] or [""]:
-        kind, _, argument = part.partition(":")
-        kind = kind.strip().lower()
-        try:
-            targets.extend(_parse_one(kind, argument.strip(), class_names))
-        except ProbeError as exc:
-            raise ProbeError(f"bad target {excerpt(part)}: {exc}") from None
-    return targets
+
+    kind: str
+    text: str
+    arguments: tuple
+    targets: tuple[Target, ...]
 
 
-def describe_spec(spec: str, class_names: Sequence[str], shown: int = 4) -> str:
-    """A target spec in words, for a caption: its first ``shown`` targets, then how many there are.
+class SpecKind:
+    """One kind of target spec: its syntax, help and parser. Subclass it and decorate with :func:`spec_kind` to
+    add a kind: the parser, :class:`TargetSpec`, the CLI's help and the Probe page's choices pick it up.
 
-    Raises
-    ------
-    ProbeError
-        As :func:`parse_targets`.
+    Class attributes
+    ----------------
+    name : str
+        What the spec starts with (``high``).
+    syntax : str
+        How it is written (``high:C``), for help texts.
+    label : str
+        The dashboard's name for it (``High confidence``).
     """
-    targets = parse_targets(spec, class_names)
-    more = f"; … ({len(targets)} targets)" if len(targets) > shown else ""
-    return "; ".join(t.describe(class_names) for t in targets[:shown]) + more
+
+    name: ClassVar[str] = ""
+    syntax: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, argument: str, class_names: Sequence[str]) -> SpecPart:
+        """Parse the text after ``NAME:`` into a part; raise :class:`ProbeError` with what is wrong."""
+        raise NotImplementedError
 
 
-def report_classes(entry: dict, class_names: Sequence[str]) -> tuple[int, ...]:
-    """The class indices a per-target report is about: stored with it (``classes``), or, for a report of an older
-    version, read from its spec in the classifier's ``class_names``."""
-    if entry.get("classes") is not None:
-        return tuple(int(c) for c in entry["classes"])
-    return parse_targets(entry["spec"], class_names)[0].classes
+SPEC_KINDS: dict[str, type[SpecKind]] = {}
 
 
-def first_target_classes(spec: str, class_names: Sequence[str]) -> tuple[str, ...]:
-    """The class names the spec's first target is about (``high:7`` -> ``("7",)``)."""
-    return tuple(class_names[c] for c in parse_targets(spec, class_names)[0].reported_classes)
+def spec_kind(kind: type[SpecKind]) -> type[SpecKind]:
+    """Register a :class:`SpecKind` subclass under its ``name`` (a class decorator)."""
+    if not kind.name or kind.name in SPEC_KINDS:
+        raise ProbeError(f"a target kind needs a new name, got {kind.name!r}")
+    SPEC_KINDS[kind.name] = kind
+    return kind
 
 
-def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Target]:
-    num_classes = len(class_names)
-    if kind == "high":
-        c = class_index(argument, class_names)
-        return [Target("high", (c,), num_classes, (), f"high:{spec_name(c, class_names)}")]
-    if kind == "ambiguous":
+def spec_help(separator: str = " | ") -> str:
+    """Every registered kind's syntax, for help texts (``high:C | ambiguous:A,B | ...``)."""
+    return separator.join(kind.syntax for kind in SPEC_KINDS.values())
+
+
+def _no_argument(kind: str, argument: str) -> None:
+    if argument:
+        raise ProbeError(f"{kind} takes no argument")
+
+
+@spec_kind
+class HighKind(SpecKind):
+    name, syntax, label = "high", "high:C", "High confidence"
+
+    @classmethod
+    def make(cls, c: int, class_names: Sequence[str]) -> SpecPart:
+        target = HighTarget((c,), len(class_names), (), f"high:{spec_name(c, class_names)}")
+        return SpecPart(cls.name, target.spec, (c,), (target,))
+
+    @classmethod
+    def parse(cls, argument, class_names):
+        return cls.make(class_index(argument, class_names), class_names)
+
+
+@spec_kind
+class AmbiguousKind(SpecKind):
+    name, syntax, label = "ambiguous", "ambiguous:A,B", "Ambiguous pair"
+
+    @classmethod
+    def make(cls, a: int, b: int, class_names: Sequence[str]) -> SpecPart:
+        if a == b:
+            raise ProbeError("the two classes of an ambiguous target must differ")
+        target = _ambiguous_target(a, b, class_names)
+        return SpecPart(cls.name, target.spec, target.classes, (target,))
+
+    @classmethod
+    def parse(cls, argument, class_names):
         parts = argument.split(",")
         if len(parts) != 2:
             raise ProbeError("write ambiguous:A,B with two classes")
-        a, b = (class_index(p, class_names) for p in parts)
-        if a == b:
-            raise ProbeError("the two classes of an ambiguous target must differ")
-        a, b = sorted((a, b))
-        return [Target("ambiguous", (a, b), num_classes, (),
-                       f"ambiguous:{spec_name(a, class_names)},{spec_name(b, class_names)}")]
-    if kind == MATRIX_SPEC:
-        if argument:
-            raise ProbeError(f"{MATRIX_SPEC} takes no argument")
-        return [Target("ambiguous", (a, b), num_classes, (),
-                       f"ambiguous:{spec_name(a, class_names)},{spec_name(b, class_names)}")
-                for a, b in itertools.combinations(range(num_classes), 2)]
-    if kind == "uniform":
-        if argument:
-            raise ProbeError("uniform takes no argument")
-        return [Target("uniform", (), num_classes, tuple([1.0 / num_classes] * num_classes), "uniform")]
-    if kind == "probs":
-        probs = [0.0] * num_classes
+        return cls.make(*(class_index(p, class_names) for p in parts), class_names)
+
+
+@spec_kind
+class UniformKind(SpecKind):
+    name, syntax, label = "uniform", "uniform", "Uniform"
+
+    @classmethod
+    def make(cls, class_names: Sequence[str]) -> SpecPart:
+        count = len(class_names)
+        return SpecPart(cls.name, cls.name, (), (UniformTarget((), count, tuple([1.0 / count] * count), cls.name),))
+
+    @classmethod
+    def parse(cls, argument, class_names):
+        _no_argument(cls.name, argument)
+        return cls.make(class_names)
+
+
+@spec_kind
+class ProbsKind(SpecKind):
+    name, syntax, label = "probs", "probs:C=P,...", "Target vector"
+
+    @classmethod
+    def make(cls, probs: Sequence[float], class_names: Sequence[str]) -> SpecPart:
+        probs = [float(p) for p in probs]
+        if len(probs) != len(class_names):
+            raise ProbeError(f"a target vector needs {len(class_names)} probabilities, got {len(probs)}")
+        if not all(math.isfinite(p) and p >= 0 for p in probs):
+            raise ProbeError("probabilities must be finite and non-negative")
+        if abs(sum(probs) - 1.0) > 1e-6:
+            raise ProbeError(f"probabilities must sum to 1, they sum to {sum(probs):.6g}")
+        target = _vector_target(probs, class_names)
+        return SpecPart(cls.name, target.spec, tuple(probs), (target,))
+
+    @classmethod
+    def parse(cls, argument, class_names):
+        probs = [0.0] * len(class_names)
         if not argument:
             raise ProbeError("write probs:8=0.7,9=0.3")
         for item in argument.split(","):
@@ -264,29 +411,214 @@ def _parse_one(kind: str, argument: str, class_names: Sequence[str]) -> list[Tar
             if not math.isfinite(p) or p < 0:
                 raise ProbeError(f"probabilities must be finite and non-negative, got {excerpt(value)}")
             probs[class_index(name, class_names)] = p
-        if abs(sum(probs) - 1.0) > 1e-6:
-            raise ProbeError(f"probabilities must sum to 1, they sum to {sum(probs):.6g}")
-        return [_vector_target(probs, num_classes, class_names)]
-    if kind == "path":
+        return cls.make(probs, class_names)
+
+
+@spec_kind
+class PathKind(SpecKind):
+    name, syntax, label = "path", "path:A->B:N", "Interpolation path"
+
+    @classmethod
+    def make(cls, a: int, b: int, steps: int, class_names: Sequence[str]) -> SpecPart:
+        if a == b:
+            raise ProbeError("a path needs two different classes")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+            raise ProbeError("the number of steps must be an integer >= 2")
+        targets = []
+        for i in range(steps):
+            t = round(i / (steps - 1), 10)
+            probs = [0.0] * len(class_names)
+            probs[a], probs[b] = 1.0 - t, t
+            targets.append(_vector_target(probs, class_names))
+        text = f"path:{spec_name(a, class_names)}->{spec_name(b, class_names)}:{steps}"
+        return SpecPart(cls.name, text, (a, b, steps), tuple(targets))
+
+    @classmethod
+    def parse(cls, argument, class_names):
         ends, colon, steps_text = argument.rpartition(":")
         source, arrow, destination = ends.partition("->")
         if not (colon and arrow):
             raise ProbeError("write path:A->B:STEPS, e.g. path:8->9:11")
         a, b = class_index(source, class_names), class_index(destination, class_names)
-        if a == b:
-            raise ProbeError("a path needs two different classes")
-        if not steps_text.strip().isdigit() or int(steps_text) < 2:
+        if not steps_text.strip().isdigit():
             raise ProbeError("the number of steps must be an integer >= 2")
-        steps = int(steps_text)
-        targets = []
-        for i in range(steps):
-            t = round(i / (steps - 1), 10)
-            probs = [0.0] * num_classes
-            probs[a], probs[b] = 1.0 - t, t
-            targets.append(_vector_target(probs, num_classes, class_names))
-        return targets
-    known = "high:C, ambiguous:A,B, uniform, probs:C=P,..., path:A->B:N, ambiguous-matrix"
-    raise ProbeError(f"unknown target kind {excerpt(kind)}; use one of {known}")
+        return cls.make(a, b, int(steps_text), class_names)
+
+
+@spec_kind
+class MatrixKind(SpecKind):
+    name, syntax, label = "ambiguous-matrix", "ambiguous-matrix", "Ambiguity matrix"
+
+    @classmethod
+    def make(cls, class_names: Sequence[str]) -> SpecPart:
+        targets = tuple(_ambiguous_target(a, b, class_names)
+                        for a, b in itertools.combinations(range(len(class_names)), 2))
+        return SpecPart(cls.name, cls.name, (), targets)
+
+    @classmethod
+    def parse(cls, argument, class_names):
+        _no_argument(cls.name, argument)
+        return cls.make(class_names)
+
+
+MATRIX_SPEC = MatrixKind.name
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target spec, parsed once: its parts, their targets and its canonical text, for one classifier's classes.
+
+    Make one with :meth:`parse` (typed text) or the constructors (:meth:`high`, :meth:`ambiguous`,
+    :meth:`uniform`, :meth:`vector`, :meth:`path_between`, :meth:`matrix`, joined with :meth:`join`); everything below
+    the request reads its typed fields.
+
+    Attributes
+    ----------
+    parts : tuple of SpecPart
+    class_names : tuple of str
+        The K classes the spec is written in (the classifier's, in the data set's order).
+    """
+
+    parts: tuple[SpecPart, ...]
+    class_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ProbeError("no targets given")
+
+    @staticmethod
+    def _checked_names(class_names: Sequence[str]) -> tuple[str, ...]:
+        names = tuple(str(name) for name in class_names)
+        if len(names) < 2:
+            raise ProbeError("targets need a classifier with at least 2 classes")
+        return names
+
+    @classmethod
+    def parse(cls, text: str, class_names: Sequence[str]) -> "TargetSpec":
+        """Parse spec text (see the module docstring), classes by index or name.
+
+        Raises
+        ------
+        ProbeError
+            One clear message for malformed specs, unknown classes, negative or non-summing vectors.
+        """
+        names = cls._checked_names(class_names)
+        if not isinstance(text, str):
+            raise ProbeError(f"a target spec is text, e.g. high:3 or ambiguous:4,9, not {type(text).__name__}")
+        parts = []
+        for piece in [p.strip() for p in text.split(";") if p.strip()] or [""]:
+            kind_name, _, argument = piece.partition(":")
+            kind = SPEC_KINDS.get(kind_name.strip().lower())
+            try:
+                if kind is None:
+                    raise ProbeError(f"unknown target kind {excerpt(kind_name.strip().lower())}; "
+                                     f"use one of {spec_help(', ')}")
+                parts.append(kind.parse(argument.strip(), names))
+            except ProbeError as exc:
+                raise ProbeError(f"bad target {excerpt(piece)}: {exc}") from None
+        return cls(tuple(parts), names)
+
+    @staticmethod
+    def _index(c: int | str, class_names: Sequence[str]) -> int:
+        """A class given to a constructor: an int is an index (never read as a name), text a name or an index."""
+        if isinstance(c, int) and not isinstance(c, bool):
+            if not 0 <= c < len(class_names):
+                raise ProbeError(f"class index {c} is out of range for {len(class_names)} classes")
+            return c
+        return class_index(c, class_names)
+
+    @classmethod
+    def _of(cls, kind: type[SpecKind], class_names: Sequence[str], *arguments) -> "TargetSpec":
+        names = cls._checked_names(class_names)
+        return cls((kind.make(*arguments, names),), names)
+
+    @classmethod
+    def high(cls, class_names: Sequence[str], c: int | str) -> "TargetSpec":
+        """High confidence in class ``c``: an int is an index, text a name (or an index)."""
+        return cls._of(HighKind, class_names, cls._index(c, class_names))
+
+    @classmethod
+    def ambiguous(cls, class_names: Sequence[str], a: int | str, b: int | str) -> "TargetSpec":
+        """Ambiguous between classes ``a`` and ``b``."""
+        return cls._of(AmbiguousKind, class_names, cls._index(a, class_names), cls._index(b, class_names))
+
+    @classmethod
+    def uniform(cls, class_names: Sequence[str]) -> "TargetSpec":
+        return cls._of(UniformKind, class_names)
+
+    @classmethod
+    def vector(cls, class_names: Sequence[str], probs: Sequence[float]) -> "TargetSpec":
+        """The confidence vector ``probs`` (K values summing to 1)."""
+        return cls._of(ProbsKind, class_names, probs)
+
+    @classmethod
+    def path_between(cls, class_names: Sequence[str], a: int | str, b: int | str, steps: int) -> "TargetSpec":
+        """``steps`` vector targets from p_a = 1 to p_b = 1."""
+        return cls._of(PathKind, class_names, cls._index(a, class_names), cls._index(b, class_names), steps)
+
+    @classmethod
+    def matrix(cls, class_names: Sequence[str]) -> "TargetSpec":
+        """``ambiguous:A,B`` for every pair of classes."""
+        return cls._of(MatrixKind, class_names)
+
+    @classmethod
+    def join(cls, specs: Sequence["TargetSpec"]) -> "TargetSpec":
+        """Several specs on the same classes as one (``high:0;high:1``)."""
+        if not specs:
+            raise ProbeError("no targets given")
+        names = specs[0].class_names
+        if any(spec.class_names != names for spec in specs):
+            raise ProbeError("specs joined into one must be written in the same classes")
+        return cls(tuple(part for spec in specs for part in spec.parts), names)
+
+    @property
+    def text(self) -> str:
+        """The canonical text, in the class names (``ambiguous:four,nine;high:seven``)."""
+        return ";".join(part.text for part in self.parts)
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """Every target, in batch order."""
+        return tuple(target for part in self.parts for target in part.targets)
+
+    @property
+    def is_matrix(self) -> bool:
+        """Whether the spec is the K×K ambiguity matrix."""
+        return len(self.parts) == 1 and self.parts[0].kind == MatrixKind.name
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """The class pairs of its ambiguous targets, (a, b) with a < b, in batch order."""
+        return tuple(target.classes for target in self.targets if isinstance(target, AmbiguousTarget))
+
+    @property
+    def path(self) -> tuple[int, int, int] | None:
+        """``(from, to, steps)`` class indices of a spec that is one ``path:A->B:N``; None otherwise."""
+        if len(self.parts) == 1 and self.parts[0].kind == PathKind.name:
+            return self.parts[0].arguments
+        return None
+
+    def describe(self, shown: int = 4) -> str:
+        """The spec in words, for a caption: its first ``shown`` targets, then how many there are."""
+        targets = self.targets
+        more = f"; … ({len(targets)} targets)" if len(targets) > shown else ""
+        return "; ".join(t.describe(self.class_names) for t in targets[:shown]) + more
+
+
+def parse_targets(spec: str, class_names: Sequence[str]) -> list[Target]:
+    """The targets of spec text (:meth:`TargetSpec.parse`), for scripts and tests that need only them."""
+    return list(TargetSpec.parse(spec, class_names).targets)
+
+
+def report_classes(entry: dict, class_names: Sequence[str]) -> tuple[int, ...]:
+    """The class indices a per-target report is about: stored with it (``classes``), or, for a report of an older
+    version, read from its spec in the classifier's ``class_names``."""
+    if entry.get("classes") is not None:
+        return tuple(int(c) for c in entry["classes"])
+    return TargetSpec.parse(entry["spec"], class_names).targets[0].classes
 
 
 class TargetBatch:
@@ -327,24 +659,11 @@ class TargetBatch:
         return len(self.target_index)
 
     def _build_vectorised(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """Fast path when every target is of one kind (the common case, e.g. the ambiguity matrix)."""
-        kinds = {t.kind for t in self.targets}
-        if kinds == {"ambiguous"}:
-            pairs = torch.tensor([t.classes for t in self.targets])[self.target_index]
-
-            def ambiguous(probs: torch.Tensor) -> torch.Tensor:
-                pa = probs.gather(1, pairs[:, :1].to(probs.device)).squeeze(1)
-                pb = probs.gather(1, pairs[:, 1:].to(probs.device)).squeeze(1)
-                others = probs.scatter(1, pairs.to(probs.device), -1.0).max(1).values
-                return torch.stack([(pa - pb).abs(), torch.minimum(pa, pb) - others], 1)
-
-            return ambiguous
-        if kinds == {"high"}:
-            classes = torch.tensor([t.classes[0] for t in self.targets])[self.target_index].unsqueeze(1)
-            return lambda probs: probs.gather(1, classes.to(probs.device))
-        if kinds <= {"vector"}:
-            return lambda probs: probs
-        return None
+        """Fast path when every target is of one class (the common case, e.g. the ambiguity matrix)."""
+        classes = {type(t) for t in self.targets}
+        if len(classes) != 1:
+            return None
+        return classes.pop().batched_statistics(self.targets, self.target_index)
 
     def statistics(self, probs: torch.Tensor) -> torch.Tensor:
         """Per-chain statistics u, shape (num_chains, num_sites), zero where masked."""

@@ -13,7 +13,7 @@ from probe_core.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError
 from probe_core.scaleout import check_executor
 from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
-from probe_core.targets import is_matrix_spec
+from probe_core.targets import TargetSpec
 
 
 def _resolved(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
@@ -46,7 +46,8 @@ def classifier_class_names(registry, reference: str | None, dataset: str) -> tup
     return _resolved(registry, reference or "default", "classifier", dataset)[1]
 
 
-def sample_request(registry, dataset: str, target: str, classifier: str = "default", generator: str = "default",
+def sample_request(registry, dataset: str, target: str | TargetSpec, classifier: str = "default",
+                   generator: str = "default",
                    *, class_map: str | None = None, **settings) -> SampleRequest:
     """The one way to make a :class:`~probe_core.requests.SampleRequest`: defaults, checks, references, targets.
 
@@ -58,7 +59,9 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     Parameters
     ----------
     registry : ModelRegistry
-    dataset, target : str
+    dataset : str
+    target : str or TargetSpec
+        Spec text (parsed here, once, in the classifier's class names) or a spec already made in them.
     classifier, generator : str or LoadedModel
         References as the user gave them (``default``, a model id, a plugin or model file path), or
         models already resolved for ``dataset`` (:meth:`ModelRegistry.resolve`; not loaded again).
@@ -76,12 +79,24 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
     if unknown:
         raise ProbeError(f"unknown sampler setting(s) {', '.join(unknown)}; use {', '.join(SAMPLE_SETTINGS)}")
-    if not isinstance(target, str) or not target.strip():
+    if not isinstance(target, TargetSpec) and (not isinstance(target, str) or not target.strip()):
         raise ProbeError("a target spec is needed, e.g. high:3 or ambiguous:4,9")
     data = load_dataset(dataset, registry.data_dir)
+    classifier = classifier or "default"
+    if class_map:
+        if not isinstance(classifier, str):
+            raise ProbeError("a class map goes with a classifier reference, not an already resolved classifier")
+        classifier = with_class_map(classifier, class_map)
+    classifier_id, names = _resolved(registry, classifier, "classifier", dataset)
+    if isinstance(target, str):
+        spec = TargetSpec.parse(target, names)  # the one parse: a bad target stops here, in the classifier's words
+    elif target.class_names != names:  # made in other names (a plan's): its text read in the classifier's
+        spec = TargetSpec.parse(target.text, names)
+    else:
+        spec = target
     given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                           "anneal_sigma_from")}
-    given = {**sampler_defaults(target, data.image_shape if is_matrix_spec(target) else None), **given}
+    given = {**sampler_defaults(spec, data.image_shape), **given}
     allow_weak = given.pop("allow_weak_classifier", False)
     check_sampler_settings(**given)
     given["allow_weak_classifier"] = bool(allow_weak)
@@ -91,17 +106,9 @@ def sample_request(registry, dataset: str, target: str, classifier: str = "defau
     shards = given.get("shards", 1)
     if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
         raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
-    classifier = classifier or "default"
-    if class_map:
-        if not isinstance(classifier, str):
-            raise ProbeError("a class map goes with a classifier reference, not an already resolved classifier")
-        classifier = with_class_map(classifier, class_map)
-    classifier_id, names = _resolved(registry, classifier, "classifier", dataset)
     generator_id, _ = _resolved(registry, generator or "default", "generator", dataset)
-    request = SampleRequest(dataset=dataset, target=target.strip(), classifier=classifier_id, generator=generator_id,
-                            class_names=names, **given)
-    request.targets  # noqa: B018  a bad target stops here, in the classifier's words
-    return request
+    return SampleRequest(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
+                         class_names=names, **given)
 
 
 def checked_models(classifier, dataset, generator=None,

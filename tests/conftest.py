@@ -156,7 +156,7 @@ def regression_suite(trained_workspace, flawed_run):
         worst = min(worst or (2.0, row["id"]), (accuracy, row["id"]))
     region = suites.add_region_check(registry, store, "digits-regressions", distill_run, worst[1], source=source)
     run_id, _ = run_now(registry, SampleRequest(
-        dataset=MISLABELLED, target="high:4", classifier=original, generator=registry.default_id("digits", "generator"),
+        dataset=MISLABELLED, target="high:4", class_names=tuple("0123456789"), classifier=original, generator=registry.default_id("digits", "generator"),
         chains=4, warmup=40, samples=20, keep_every=2))
     reference = registry.resolve("default", "classifier", "digits")
     samples = store.get_samples(run_id)

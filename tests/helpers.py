@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import time
@@ -180,3 +181,70 @@ def resolve_elsewhere(workspace_root, references: dict) -> str:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
+
+
+TOY_TARGET_KIND = '''
+"""A toy target kind, the whole of it in one file: low confidence in a class."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from probe_core.classes import class_index
+from probe_core.targets import SpecKind, SpecPart, Target, spec_kind, spec_name
+
+
+@dataclass(frozen=True)
+class LowTarget(Target):
+    kind: ClassVar[str] = "low"
+
+    def observed(self):
+        return torch.tensor([0.0])
+
+    def statistics(self, probs):
+        return probs[:, self.classes[0]:self.classes[0] + 1]
+
+    def is_hit(self, probs):
+        return probs[:, self.classes[0]] <= 0.1
+
+    def soft_label(self):
+        label = torch.ones(self.num_classes)
+        label[self.classes[0]] = 0.0
+        return label / label.sum()
+
+    def describe(self, class_names=None):
+        return f"low confidence in {class_names[self.classes[0]] if class_names else self.classes[0]}"
+
+
+@spec_kind
+class LowKind(SpecKind):
+    name, syntax, label = "low", "low:C", "Low confidence"
+
+    @classmethod
+    def make(cls, c, class_names):
+        target = LowTarget((c,), len(class_names), (), f"low:{spec_name(c, class_names)}")
+        return SpecPart(cls.name, target.spec, (c,), (target,))
+
+    @classmethod
+    def parse(cls, argument, class_names):
+        return cls.make(class_index(argument, class_names), class_names)
+'''
+
+
+@contextlib.contextmanager
+def toy_target_kind(folder):
+    """A toy target kind (``low:C``, low confidence in C) written whole in one module under ``folder`` and
+    imported, as a user's own kind would be; unregistered on exit."""
+    import importlib.util
+
+    from probe_core.targets import SPEC_KINDS
+
+    path = Path(folder) / "toy_kind.py"
+    path.write_text(TOY_TARGET_KIND)
+    module_spec = importlib.util.spec_from_file_location("toy_kind", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    try:
+        yield module
+    finally:
+        SPEC_KINDS.pop("low", None)

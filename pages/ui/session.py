@@ -252,9 +252,10 @@ def failures_of_run(run_id: int):
     return _failures(str(workspace().root.resolve()), run_id)
 
 
-def start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None = None,
+def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = None,
                    **sample_kwargs) -> int | None:
-    """Start a Bayes-TrEx run in the background; returns the run id.
+    """Start a Bayes-TrEx run of ``spec`` (a :class:`~probe_core.targets.TargetSpec`, or spec text) in the
+    background; returns the run id.
 
     ``models``: ``(classifier, generator)`` references for a use case; default the session's models.
     Bad settings or a bad target show one ``st.error`` and return None; nothing is stored then.
@@ -266,7 +267,7 @@ def start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None 
         return None
 
 
-def _start_sampling(dataset_name: str, spec: str, models: tuple[str, str] | None, **sample_kwargs) -> int:
+def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **sample_kwargs) -> int:
     from probe_core.validation import checked_models, sample_request
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),

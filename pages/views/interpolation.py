@@ -10,6 +10,7 @@ from probe_core import history
 from probe_core.bayestrex import best_samples
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.runconfig import config_of, result_of
+from probe_core.targets import TargetSpec
 
 ws = _ui.workspace()
 st.title("Interpolation")
@@ -30,7 +31,7 @@ if start:
     if source == destination:
         st.error("Pick two different classes.")
     else:
-        spec = f"path:{names.index(source)}->{names.index(destination)}:{int(steps)}"
+        spec = TargetSpec.path_between(names, names.index(source), names.index(destination), int(steps))
         kwargs = {"chains": int(chains), "warmup": int(iterations), "samples": int(iterations), "keep_every": 5}
         _ui.start_sampling(dataset.name, spec, **kwargs)
 
@@ -52,9 +53,8 @@ if not finished:
 by_id = {r.id: r for r in finished}
 run = by_id[st.selectbox("Path run", list(by_id), key="path_run",
                          format_func=lambda i: f"run {i} · {by_id[i].config['target']}")]
-source_text, destination_text, count = config_of(run).path
+first, second, count = config_of(run).path
 result = result_of(run)
-first, second = int(source_text), int(destination_text)
 stored = sample_queries.samples(ws.store, run.id)
 strip, achieved_a, achieved_b, hit_rates = [], [], [], []
 for index in range(count):

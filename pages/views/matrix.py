@@ -9,7 +9,7 @@ from probe_core import figures, history
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
 from probe_core.runconfig import config_of, result_of
-from probe_core.targets import MATRIX_SPEC
+from probe_core.targets import TargetSpec
 
 ws = _ui.workspace()
 st.title("Ambiguity matrix")
@@ -31,7 +31,7 @@ with st.form("matrix-form", enter_to_submit=False):
     start = st.form_submit_button(f"Build the {K}×{K} matrix", type="primary")
 if start:
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "keep_every": int(keep_every)}
-    _ui.start_sampling(dataset.name, MATRIX_SPEC, **kwargs)
+    _ui.start_sampling(dataset.name, TargetSpec.matrix(names), **kwargs)
 
 def is_matrix(run) -> bool:
     """An ambiguity-matrix run on this data set (typed fields of the stored configuration)."""

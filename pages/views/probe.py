@@ -25,7 +25,7 @@ from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
 from probe_core.runconfig import result_of, submit_training
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.targets import describe_spec, first_target_classes
+from probe_core.targets import SPEC_KINDS, TargetSpec, report_classes, spec_help
 
 ws = _ui.workspace()
 st.title("Probe")
@@ -40,46 +40,66 @@ if not differentiable:
             "descriptions (Gaussian steps on positions and rotation, categorical resampling of the rest).")
 
 
-def target_spec() -> str | None:
+def _high() -> TargetSpec:
+    return TargetSpec.high(names, names.index(st.selectbox("Class", names, key="probe_high")))
+
+
+def _ambiguous() -> TargetSpec | None:
+    first, second = st.columns(2)
+    a = first.selectbox("Class i", names, index=min(4, len(names) - 1), key="probe_amb_a")
+    b = second.selectbox("Class j", names, index=len(names) - 1, key="probe_amb_b")
+    if a == b:
+        st.warning("Pick two different classes.")
+        return None
+    return TargetSpec.ambiguous(names, names.index(a), names.index(b))
+
+
+def _vector() -> TargetSpec | None:
+    st.caption("Slide the weights; they are normalised onto the simplex (the vector below sums to 1).")
+    columns = st.columns(min(len(names), 10))
+    weights = np.array([columns[i % len(columns)].slider(name, 0.0, 1.0, 0.0, 0.05, key=f"probe_w_{i}")
+                        for i, name in enumerate(names)])
+    if weights.sum() <= 0:
+        st.info("Give at least one class some weight.")
+        return None
+    vector = np.round(weights / weights.sum(), 4)
+    vector[int(vector.argmax())] += 1.0 - vector.sum()
+    st.plotly_chart(figures.confidence_bars(vector, names, "target vector"), key="probe_vector_chart")
+    return TargetSpec.vector(names, [float(v) for v in vector])
+
+
+def _path() -> TargetSpec | None:
+    first, second, third = st.columns(3)
+    a = first.selectbox("From class", names, index=min(8, len(names) - 1), key="probe_path_a")
+    b = second.selectbox("To class", names, index=len(names) - 1, key="probe_path_b")
+    steps = third.number_input("Steps", 3, 21, 11, key="probe_path_steps")
+    if a == b:
+        st.warning("Pick two different classes.")
+        return None
+    return TargetSpec.path_between(names, names.index(a), names.index(b), int(steps))
+
+
+# the controls of the kinds that have their own; any other registered kind is typed as text
+TARGET_CONTROLS = {"high": _high, "ambiguous": _ambiguous, "uniform": lambda: TargetSpec.uniform(names),
+                   "probs": _vector, "path": _path}
+SPEC_TEXT = "Spec"
+
+
+def target_spec() -> TargetSpec | None:
     """The target built with the controls; None (after a message) when it is not valid yet."""
-    kind = st.radio("Target", ["High confidence", "Ambiguous pair", "Uniform", "Target vector",
-                               "Interpolation path", "Spec"], horizontal=True, key="probe_kind")
-    if kind == "High confidence":
-        return f"high:{names.index(st.selectbox('Class', names, key='probe_high'))}"
-    if kind == "Ambiguous pair":
-        first, second = st.columns(2)
-        a = first.selectbox("Class i", names, index=min(4, len(names) - 1), key="probe_amb_a")
-        b = second.selectbox("Class j", names, index=len(names) - 1, key="probe_amb_b")
-        if a == b:
-            st.warning("Pick two different classes.")
-            return None
-        return f"ambiguous:{names.index(a)},{names.index(b)}"
-    if kind == "Uniform":
-        return "uniform"
-    if kind == "Target vector":
-        st.caption("Slide the weights; they are normalised onto the simplex (the vector below sums to 1).")
-        columns = st.columns(min(len(names), 10))
-        weights = np.array([columns[i % len(columns)].slider(name, 0.0, 1.0, 0.0, 0.05, key=f"probe_w_{i}")
-                            for i, name in enumerate(names)])
-        if weights.sum() <= 0:
-            st.info("Give at least one class some weight.")
-            return None
-        vector = np.round(weights / weights.sum(), 4)
-        vector[int(vector.argmax())] += 1.0 - vector.sum()
-        st.plotly_chart(figures.confidence_bars(vector, names, "target vector"), key="probe_vector_chart")
-        return "probs:" + ",".join(f"{i}={v:.4f}" for i, v in enumerate(vector) if v > 0)
-    if kind == "Interpolation path":
-        first, second, third = st.columns(3)
-        a = first.selectbox("From class", names, index=min(8, len(names) - 1), key="probe_path_a")
-        b = second.selectbox("To class", names, index=len(names) - 1, key="probe_path_b")
-        steps = third.number_input("Steps", 3, 21, 11, key="probe_path_steps")
-        if a == b:
-            st.warning("Pick two different classes.")
-            return None
-        return f"path:{names.index(a)}->{names.index(b)}:{int(steps)}"
-    return st.text_input("Target spec", "ambiguous:4,9", key="probe_spec",
-                         help="high:3 · ambiguous:1,7 · uniform · probs:8=0.7,9=0.3 · path:8->9:11 · "
-                              "ambiguous-matrix; several separated by ';'")
+    choices = {kind.label: kind for kind in SPEC_KINDS.values()}
+    label = st.radio("Target", [*choices, SPEC_TEXT], horizontal=True, key="probe_kind")
+    kind = choices.get(label)
+    try:
+        if kind is not None and kind.name in TARGET_CONTROLS:
+            return TARGET_CONTROLS[kind.name]()
+        text = st.text_input("Target spec", kind.name if kind is not None else "ambiguous:4,9",
+                             key="probe_spec" if kind is None else f"probe_spec:{kind.name}",
+                             help=spec_help(" · ") + "; several separated by ';'")
+        return TargetSpec.parse(text, names)
+    except ProbeError as exc:
+        st.error(str(exc))
+        return None
 
 
 def use_case_section() -> None:
@@ -122,11 +142,7 @@ def use_case_section() -> None:
 
 spec = target_spec()
 if spec is not None:
-    try:
-        st.caption(f"`{spec}` → {describe_spec(spec, names)}")
-    except ProbeError as exc:
-        st.error(str(exc))
-        spec = None
+    st.caption(f"`{spec.text}` → {spec.describe()}")
 
 if not differentiable and st.session_state.get("probe_sampler") != "rwm":
     st.session_state["probe_sampler"] = "rwm"
@@ -255,7 +271,7 @@ if baseline:
 mistakes = (baseline or {}).get("confident_mistakes")
 annotator = None  # the name box is shown once, in the first box below that needs it
 if mistakes and mistakes["count"]:
-    [target_class] = first_target_classes(picked_target["spec"], names)
+    [target_class] = [names[c] for c in report_classes(picked_target, names)]
     with st.expander(f"The misclassification test-set baseline: {mistakes['count']} test images the classifier "
                      f"calls {target_class} with ≥ {mistakes['threshold']:.0%} confidence are labelled otherwise "
                      f"(paper Sec. 4.10). Mislabel or misclassification?"):

@@ -10,6 +10,7 @@ from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import training_announcer
 from probe_core.requests import SampleRequest
+from probe_core.targets import TargetSpec
 from probe_core.validation import check_record, checked_models
 
 
@@ -28,7 +29,7 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
         if tuple(sides[1].class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
         checks = [checked_models(clf, data, gen if side == 0 else None) for side, clf in enumerate(sides)]
-        spec = ";".join(f"high:{name}" for name in names)
+        spec = TargetSpec.join([TargetSpec.high(names, c) for c in range(len(names))])
         summaries = []
         for side, clf in enumerate(sides):
             def on_progress(progress, side=side) -> None:

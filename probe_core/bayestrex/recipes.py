@@ -16,6 +16,7 @@ from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
+from probe_core.targets import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class UseCasePlan:
     name: str
     classifier: ModelSpec | str
     generator: ModelSpec | str
-    target: str
+    target: TargetSpec
     use_case: dict
 
     def model_specs(self) -> list[ModelSpec]:
@@ -167,20 +168,22 @@ def plan_use_case(registry, dataset: str, name: str, *, excluded_class: str | in
         excluded = data.class_index(excluded_class)
         kept = tuple(c for c in everything if c != excluded)
         return UseCasePlan(name, classifier or "default", _generator(registry, dataset, data, kept, generator),
-                           f"high:{excluded}", {"name": name, "excluded_class": data.class_names[excluded]})
+                           TargetSpec.high(data.class_names, excluded),
+                           {"name": name, "excluded_class": data.class_names[excluded]})
     if name == "novel-class":
         seen = tuple(sorted({data.class_index(c) for c in (classifier_classes or (0, 1, 3, 6, 9))}))
         unseen = tuple(c for c in everything if c not in seen)
         if not seen or not unseen:
             raise ProbeError("novel-class extrapolation needs a non-empty class subset and a non-empty rest")
-        # names win over indices in specs, and the classifier's class k is the data set's class seen[k]
-        target = ";".join(f"high:{data.class_names[c]}" for c in seen)
+        # the classifier's class k is the data set's class seen[k]
+        seen_names = tuple(data.class_names[c] for c in seen)
+        target = TargetSpec.join([TargetSpec.high(seen_names, k) for k in range(len(seen))])
         return UseCasePlan(name, ModelSpec(dataset=dataset, kind="classifier", classes=seen),
                            _generator(registry, dataset, data, unseen, generator), target,
                            {"name": name, "classifier_classes": [data.class_names[c] for c in seen],
                             "generator_classes": [data.class_names[c] for c in unseen]})
     names = data.class_names
-    target = ";".join(f"ambiguous:{names[i]},{names[(i + 1) % len(names)]}" for i in everything)
+    target = TargetSpec.join([TargetSpec.ambiguous(names, i, (i + 1) % len(names)) for i in everything])
     return UseCasePlan(name, ModelSpec(dataset=dataset, kind="classifier", ambiguous=True),
                        _generator(registry, dataset, data, everything, generator), target,
                        {"name": name, "pairs": [[names[i], names[(i + 1) % len(names)]] for i in everything]})

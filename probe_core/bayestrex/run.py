@@ -25,7 +25,7 @@ from probe_core.sampling import (
     run_rwm,
 )
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, is_matrix_spec, parse_targets
+from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec
 
 SAMPLERS = ("hmc", "nuts", "rwm")
 
@@ -58,12 +58,12 @@ def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
     return dict(MATRIX_SAMPLER_DEFAULTS if small else LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS)
 
 
-def sampler_defaults(spec: str | None, image_shape: tuple[int, int, int] | None = None) -> dict:
+def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] | None = None) -> dict:
     """Chains per target, warm-up, samples and storage stride for a target spec, where none are given.
 
     ``image_shape`` is the data set's (C, H, W); the ambiguity matrix's defaults depend on it.
     """
-    if not is_matrix_spec(spec):
+    if spec is None or not spec.is_matrix:
         return dict(SAMPLER_DEFAULTS)
     if image_shape is None:
         raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's image_shape")
@@ -95,7 +95,7 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
                          f"{MAX_INDEPENDENCE_MOVES}, got {independence_moves!r}")
 
 
-def sample(classifier, generator, spec: str | list[Target], *, class_names: tuple[str, ...],
+def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
            chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES,
            sigma: float = DEFAULT_SIGMA,
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
@@ -111,8 +111,8 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
         Images -> probabilities (B, K).
     generator : nn.Module
         ``latent_dim``, ``decode``.
-    spec : str or list of Target
-        Target spec (see :mod:`probe_core.targets`).
+    spec : TargetSpec, str or sequence of Target
+        The targets (:mod:`probe_core.targets`); text is parsed in ``class_names``.
     chains : int
         Chains per target (all targets' chains run in one batch; ``nuts`` runs one chain per target).
     store, run_id : optional
@@ -151,10 +151,14 @@ def sample(classifier, generator, spec: str | list[Target], *, class_names: tupl
                            keep_every=keep_every, independence_moves=independence_moves)
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
-    targets = parse_targets(spec, class_names) if isinstance(spec, str) else list(spec)
+    if isinstance(spec, str):
+        spec = TargetSpec.parse(spec, class_names)
+    targets = list(spec.targets if isinstance(spec, TargetSpec) else spec)
+    if not targets:
+        raise ProbeError("no targets given")
     if targets[0].num_classes != len(class_names):
         raise ProbeError("the targets' class count does not match the classifier")
-    hard = any(t.kind != "high" for t in targets)
+    hard = any(t.needs_tempered_start for t in targets)
     if init == "auto":
         init = "smc" if hard and sampler == "hmc" else "optimize"
     if anneal_sigma_from == "auto":

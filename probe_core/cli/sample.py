@@ -19,6 +19,7 @@ from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.requests import record
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
+from probe_core.targets import spec_help
 
 
 def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: dict, run: Callable[..., dict]) -> int:
@@ -187,7 +188,8 @@ def _label(args: argparse.Namespace) -> int:
 def add_sample_command(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("sample", help="Bayes-TrEx: sample inputs at a target confidence")
     parser.add_argument("--target", required=True,
-                        help="high:3 | ambiguous:4,9 | uniform | probs:8=0.7,9=0.3 | path:8->9:11 | ambiguous-matrix")
+                        help=f"{spec_help()}; classes by index or name, several targets separated by ';' "
+                             "(e.g. ambiguous:4,9;high:7)")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
     parser.add_argument("--generator", default="default", help="model id, 'default' (the VAE) or a plugin .py")
     parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "

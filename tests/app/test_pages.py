@@ -343,7 +343,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
     at.button(key="probe_start").click().run()
     assert not at.exception, at.exception
     run = app_env.store.list_runs(kind="sample")[0]
-    assert run.config["dataset"] == "scenes" and run.config["target"] == "high:2"
+    assert run.config["dataset"] == "scenes" and run.config["target"] == "high:2 squares"  # in the class names
     rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done"
                 and any("Summary" in s.value for s in a.subheader))
     assert app_env.store.get_run(run.id).result["sampler"] == "rwm"
@@ -428,3 +428,17 @@ def test_the_cli_the_probe_page_and_the_api_store_the_same_request(app_env, caps
     assert request.class_names == tuple(str(c) for c in range(10)) and request.shards == 1
     assert api_result.z.shape == (4 * 10 // 2, 8) and api_result.confidences.shape == (20, 10)
     assert len(api_result.to_pandas()) == 20 and "high:3" in api_result.summary()
+
+
+def test_the_probe_page_offers_every_registered_target_kind(app_env, tmp_path):
+    """A kind added in one module (the toy ``low:C``) is a choice on the page, parsed and described there."""
+    from helpers import toy_target_kind
+
+    with toy_target_kind(tmp_path):
+        at = open_page("pages/views/probe.py")
+        assert "Low confidence" in at.radio(key="probe_kind").options
+        at.radio(key="probe_kind").set_value("Low confidence").run()
+        at.text_input(key="probe_spec:low").set_value("low:3").run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert any("low confidence in 3" in c.value for c in at.caption)
+        assert not at.button(key="probe_start").disabled

@@ -73,7 +73,7 @@ def test_a_labelled_failure_region_is_added_from_the_label_page(app_env, flawed_
 def test_labelled_hits_are_added_from_the_probe_page(app_env):
     registry, store = app_env.registry, app_env.store
     run_id, _ = run_now(registry, SampleRequest(
-        dataset="digits", target="high:2", classifier=registry.default_id("digits", "classifier"),
+        dataset="digits", target="high:2", class_names=tuple("0123456789"), classifier=registry.default_id("digits", "classifier"),
         generator=registry.default_id("digits", "generator"), chains=2, warmup=20, samples=10))
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["annotator"] = "prober"

@@ -280,7 +280,7 @@ def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
 
     registry = workspace.registry
     run_now(registry, SampleRequest(
-        dataset="digits", target="ambiguous-matrix", classifier=registry.default_id("digits", "classifier"),
+        dataset="digits", target="ambiguous-matrix", class_names=tuple("0123456789"), classifier=registry.default_id("digits", "classifier"),
         generator=registry.default_id("digits", "generator"), chains=2, warmup=5, samples=5, keep_every=1))
     _open(page, server, "matrix", "Ambiguity matrix", settle=True)
     chart = page.locator(".st-key-matrix_chart .js-plotly-plot")

@@ -103,7 +103,7 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
 
     # a use case runs as the same typed request as `probe sample` and the Probe page
     request = config_of(trained_workspace.store.list_runs(kind="sample", limit=1)[0])
-    assert isinstance(request, SampleRequest) and (request.target, request.chains) == ("high:5", 4)
+    assert isinstance(request, SampleRequest) and (request.target.text, request.chains) == ("high:5", 4)
     assert (request.classifier, request.generator) == (result["classifier"], result["generator"])
     generator = trained_workspace.registry.load(result["generator"])  # the paper's GAN, trained without the 5s
     assert generator.record["spec"]["kind"] == "gan" and generator.record["spec"]["classes"] == [0, 1, 2, 3, 4, 6, 7,

@@ -217,13 +217,14 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)
-    from probe_core.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name, load_dataset
 
     dataset = canonical_dataset_name(str(words))
     generator = trained_workspace.registry.default_id("digits", "vae")
     manager = JobManager(trained_workspace.store, ProcessLauncher(threads=1))
-    config = SampleRequest(dataset=dataset, target="high:seven", classifier=str(plugin.resolve()),
-                          generator=generator, chains=4, warmup=10, samples=10)
+    names = tuple(load_dataset(dataset, trained_workspace.registry.data_dir).class_names)
+    config = SampleRequest(dataset=dataset, target="high:seven", class_names=names,
+                           classifier=str(plugin.resolve()), generator=generator, chains=4, warmup=10, samples=10)
     run_id = submit(manager, config)
     run = manager.wait(run_id, timeout=300)
     assert run.status == "done", run.error

@@ -10,13 +10,16 @@ from probe_core.lifecycle import job_spec
 from probe_core.requests import record
 from probe_core.runconfig import CompareConfig, TrainConfig, config_of
 
+DIGITS = tuple(str(i) for i in range(10))
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
 
 def _stored(config):
     return SimpleNamespace(kind=config.kind, config=record(config))
 
 
 def test_every_kind_reads_back_as_its_dataclass():
-    configs = [SampleRequest(dataset="digits", target="path:3->8:5", classifier="c", generator="g", chains=7),
+    configs = [SampleRequest(dataset="digits", target="path:3->8:5", class_names=DIGITS, classifier="c", generator="g", chains=7),
                CompareConfig(dataset="digits", classifier_a="a", classifier_b="b"),
                TrainConfig(dataset="digits", specs=({"dataset": "digits", "kind": "vae"},), purpose="defaults"),
                IdentifySettings(dataset="digits", samples_per_image=20),
@@ -54,14 +57,16 @@ def test_every_run_kind_has_a_typed_result_that_reads_back_from_its_record():
 
 
 def test_typed_fields_replace_string_slicing():
-    path = SampleRequest(dataset="digits", target="path:3->8:5")
-    assert path.path == ("3", "8", 5) and not path.is_matrix
-    matrix = SampleRequest(dataset="digits", target="ambiguous-matrix")
+    path = SampleRequest(dataset="digits", target="path:3->8:5", class_names=DIGITS)
+    assert path.path == (3, 8, 5) and not path.is_matrix
+    words = SampleRequest(dataset="words", target="path:three->eight:5", class_names=WORDS)
+    assert words.path == (3, 8, 5) and words.target.text == "path:three->eight:5"
+    matrix = SampleRequest(dataset="digits", target="ambiguous-matrix", class_names=DIGITS)
     assert matrix.is_matrix and matrix.path is None
 
 
 def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
-    config = SampleRequest(dataset="digits", target="high:3", classifier="c", generator="g", chains=5, seed=2)
+    config = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, classifier="c", generator="g", chains=5, seed=2)
     spec = job_spec(config, data_dir="/data")
     assert spec.builder == "probe_core.bayestrex.jobs:sampling_job" and spec.data_dir == "/data"
     assert spec.arguments["target"] == "high:3" and spec.arguments["chains"] == 5 and spec.arguments["seed"] == 2
@@ -109,13 +114,16 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
     from probe_core.errors import ProbeError
     from probe_core.workspace import Workspace
 
-    assert sampler_defaults("ambiguous-matrix", (1, 8, 8)) == MATRIX_SAMPLER_DEFAULTS
-    assert sampler_defaults("ambiguous-matrix", (1, 28, 28)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
-    assert sampler_defaults("ambiguous-matrix", (3, 32, 32)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    from probe_core.targets import TargetSpec
+
+    matrix = TargetSpec.matrix(DIGITS)
+    assert sampler_defaults(matrix, (1, 8, 8)) == MATRIX_SAMPLER_DEFAULTS
+    assert sampler_defaults(matrix, (1, 28, 28)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    assert sampler_defaults(matrix, (3, 32, 32)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
     large = LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
     assert large["chains"] * large["warmup"] < MATRIX_SAMPLER_DEFAULTS["chains"] * MATRIX_SAMPLER_DEFAULTS["warmup"]
     with pytest.raises(ProbeError, match="image size"):
-        sampler_defaults("ambiguous-matrix")
+        sampler_defaults(matrix)
     rng = np.random.default_rng(0)
     path = tmp_path / "large.npz"
     np.savez(path, x=rng.integers(0, 255, (40, 28, 28), dtype=np.uint8), y=np.arange(40) % 4)
