@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, fields
 
 from probe_core.errors import ProbeError
+from probe_core.requests import SAMPLE_RANGES
 
 MAX_RUNS_ENV = "PROBE_MAX_RUNS"
 MAX_RUNS_PER_PERSON_ENV = "PROBE_MAX_RUNS_PER_PERSON"
@@ -51,7 +52,7 @@ class ServerLimits:
     runs_per_person: int = 2
     queued_per_person: int = 20
     epochs: int = 1000
-    chains: int = 1024  # the most the Probe page offers
+    chains: int = SAMPLE_RANGES["chains"][1]  # the most a sample request (and so the Probe page) allows
     iterations: int = 20_000
     perturbations: int = 1000
     images: int = 100_000

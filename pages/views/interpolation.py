@@ -9,6 +9,7 @@ from pages import ui as _ui
 from probe_core import history
 from probe_core.bayestrex import best_samples
 from probe_core.bayestrex import queries as sample_queries
+from probe_core.requests import SAMPLE_RANGES
 from probe_core.runconfig import config_of, result_of
 from probe_core.targets import TargetSpec
 
@@ -24,8 +25,8 @@ with st.form("path-form", enter_to_submit=False):
     source = c1.selectbox("From class", names, index=min(8, len(names) - 2), key="path_from")
     destination = c2.selectbox("To class", names, index=len(names) - 1, key="path_to")
     steps = c3.number_input("Steps", 3, 21, 11, key="path_steps")
-    chains = c4.number_input("Chains per step", 2, 128, 16, key="path_chains")
-    iterations = c5.number_input("Warm-up = samples", 10, 2000, 100, key="path_iterations")
+    chains = c4.number_input("Chains per step", *SAMPLE_RANGES["chains"], 16, key="path_chains")
+    iterations = c5.number_input("Warm-up = samples", *SAMPLE_RANGES["samples"], 100, key="path_iterations")
     start = st.form_submit_button("Sample the path", type="primary")
 if start:
     if source == destination:

@@ -8,6 +8,7 @@ from pages import ui as _ui
 from probe_core import figures, history
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
+from probe_core.requests import SAMPLE_RANGES
 from probe_core.runconfig import config_of, result_of
 from probe_core.targets import TargetSpec
 
@@ -24,10 +25,14 @@ K = len(names)
 defaults = matrix_sampler_defaults(dataset.image_shape)
 with st.form("matrix-form", enter_to_submit=False):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per pair", 2, 256, defaults["chains"], key=f"matrix_chains:{dataset.name}")
-    warmup = c2.number_input("Warm-up", 10, 2000, defaults["warmup"], key=f"matrix_warmup:{dataset.name}")
-    samples = c3.number_input("Samples per chain", 10, 2000, defaults["samples"], key=f"matrix_samples:{dataset.name}")
-    keep_every = c4.number_input("Store every n-th", 1, 100, defaults["keep_every"], key=f"matrix_keep:{dataset.name}")
+    chains = c1.number_input("Chains per pair", *SAMPLE_RANGES["chains"], defaults["chains"],
+                             key=f"matrix_chains:{dataset.name}")
+    warmup = c2.number_input("Warm-up", *SAMPLE_RANGES["warmup"], defaults["warmup"],
+                             key=f"matrix_warmup:{dataset.name}")
+    samples = c3.number_input("Samples per chain", *SAMPLE_RANGES["samples"], defaults["samples"],
+                              key=f"matrix_samples:{dataset.name}")
+    keep_every = c4.number_input("Store every n-th", *SAMPLE_RANGES["keep_every"], defaults["keep_every"],
+                                 key=f"matrix_keep:{dataset.name}")
     start = st.form_submit_button(f"Build the {K}×{K} matrix", type="primary")
 if start:
     kwargs = {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "keep_every": int(keep_every)}

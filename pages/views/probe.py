@@ -24,6 +24,7 @@ from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
 from probe_core.runconfig import result_of, submit_training
+from probe_core.requests import SAMPLE_RANGES
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import SPEC_KINDS, TargetSpec, report_classes, spec_help
 
@@ -148,9 +149,12 @@ if not differentiable and st.session_state.get("probe_sampler") != "rwm":
     st.session_state["probe_sampler"] = "rwm"
 with st.expander("Sampler settings", expanded=False):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per target", 1, 1024, PAGE_SAMPLER_DEFAULTS["chains"], key="probe_chains")
-    warmup = c2.number_input("Warm-up iterations", 10, 5000, PAGE_SAMPLER_DEFAULTS["warmup"], key="probe_warmup")
-    samples = c3.number_input("Samples per chain", 10, 5000, PAGE_SAMPLER_DEFAULTS["samples"], key="probe_samples")
+    chains = c1.number_input("Chains per target", *SAMPLE_RANGES["chains"], PAGE_SAMPLER_DEFAULTS["chains"],
+                             key="probe_chains")
+    warmup = c2.number_input("Warm-up iterations", *SAMPLE_RANGES["warmup"], PAGE_SAMPLER_DEFAULTS["warmup"],
+                             key="probe_warmup")
+    samples = c3.number_input("Samples per chain", *SAMPLE_RANGES["samples"], PAGE_SAMPLER_DEFAULTS["samples"],
+                              key="probe_samples")
     sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
     c5, c6, c7, c8 = st.columns(4)
     sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"] if differentiable else ["rwm"], key="probe_sampler",
@@ -158,10 +162,11 @@ with st.expander("Sampler settings", expanded=False):
                                 "(non-differentiable); nuts: Pyro's NUTS, one chain per target (the paper's sampler)")
     anneal = c6.selectbox("σ annealing", ["auto", "off", "from 0.5", "from 0.2"], key="probe_anneal",
                           help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
-    keep_every = c7.number_input("Store every n-th sample", 1, 100, PAGE_SAMPLER_DEFAULTS["keep_every"],
+    keep_every = c7.number_input("Store every n-th sample", *SAMPLE_RANGES["keep_every"], PAGE_SAMPLER_DEFAULTS["keep_every"],
                                  key="probe_keep")
     seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
-    jumps = st.number_input("Independence jumps per iteration (hmc)", 0, 64, 0, key="probe_jumps",
+    jumps = st.number_input("Independence jumps per iteration (hmc)", *SAMPLE_RANGES["independence_moves"], 0,
+                            key="probe_jumps",
                             disabled=sampler != "hmc",
                             help="after warm-up, each HMC step is followed by this many independence "
                                  "Metropolis-Hastings proposals from a mixture fitted to each target's warm-up "
