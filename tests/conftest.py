@@ -52,10 +52,13 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 
 def pytest_collection_modifyitems(items):
-    """Keep the tests of the (costly) session-wide regression suite on one xdist worker (``--dist loadgroup``)."""
+    """Keep the tests of a costly shared fixture on one xdist worker (``--dist loadgroup``): the session-wide
+    regression suite, and the Ray instance (one per worker would start two Ray clusters on two cores)."""
+    groups = {"regression_suite": "regression-suite", "ray_instance": "ray"}
     for item in items:
-        if "regression_suite" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("regression-suite"))
+        for fixture, group in groups.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
