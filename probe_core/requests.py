@@ -57,6 +57,9 @@ class SampleRequest:
         HMC's independence jumps per iteration after warm-up (:class:`~probe_core.sampling.SamplerConfig`).
     allow_weak_classifier : bool
         Sample with a classifier near chance on the data (refused otherwise); the result is flagged.
+    use_case : dict or None
+        The paper's use case this request is (a :class:`~probe_core.bayestrex.recipes.UseCasePlan`'s
+        ``use_case``), named in the result.
     """
 
     kind: ClassVar[str] = "sample"
@@ -79,6 +82,7 @@ class SampleRequest:
     shards: int | None = 1
     independence_moves: int = 0
     allow_weak_classifier: bool = False
+    use_case: dict | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.target, str):  # the text of a stored run's record
@@ -115,7 +119,7 @@ class SampleRequest:
 
 
 SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
-                        if f.name not in ("dataset", "target", "classifier", "generator", "class_names"))
+                        if f.name not in ("dataset", "target", "classifier", "generator", "class_names", "use_case"))
 
 
 def record(config) -> dict:

@@ -69,8 +69,10 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
     classifier = registry.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
     generator = registry.get_or_train_reference(request.generator, "generator", request.dataset, device=device)
     data = load_dataset(request.dataset, registry.data_dir)
-    classifier_check, generator_check = checked_models(classifier, data, generator,
-                                                       allow_weak_classifier=request.allow_weak_classifier)
+    # a request prepared where it is made (the CLI, the API) and then run here is checked once
+    classifier_check, generator_check = registry.remembered(
+        ("checks", classifier.id, generator.id, request.dataset, request.allow_weak_classifier),
+        lambda: checked_models(classifier, data, generator, allow_weak_classifier=request.allow_weak_classifier))
     names = tuple(classifier.class_names)
     if request.class_names and names != tuple(request.class_names):
         raise ProbeError(f"classifier {classifier.id} now has the classes {', '.join(names)}, not the "
@@ -87,11 +89,11 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
                           warning)
 
 
-def probe_target(prepared: PreparedSample, use_case: dict | None = None, **runtime) -> SamplingResult:
+def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     """Sample a prepared request (:func:`prepare_sample`): any target spec (high confidence, ambiguous
-    pair, ambiguity matrix, uniform, path).
+    pair, ambiguity matrix, uniform, path); the paper's use case it is (``request.use_case``) is named in the
+    result.
 
-    ``use_case``: the paper's use case the request is (its plan's ``use_case``), named in the result.
     ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
     ``should_stop`` and ``shard_progress``.
     """
@@ -104,7 +106,7 @@ def probe_target(prepared: PreparedSample, use_case: dict | None = None, **runti
     return SamplingResult.from_record({
         **result, "dataset": request.dataset, "classifier": prepared.classifier.id,
         "generator": prepared.generator.id, "model_checks": prepared.checks,
-        "generator_weak": prepared.checks.get("generator_weak", False), "use_case": use_case})
+        "generator_weak": prepared.checks.get("generator_weak", False), "use_case": request.use_case})
 
 
 USE_CASES = {
@@ -222,7 +224,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
               else registry.get_or_train_reference(model, kind, dataset, device=device)
               for kind, model in kinds.items()}
     request = sample_request(registry, dataset, plan.target, models["classifier"], models["generator"], **settings)
-    return prepare_sample(registry, request, device, suggest_generator=False)
+    return prepare_sample(registry, replace(request, use_case=plan.use_case), device, suggest_generator=False)
 
 
 def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> SamplingResult:
@@ -235,8 +237,7 @@ def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> Sampl
 
     prepared = prepare_use_case(registry, plan, dataset,
                                 **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
-    return probe_target(prepared, plan.use_case,
-                        **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
+    return probe_target(prepared, **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
 
 
 def high_confidence_misclassification(registry, dataset: str, excluded_class: str | int,

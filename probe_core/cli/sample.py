@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
 
 from probe_core.bayestrex import (
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
@@ -17,42 +16,20 @@ from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
-from probe_core.requests import record
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import spec_help
 
 
-def _sampling_run(args: argparse.Namespace, workspace, iterations: int, config: dict, run: Callable[..., dict]) -> int:
-    """Shared by ``probe sample`` and ``probe recipe``: a stored run (the one lifecycle), a progress bar, the table.
-
-    ``run(store=, run_id=, progress=)`` does the sampling and returns its
-    :class:`~probe_core.bayestrex.results.SamplingResult`.
-    """
-    from tqdm import tqdm
-
+def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> int:
+    """Shared by ``probe sample`` and ``probe recipe``: the prepared request run through the one lifecycle
+    (:func:`~probe_core.lifecycle.run_now`, as the API does), with a progress bar, then the table."""
     from probe_core.bayestrex import table2
-    from probe_core.lifecycle import run_inline
+    from probe_core.lifecycle import run_now
 
-    bar = tqdm(total=iterations, desc="sampling", unit="it", file=sys.stderr)
-
-    def job(context) -> dict:
-        def on_progress(p) -> None:
-            bar.update(p.iteration - bar.n)
-            bar.set_postfix(stage=p.stage, accept=f"{float(p.acceptance.mean()):.2f}", sigma=f"{p.sigma:.3g}")
-            context.report(p.iteration / p.total, f"{p.stage} {p.iteration}/{p.total}",
-                           {"acceptance": float(p.acceptance.mean()), "step_size": float(p.step_size.median())})
-
-        def on_shards(p) -> None:  # sharded runs report the fraction of all shards' iterations
-            bar.update(round(p.fraction * bar.total) - bar.n)
-            bar.set_postfix(shards=f"{p.done}/{p.total} done")
-            context.report(p.fraction, f"{p.done}/{p.total} shards done")
-
-        return run(store=context.store, run_id=context.run_id, progress=on_progress, shard_progress=on_shards)
-
-    try:
-        run_id, result = run_inline(workspace.store, "sample", config, job)
-    finally:
-        bar.close()
+    if prepared.warning:
+        print(f"warning: {prepared.warning}", file=sys.stderr)
+    # the same remembering registry: the run finds the models loaded and checked, and does not check them again
+    run_id, result = run_now(registry, prepared.request, device=args.device, progress_bar="sampling")
     print(table2(result.targets))
     for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}", file=sys.stderr)
@@ -75,7 +52,7 @@ def _given_settings(args: argparse.Namespace) -> dict:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex.recipes import prepare_sample, probe_target
+    from probe_core.bayestrex.recipes import prepare_sample
     from probe_core.validation import sample_request
 
     workspace = workspace_from_args(args)
@@ -83,11 +60,7 @@ def _sample(args: argparse.Namespace) -> int:
     # every setting is checked before anything is trained or stored; then the models are checked on the data
     request = sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
                              class_map=args.class_map, **_given_settings(args))
-    prepared = prepare_sample(registry, request, args.device)
-    if prepared.warning:
-        print(f"warning: {prepared.warning}", file=sys.stderr)
-    return _sampling_run(args, workspace, request.warmup + request.samples, record(prepared.request),
-                         lambda **runtime: probe_target(prepared, **runtime))
+    return _run_prepared(args, workspace, registry, prepare_sample(registry, request, args.device))
 
 
 def _default_help(what: str, key: str) -> str:
@@ -125,7 +98,7 @@ def _recipe(args: argparse.Namespace) -> int:
     from probe_core.bayestrex import check_sampler_settings, recipes
 
     workspace = workspace_from_args(args)
-    registry = workspace.registry
+    registry = workspace.registry.remembering()  # preparation and the run load and check each model once
     if args.recipe == "compare":
         kwargs = {key: SAMPLER_DEFAULTS[key] if value is None and key in SAMPLER_DEFAULTS else value
                   for key, value in _given_settings(args).items()}
@@ -159,9 +132,7 @@ def _recipe(args: argparse.Namespace) -> int:
                                  classifier=args.classifier, generator=args.generator)
     # the models it needs are trained (announced), then it runs as the same sample request as `probe sample`
     prepared = recipes.prepare_use_case(registry, plan, args.dataset, args.device, **_given_settings(args))
-    request = prepared.request
-    return _sampling_run(args, workspace, request.warmup + request.samples, record(request),
-                         lambda **runtime: recipes.probe_target(prepared, plan.use_case, **runtime))
+    return _run_prepared(args, workspace, registry, prepared)
 
 
 def _label(args: argparse.Namespace) -> int:

@@ -460,10 +460,21 @@ class ModelRegistry:
         """This registry (same store, files, data folder and remembered models) with another training announcer."""
         return self._with(on_training, self._resolved)
 
+    def remembered(self, key: tuple, compute: Callable[[], object]) -> object:
+        """``compute()``, once per ``key`` for a remembering registry (:meth:`remembering`; e.g. a model check a
+        request's preparation and its run would otherwise both make); every time for any other."""
+        if self._resolved is None:
+            return compute()
+        key = ("remembered", *key)
+        if key not in self._resolved:
+            self._resolved[key] = compute()
+        return self._resolved[key]
+
     def remembering(self) -> "ModelRegistry":
         """This registry, remembering what it resolves: each ``(reference, kind, dataset, device)`` is
-        loaded once. For one run's lifetime (its modules are shared, so never for training on them)."""
-        return self._with(self.on_training, {})
+        loaded once. For one run's lifetime (its modules are shared, so never for training on them); a
+        registry that already remembers keeps what it remembers."""
+        return self._with(self.on_training, {} if self._resolved is None else self._resolved)
 
     # -- queries -------------------------------------------------------------------------
     def list(self, dataset: str | None = None, kind: str | None = None) -> list[dict]:
