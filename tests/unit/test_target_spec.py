@@ -72,18 +72,6 @@ def toy_kind(tmp_path):
         yield module
 
 
-class _Decoder(nn.Module):
-    latent_dim = 2
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.fc = nn.Linear(2, 16)
-
-    def decode(self, z):
-        return torch.sigmoid(self.fc(z)).view(-1, 1, 4, 4)
-
-
 def test_a_new_target_kind_is_one_file_and_everything_picks_it_up(toy_kind):
     from probe_core.bayestrex import sample
     from probe_core.cli import build_parser
@@ -95,7 +83,10 @@ def test_a_new_target_kind_is_one_file_and_everything_picks_it_up(toy_kind):
     assert "low:C" in sample_help
     torch.manual_seed(1)
     classifier = nn.Sequential(nn.Flatten(), nn.Linear(16, 3), nn.Softmax(dim=1))
-    result = sample(classifier, _Decoder(), TargetSpec.parse("low:b", ("a", "b", "c")), class_names=("a", "b", "c"),
+    generator = nn.Linear(2, 16)  # latents (B, 2) -> images (B, 1, 4, 4)
+    generator.latent_dim = 2
+    generator.decode = lambda z: torch.sigmoid(generator(z)).view(-1, 1, 4, 4)
+    result = sample(classifier, generator, TargetSpec.parse("low:b", ("a", "b", "c")), class_names=("a", "b", "c"),
                     chains=4, warmup=10, samples=10, init="prior")
     [entry] = result["targets"]
     assert entry["spec"] == "low:b" and entry["description"] == "low confidence in b" and entry["classes"] == [1]
