@@ -17,8 +17,8 @@ from probe_core.jobs import JobManager
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:
     return JobSpec("probe_core.bayestrex.jobs:sampling_job", {
-        "dataset": "digits", "target": "high:3", "classifier": plugin, "generator": plugin, "chains": 4,
-        "warmup": 2, "samples": samples, "keep_every": 1})
+        "dataset": "digits", "target": "high:3", "class_names": [str(i) for i in range(10)], "classifier": plugin,
+        "generator": plugin, "chains": 4, "warmup": 2, "samples": samples, "keep_every": 1})
 
 
 def _wait(condition, timeout: float = 120.0):
