@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from probe_core.launchers import ProcessLauncher, worker_threads  # noqa: E402
 from probe_core.jobs import JobManager  # noqa: E402
 from probe_core.requests import SampleRequest  # noqa: E402
+from probe_core.validation import sample_request  # noqa: E402
 from probe_core.lifecycle import submit  # noqa: E402
 from probe_core.workspace import Workspace  # noqa: E402
 
@@ -123,9 +124,8 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    config = SampleRequest(dataset="digits", target="high:3", classifier=registry.default_id("digits", "classifier"),
-                          generator=registry.default_id("digits", "vae"), chains=32,
-                          warmup=60 if args.quick else 300, samples=60 if args.quick else 300, keep_every=5)
+    config = sample_request(registry, "digits", "high:3", chains=32, warmup=60 if args.quick else 300,
+                            samples=60 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds
     default_threads, all_cores = worker_threads(), len(os.sched_getaffinity(0))
     # (worker threads, tabs): the dashboard's default worker, watched by 0, 1 and 2 tabs, beside a worker
