@@ -42,9 +42,9 @@ def main() -> None:
     quick = {"max_images": 100, "samples_per_image": 50} if args.quick else {}
     for noise, scale in MODES[2:3] if args.quick else MODES:
         started = time.perf_counter()
-        identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
+        identify_run, identified = steps.run_step(registry, store, steps.IdentifyRequest(
             dataset="digits[mislabel=9->8:0.4]", classifier=flawed.id, noise=noise, noise_scale=scale, **quick))
-        distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(
+        distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(
             identify_run=identify_run, max_samples=args.max_samples))
         _, verdicts = defuse_review.auto_label(registry, store, distill_run, "default")
         clusters = {c["id"]: c for c in store.get_clusters(distill_run)}

@@ -64,9 +64,9 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
                else dict(correct_settings or {}))
 
     started = time.perf_counter()
-    identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
+    identify_run, identified = steps.run_step(registry, store, steps.IdentifyRequest(
         dataset=flawed_data, classifier=flawed.id, **identify))
-    distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(identify_run=identify_run))
+    distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle)
     regions = [v for v in verdicts if v["usable"]]
     names = queries.run_class_names(store, distill_run)
@@ -85,7 +85,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
         return
     print(f"\n{'protocol':<16} {'classifier':<44} {'test acc':>9} {'region acc':>11}  selected")
     for name, options in PROTOCOLS:
-        _, result = steps.run_step(registry, store, steps.CorrectSettings(
+        _, result = steps.run_step(registry, store, steps.CorrectRequest(
             distill_run=distill_run, source=source, **options, **correct))
         baseline = {"labelled-images": "baseline: labelled individual failures",
                     "cluster-labels": "baseline: failures with their region's label"}[options["baseline"]]

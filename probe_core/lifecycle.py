@@ -1,7 +1,7 @@
 """A run's life in one place: how it starts, its context (progress, cancellation) and how it ends.
 
 Every run kind has a typed request (:class:`RunRequest`: :class:`~probe_core.requests.SampleRequest`,
-the Defuse steps' settings, :class:`~probe_core.runconfig.CompareConfig`, ...) and starts one of two ways:
+the Defuse steps' settings, :class:`~probe_core.runconfig.CompareRequest`, ...) and starts one of two ways:
 
 - :func:`run_now` runs it in the calling thread (the CLI, the Python API, scripts);
 - :func:`submit` records it and has a launcher start it (the dashboard: a worker process rebuilds

@@ -15,21 +15,15 @@ import os
 from dataclasses import dataclass, fields
 
 from probe_core.errors import ProbeError
-from probe_core.requests import SAMPLE_RANGES
+from probe_core.requests import SAMPLE_RANGES, SETTING_WORDS
 
 MAX_RUNS_ENV = "PROBE_MAX_RUNS"
 MAX_RUNS_PER_PERSON_ENV = "PROBE_MAX_RUNS_PER_PERSON"
 
-# The run settings a signed-in person's request is bounded in: the config key, the bound's field and the words.
-_BOUNDED_SETTINGS = (
-    ("epochs", "epochs", "training epochs"),
-    ("chains", "chains", "chains per target"),
-    ("warmup", "iterations", "warm-up iterations per chain"),
-    ("samples", "iterations", "samples per chain"),
-    ("samples_per_image", "perturbations", "perturbations per image"),
-    ("samples_per_region", "perturbations", "samples per failure region"),
-    ("max_images", "images", "images"),
-)
+# The run settings a signed-in person's request is bounded in: the config key and the bound's field.
+_BOUNDED_SETTINGS = (("epochs", "epochs"), ("chains", "chains"), ("warmup", "iterations"), ("samples", "iterations"),
+                     ("samples_per_image", "perturbations"), ("samples_per_region", "perturbations"),
+                     ("max_images", "images"))
 
 
 @dataclass(frozen=True)
@@ -100,9 +94,9 @@ class ServerLimits:
         ProbeError
             Naming the first setting over its bound and the bound.
         """
-        for key, bound_name, words in _BOUNDED_SETTINGS:
+        for key, bound_name in _BOUNDED_SETTINGS:
             value = config.get(key)
             bound = getattr(self, bound_name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > bound:
-                raise ProbeError(f"this server allows at most {bound:,} {words} in a run, and {value:,} were asked "
-                                 f"for; ask an admin to run it from the command line")
+                raise ProbeError(f"this server allows at most {bound:,} {SETTING_WORDS[key]} in a run, and {value:,} "
+                                 f"were asked for; ask an admin to run it from the command line")

@@ -21,6 +21,13 @@ from probe_core.targets import DEFAULT_SIGMA, Target, TargetSpec
 SAMPLE_RANGES = {"chains": (1, 1024), "warmup": (0, 100_000), "samples": (1, 100_000), "keep_every": (1, 10_000),
                  "independence_moves": (0, 64)}
 
+# How messages name the runs' bounded settings (the sampler's checks and a shared server's limits).
+SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations per chain",
+                 "samples": "samples per chain", "keep_every": "keep-every",
+                 "independence_moves": "independence moves per iteration", "epochs": "training epochs",
+                 "samples_per_image": "perturbations per image", "samples_per_region": "samples per failure region",
+                 "max_images": "images"}
+
 
 @dataclass(frozen=True)
 class SampleRequest:
@@ -133,3 +140,14 @@ def record(config) -> dict:
             value = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
         data[field.name] = list(value) if isinstance(value, tuple) else value
     return data
+
+
+def from_record(request_type: type, data: dict):
+    """The inverse of :func:`record`: ``request_type`` rebuilt from what a run stored (lists become tuples again).
+
+    Keys the type does not know (written by another version) are left out; a record that no longer fits
+    raises ``TypeError`` or :class:`ProbeError`, as the type's own constructor does.
+    """
+    names = {field.name for field in dataclasses.fields(request_type)}
+    return request_type(**{key: tuple(value) if isinstance(value, list) else value
+                           for key, value in data.items() if key in names})

@@ -123,9 +123,9 @@ def flawed_run(trained_workspace):
 
     registry, store = trained_workspace.registry, trained_workspace.store
     flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
-    identify_run, identified = steps.run_step(registry, store, steps.IdentifySettings(
+    identify_run, identified = steps.run_step(registry, store, steps.IdentifyRequest(
         dataset=MISLABELLED, classifier=flawed.id, samples_per_image=200))
-    distill_run, distilled = steps.run_step(registry, store, steps.DistillSettings(
+    distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(
         identify_run=identify_run, max_samples=3000))
     return {"classifier": flawed.id, "identify_run": identify_run, "identified": identified,
             "distill_run": distill_run, "distilled": distilled}
@@ -146,7 +146,7 @@ def regression_suite(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))
     source, _ = review.auto_label(registry, store, distill_run, "default")  # the oracle stands in for people
-    _, corrected = steps.run_step(registry, store, steps.CorrectSettings(
+    _, corrected = steps.run_step(registry, store, steps.CorrectRequest(
         distill_run=distill_run, source=source, lambdas=(1.0,), epochs=2, samples_per_region=64,
         selection="data-and-failures"))
     nines = [row for row in label_table(store, distill_run, names, source)

@@ -1,5 +1,7 @@
 """Compare: two classifiers' high-confidence samples per class on one generator, labelled by hand (Table 3)."""
 
+import dataclasses
+
 import pandas as pd
 import streamlit as st
 import torch
@@ -10,7 +12,8 @@ from probe_core.accounts import Permission
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
-from probe_core.runconfig import CompareConfig, result_of
+from probe_core.requests import SAMPLE_RANGES
+from probe_core.runconfig import CompareRequest, result_of
 
 ws = _ui.workspace()
 st.title("Compare classifiers")
@@ -35,21 +38,23 @@ with st.form("compare-form", enter_to_submit=False):
     first = c1.selectbox("Classifier A", classifiers, index=0, key="compare_a")
     second = c2.selectbox("Classifier B", classifiers, index=1, key="compare_b")
     c3, c4, c5 = st.columns(3)
-    chains = c3.number_input("Chains per class", 2, 128, 8, key="compare_chains")
-    warmup = c4.number_input("Warm-up", 10, 2000, 100, key="compare_warmup")
-    samples = c5.number_input("Samples per chain", 10, 2000, 50, key="compare_samples")
+    defaults = {f.name: f.default for f in dataclasses.fields(CompareRequest)}
+    chains = c3.number_input("Chains per class", *SAMPLE_RANGES["chains"], defaults["chains"], key="compare_chains")
+    warmup = c4.number_input("Warm-up", *SAMPLE_RANGES["warmup"], defaults["warmup"], key="compare_warmup")
+    samples = c5.number_input("Samples per chain", *SAMPLE_RANGES["samples"], defaults["samples"],
+                              key="compare_samples")
     start = st.form_submit_button("Sample both", type="primary")
 if start:
-    if first == second:
-        st.error("Pick two different classifiers.")
+    loaded = _ui.session_model("generator", dataset.name)  # stored by its resolved reference
+    if loaded is None:
+        st.stop()
+    try:
+        request = CompareRequest.build(dataset.name, first, second, loaded.id, chains=int(chains),
+                                       warmup=int(warmup), samples=int(samples))
+    except ProbeError as error:
+        st.error(str(error))
     else:
-        loaded = _ui.session_model("generator", dataset.name)  # stored by its resolved reference
-        if loaded is None:
-            st.stop()
-        generator = loaded.id
-        lifecycle.submit(_ui.job_manager(), CompareConfig(
-            dataset=dataset.name, classifier_a=first, classifier_b=second, generator=generator, chains=int(chains),
-            warmup=int(warmup), samples=int(samples)), ws.registry.data_dir, device=_ui.device())
+        lifecycle.submit(_ui.job_manager(), request, ws.registry.data_dir, device=_ui.device())
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))

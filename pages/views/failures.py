@@ -48,7 +48,7 @@ with st.form("defuse-find", enter_to_submit=False):
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models are checked (and their references resolved) before a run is stored
-        identify = steps.checked_identify_settings(ws.registry, steps.IdentifySettings(
+        identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), **_ui.scaleout()), _ui.device())

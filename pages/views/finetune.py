@@ -54,7 +54,7 @@ if go_button:
         st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
     else:
         try:
-            settings = steps.CorrectSettings(distill_run=distill_run.id, source=source, lambdas=grid,
+            settings = steps.CorrectRequest(distill_run=distill_run.id, source=source, lambdas=grid,
                                                 epochs=int(epochs), samples_per_region=int(per_region),
                                                 executor=_ui.scaleout()["executor"], baseline=baseline_kind,
                                                 selection=selection)
@@ -128,7 +128,7 @@ other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lam
                                                 f"{s['failure_accuracy'] * 100:.1f} %" for s in result.sweep
                                                 if s["lambda"] == v))
 if o2.button("Finetune at this λ", key="finetune_other_start"):
-    steps.submit_step(manager, ws.registry, steps.CorrectSettings(
+    steps.submit_step(manager, ws.registry, steps.CorrectRequest(
         distill_run=distill_run.id, source=result.source, lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
-from probe_core.bayestrex.run import sample
+from probe_core.bayestrex.run import sample_validated
 from probe_core.catalog import load_dataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import training_announcer
-from probe_core.requests import SampleRequest
+from probe_core.requests import SampleRequest, from_record
 from probe_core.targets import TargetSpec
 from probe_core.validation import check_record, checked_models
 
@@ -17,7 +17,8 @@ from probe_core.validation import check_record, checked_models
 def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
                 chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, device: str = "cpu",
                 **sample_kwargs):
-    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background)."""
+    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); its settings are
+    those of a :class:`~probe_core.runconfig.CompareRequest`, checked when it was built."""
 
     def run(context) -> ComparisonResult:
         models = registry.announcing(training_announcer(context))
@@ -36,9 +37,10 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
                 context.report((side + progress.iteration / max(progress.total, 1)) / 2,
                                f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
 
-            result = sample(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
-                            samples=samples, store=context.store, run_id=context.run_id, keep_every=keep_every,
-                            target_index_offset=side * len(names), progress=on_progress, **sample_kwargs)
+            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
+                                      samples=samples, store=context.store, run_id=context.run_id,
+                                      keep_every=keep_every, target_index_offset=side * len(names),
+                                      progress=on_progress, **sample_kwargs)
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
                                 check_record(*checks[0]))
@@ -118,8 +120,7 @@ def sampling_job(registry, device: str = "cpu", **request_fields):
     Returns a :class:`~probe_core.bayestrex.results.SamplingResult`; the run stores it without the
     per-sample records (they are in the store), so it stays small enough for the runs table.
     """
-    request = SampleRequest(**{key: tuple(value) if isinstance(value, list) else value
-                               for key, value in request_fields.items()})
+    request = from_record(SampleRequest, request_fields)
 
     def run(context) -> SamplingResult:
         context.report(0.0, "loading models and starting chains", force=True)

@@ -8,11 +8,13 @@ case; the comparison is labelled by people (:func:`samples_to_label`, :func:`com
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
-from probe_core.bayestrex.run import sample
+from probe_core.bayestrex.run import sample_validated
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
@@ -94,15 +96,15 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     pair, ambiguity matrix, uniform, path); the paper's use case it is (``request.use_case``) is named in the
     result.
 
-    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
+    ``runtime``: :func:`~probe_core.bayestrex.run.sample_validated`'s ``store``, ``run_id``, ``progress``,
     ``should_stop`` and ``shard_progress``.
     """
     request, data = prepared.request, prepared.data
     names = request.class_names
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
     baseline_data = data if names == tuple(data.class_names) else None
-    result = sample(prepared.classifier.module, prepared.generator.module, request.targets, class_names=names,
-                    dataset=baseline_data, **request.sampler_settings(), **runtime)
+    result = sample_validated(prepared.classifier.module, prepared.generator.module, request.targets,
+                              class_names=names, dataset=baseline_data, **request.sampler_settings(), **runtime)
     return SamplingResult.from_record({
         **result, "dataset": request.dataset, "classifier": prepared.classifier.id,
         "generator": prepared.generator.id, "model_checks": prepared.checks,
@@ -273,8 +275,7 @@ def always_ambiguous(registry, dataset: str, generator: str | None = None, **sam
 
 
 def compare_classifiers(registry, store, dataset: str, classifier_a: str, classifier_b: str,
-                        generator: str | None = None, chains: int = 8, warmup: int = 100, samples: int = 50,
-                        keep_every: int = 10, **sample_kwargs) -> int:
+                        generator: str | None = None, **settings) -> int:
     """High-confidence samples per class for two classifiers on one generator (paper Table 3).
 
     Runs ``high:c`` for every class with each classifier and streams the samples into one
@@ -284,20 +285,23 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     each classifier's accuracy on its own confident samples. A run that fails or is
     interrupted is finished as such; its stored samples are kept.
 
+    ``settings``: any of :data:`~probe_core.runconfig.COMPARE_SETTINGS` (defaults and checks:
+    :meth:`~probe_core.runconfig.CompareRequest.build`).
+
     Returns
     -------
     int
         The run id.
     """
     from probe_core.lifecycle import run_now
-    from probe_core.runconfig import CompareConfig
+    from probe_core.runconfig import CompareRequest
 
+    request = CompareRequest.build(dataset, classifier_a, classifier_b, generator, **settings)  # before any training
     # the run stores resolved references (trained first if they are missing defaults)
-    first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in (classifier_a, classifier_b))
-    generator = registry.get_or_train_reference(generator or "default", "generator", dataset).id
-    run_id, _ = run_now(registry, CompareConfig(dataset=dataset, classifier_a=first, classifier_b=second,
-                                                generator=generator, chains=chains, warmup=warmup, samples=samples,
-                                                keep_every=keep_every, **sample_kwargs))
+    first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in request.classifiers)
+    generator = registry.get_or_train_reference(request.generator, "generator", dataset).id
+    run_id, _ = run_now(registry, dataclasses.replace(request, classifier_a=first, classifier_b=second,
+                                                      generator=generator))
     return run_id
 
 

@@ -15,7 +15,7 @@ from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior, is_differentiable
-from probe_core.requests import SAMPLE_RANGES
+from probe_core.requests import SAMPLE_RANGES, SETTING_WORDS
 from probe_core.sampling import (
     BayesTrExPosterior,
     ChainResult,
@@ -69,10 +69,6 @@ def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] 
     return matrix_sampler_defaults(image_shape)
 
 
-_SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations", "samples": "samples per chain",
-                  "keep_every": "keep-every", "independence_moves": "independence moves per iteration"}
-
-
 def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,
                            samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
@@ -88,12 +84,12 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
     for name, value in given.items():
         low, high = SAMPLE_RANGES[name]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ProbeError(f"{_SETTING_WORDS[name]} must be a whole number from {low} to {high}, got {value!r}")
+            raise ProbeError(f"{SETTING_WORDS[name]} must be a whole number from {low} to {high}, got {value!r}")
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
         raise ProbeError(f"sigma must be a positive number (the paper uses 0.05), got {sigma!r}")
 
 
-def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
+def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
            chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES,
            sigma: float = DEFAULT_SIGMA,
            sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
@@ -101,7 +97,9 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
            keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
            shard_progress: Callable | None = None, independence_moves: int = 0) -> dict:
-    """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
+    """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape), trusting the
+    settings: a :class:`~probe_core.requests.SampleRequest`'s were checked when it was built, a shard's by the run
+    that split them. Call :func:`sample`, which checks them first, with settings from anywhere else.
 
     Parameters
     ----------
@@ -145,8 +143,6 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         0 (the default): none. They let chains move between the posterior's modes; README, "Real
         MNIST: the sampler at 28×28", for what they buy.
     """
-    check_sampler_settings(chains=chains, warmup=warmup, samples=samples, sigma=sigma, sampler=sampler,
-                           keep_every=keep_every, independence_moves=independence_moves)
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     if isinstance(spec, str):
@@ -283,6 +279,14 @@ class _CollectedSamples:
         self.rows.extend(rows)
 
 
+def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
+           **settings) -> dict:
+    """:func:`sample_validated` after :func:`check_sampler_settings` (one clear error for a bad setting, before
+    any work). Takes the same arguments."""
+    check_sampler_settings(**settings)
+    return sample_validated(classifier, generator, spec, class_names=class_names, **settings)
+
+
 def sample_shard(models: dict, report: Callable[[float], None], should_stop: Callable[[], bool], *,
                  targets: list[Target], **settings) -> dict:
     """One shard of a sharded :func:`sample` (a :mod:`probe_core.scaleout` shard function).
@@ -290,7 +294,7 @@ def sample_shard(models: dict, report: Callable[[float], None], should_stop: Cal
     Returns ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store.
     """
     kept = _CollectedSamples()
-    result = sample(models["classifier"], models["generator"], targets, store=kept, run_id=0,
+    result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
                     progress=lambda p: report(p.iteration / max(p.total, 1)), should_stop=should_stop, **settings)
     return {"result": result, "rows": kept.rows}
 

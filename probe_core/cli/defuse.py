@@ -35,11 +35,11 @@ def _oracle(option: str) -> str:
     return oracle
 
 
-def _identify_settings(args) -> steps.IdentifySettings:
+def _identify_settings(args) -> steps.IdentifyRequest:
     from probe_core.classes import with_class_map
 
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
-    return steps.IdentifySettings(
+    return steps.IdentifyRequest(
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
@@ -100,7 +100,7 @@ def _print_results(result) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = steps.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+    settings = steps.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
@@ -108,8 +108,8 @@ def _identify(args) -> int:
     return 0
 
 
-def _distill_settings(args, identify_run: int) -> steps.DistillSettings:
-    return steps.DistillSettings(identify_run=identify_run, n_components=args.components,
+def _distill_settings(args, identify_run: int) -> steps.DistillRequest:
+    return steps.DistillRequest(identify_run=identify_run, n_components=args.components,
                                     weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
                                     seed=args.seed)
 
@@ -230,8 +230,8 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     print(format_table(rows, ["image", "training index", "its label", "classifier says", "l2", "l2 to any training"]))
 
 
-def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectSettings:
-    return steps.CorrectSettings(distill_run=distill_run, source=source, rho=args.rho,
+def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectRequest:
+    return steps.CorrectRequest(distill_run=distill_run, source=source, rho=args.rho,
                                     lambdas=tuple(args.lambdas), epochs=args.epochs,
                                     samples_per_region=args.samples_per_region, seed=args.seed,
                                     executor=args.executor, baseline=args.baseline, selection=args.selection)
@@ -263,7 +263,7 @@ def _run_all(args) -> int:
         _oracle(args.auto_label)
     _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
     _distill_settings(args, 0)
-    settings = steps.checked_identify_settings(workspace.registry, _identify_settings(args), args.device,
+    settings = steps.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -15,6 +16,7 @@ from probe_core.bayestrex import (
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
+from probe_core.runconfig import CompareRequest
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import spec_help
@@ -95,19 +97,16 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex import check_sampler_settings, recipes
+    from probe_core.bayestrex import recipes
 
     workspace = workspace_from_args(args)
     registry = workspace.registry.remembering()  # preparation and the run load and check each model once
     if args.recipe == "compare":
-        kwargs = {key: SAMPLER_DEFAULTS[key] if value is None and key in SAMPLER_DEFAULTS else value
-                  for key, value in _given_settings(args).items()}
-        check_sampler_settings(**kwargs)
         if not (args.classifier_a and args.classifier_b):
             raise ProbeError("compare needs --classifier-a and --classifier-b")
         run_id = recipes.compare_classifiers(registry, workspace.store, args.dataset, args.classifier_a,
-                                              args.classifier_b, args.generator, chains=kwargs["chains"],
-                                              warmup=kwargs["warmup"], samples=kwargs["samples"], seed=args.seed)
+                                              args.classifier_b, args.generator, chains=args.chains,
+                                              warmup=args.warmup, samples=args.samples, seed=args.seed)
         to_label = recipes.samples_to_label(workspace.store, run_id)
         print(f"comparison stored as run {run_id}; {len(to_label)} samples to label, e.g.:")
         print(f"  probe label sample {to_label[0]['id']} --annotator YOU --label CLASS_YOU_SEE")
@@ -177,7 +176,10 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                         "data set's default)")
     recipe.add_argument("--generator", help="gan (default, as in the paper) or vae: train the generator the use case "
                         "needs; or a stored generator id or plugin (compare: default, the data set's default)")
-    recipe.add_argument("--classifier-a", help="compare: first classifier")
+    compare_defaults = {f.name: f.default for f in dataclasses.fields(CompareRequest)}
+    recipe.add_argument("--classifier-a", help="compare: first classifier (a comparison's own defaults: "
+                        f"{compare_defaults['chains']} chains per class, {compare_defaults['warmup']} warm-up "
+                        f"iterations, {compare_defaults['samples']} samples per chain)")
     recipe.add_argument("--classifier-b", help="compare: second classifier")
     recipe.add_argument("--run", type=int, help="compare-report: the comparison run")
     _add_sampler_options(recipe)

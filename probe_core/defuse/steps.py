@@ -67,7 +67,7 @@ from probe_core.errors import CancelledError, ProbeError
 from probe_core.validation import checked_models
 from probe_core.lifecycle import JobSpec
 from probe_core.lifecycle import JobContext, JobFunction, run_now, submit, training_announcer
-from probe_core.requests import record
+from probe_core.requests import from_record, record
 from probe_core.scaleout import (
     ShardTask,
     parse_executor,
@@ -78,7 +78,7 @@ from probe_core.scaleout import (
 
 
 @dataclass(frozen=True)
-class IdentifySettings:
+class IdentifyRequest:
     """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
 
     The default noise is ``centered`` with sd 0.15: on digits it found the most
@@ -127,7 +127,7 @@ REAL_SIZE_PERTURBATIONS = 100_000
 DEFAULT_SAMPLES_PER_IMAGE = 500
 
 
-def sized_identification(settings: IdentifySettings, dataset: ImageDataset) -> tuple[IdentifySettings, str | None]:
+def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tuple[IdentifyRequest, str | None]:
     """The settings with the images and perturbations chosen from the data's size, and a note saying so.
 
     Images of 32x32 and up, with no ``max_images`` given: at most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q
@@ -148,8 +148,8 @@ def sized_identification(settings: IdentifySettings, dataset: ImageDataset) -> t
     return replace(settings, samples_per_image=per_image, max_images=images), note
 
 
-def checked_identify_settings(registry, settings: IdentifySettings, device: str = "cpu",
-                              train_missing: bool = False) -> IdentifySettings:
+def checked_identify_request(registry, settings: IdentifyRequest, device: str = "cpu",
+                              train_missing: bool = False) -> IdentifyRequest:
     """The settings with the classifier and VAE resolved to stored references, loading both first.
 
     Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
@@ -174,7 +174,7 @@ def checked_identify_settings(registry, settings: IdentifySettings, device: str 
 
 
 @dataclass(frozen=True)
-class DistillSettings:
+class DistillRequest:
     """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
 
     kind: ClassVar[str] = DISTILL
@@ -208,7 +208,7 @@ BASELINES = {
 
 
 @dataclass(frozen=True)
-class CorrectSettings:
+class CorrectRequest:
     """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
 
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
@@ -253,9 +253,9 @@ class CorrectSettings:
                              f"{', '.join(SELECTION_RULES)}")
 
 
-def identify_job(registry, settings: IdentifySettings, device: str = "cpu") -> JobFunction:
+def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
     """Identification as a job: failures are streamed into the run as each batch is done."""
-    settings = _settings(IdentifySettings, settings)
+    settings = _settings(IdentifyRequest, settings)
 
     def run(context: JobContext) -> IdentificationResult:
         started = time.perf_counter()
@@ -328,7 +328,7 @@ def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, l
     return found.as_arrays()
 
 
-def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifySettings, classifier, vae,
+def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifyRequest, classifier, vae,
                         images, labels, ids: dict):
     """Identification with the training images split into shards run by ``executor``; each shard's failures are
     stored as it ends. A result with ``not_done`` lists the image ranges of shards that failed."""
@@ -365,9 +365,9 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
     return found, outcome.not_done(tasks)
 
 
-def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> JobFunction:
+def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:
     """Distillation as a job: clusters to the store with their description and review statistics."""
-    settings = _settings(DistillSettings, settings)
+    settings = _settings(DistillRequest, settings)
 
     def run(context: JobContext) -> DistillationResult:
         started = time.perf_counter()
@@ -398,9 +398,9 @@ def distill_job(registry, settings: DistillSettings, device: str = "cpu") -> Job
     return run
 
 
-def correct_job(registry, settings: CorrectSettings, device: str = "cpu") -> JobFunction:
+def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobFunction:
     """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
-    settings = _settings(CorrectSettings, settings)
+    settings = _settings(CorrectRequest, settings)
 
     def run(context: JobContext) -> CorrectionResult:
         started = time.perf_counter()
@@ -490,7 +490,7 @@ def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
 
 
 @torch.no_grad()
-def _baseline_failures(store, vae, settings: CorrectSettings, dataset: ImageDataset) -> LabelledImages:
+def _baseline_failures(store, vae, settings: CorrectRequest, dataset: ImageDataset) -> LabelledImages:
     """D_f of the baseline (:data:`BASELINES`)."""
     if settings.baseline == "labelled-images":
         chosen = labelled_review_failures(store, settings.distill_run, dataset.class_names, settings.source,
@@ -528,12 +528,12 @@ def submit_step(manager, registry, settings, device: str = "cpu") -> int:
 
 
 def _step(settings):
-    if not isinstance(settings, (IdentifySettings, DistillSettings, CorrectSettings)):
+    if not isinstance(settings, (IdentifyRequest, DistillRequest, CorrectRequest)):
         raise ProbeError(f"not a Defuse step's settings: {type(settings).__name__}")
     return settings
 
 
-def submit_find_failures(manager, registry, identify: IdentifySettings, distill: dict | None = None,
+def submit_find_failures(manager, registry, identify: IdentifyRequest, distill: dict | None = None,
                          device: str = "cpu") -> int:
     """Start identification then distillation in the background (the Failures page's one button)."""
     job = JobSpec(f"{__name__}:find_failures_job", {"identify": record(identify), "distill": distill,
@@ -542,7 +542,7 @@ def submit_find_failures(manager, registry, identify: IdentifySettings, distill:
 
 
 @dataclass(frozen=True)
-class EmbeddingSettings:
+class EmbeddingRequest:
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
 
     kind: ClassVar[str] = EMBEDDING
@@ -556,7 +556,7 @@ class EmbeddingSettings:
 
 def submit_embedding(manager, registry, distill_run: int) -> int:
     """Compute (and cache) a distillation run's failure map in the background."""
-    return submit(manager, EmbeddingSettings(distill_run), registry.data_dir)
+    return submit(manager, EmbeddingRequest(distill_run), registry.data_dir)
 
 
 def embedding_job(registry, distill_run: int, device: str = "cpu") -> JobFunction:
@@ -572,18 +572,18 @@ def embedding_job(registry, distill_run: int, device: str = "cpu") -> JobFunctio
 
 def _settings(cls, value):
     """Settings given as the dataclass or as its JSON dict (a job rebuilt in a worker process)."""
-    return cls(**value) if isinstance(value, dict) else value
+    return from_record(cls, value) if isinstance(value, dict) else value
 
 
-def find_failures_job(registry, identify: IdentifySettings, distill: dict | None = None,
+def find_failures_job(registry, identify: IdentifyRequest, distill: dict | None = None,
                       device: str = "cpu") -> JobFunction:
     """Identification followed by distillation (the dashboard's one button).
 
     The distillation is its own ``defuse-distill`` run, started when identification
     ends; its id is in this run's result (``distill_run``). ``distill`` holds
-    :class:`DistillSettings` fields other than ``identify_run``.
+    :class:`DistillRequest` fields other than ``identify_run``.
     """
-    identify = _settings(IdentifySettings, identify)
+    identify = _settings(IdentifyRequest, identify)
     identify_fn = identify_job(registry, identify, device)
 
     def run(context: JobContext) -> IdentificationResult:
@@ -592,7 +592,7 @@ def find_failures_job(registry, identify: IdentifySettings, distill: dict | None
         result = identify_fn(context)
         if result.failures < 2:
             return result
-        settings = DistillSettings(identify_run=context.run_id, **(distill or {}))
+        settings = DistillRequest(identify_run=context.run_id, **(distill or {}))
         # identification is finished; the distillation run's progress is its own
         context.store.update_run(context.run_id, 1.0, "identified; distilling",
                                  {**result.to_record(), "distilling": True})

@@ -28,7 +28,7 @@ class IdentifyResult:
     Attributes
     ----------
     run_id : int
-    request : IdentifySettings
+    request : IdentifyRequest
         With the classifier's and VAE's stored references.
     failures : FailureSet
         ``latents`` (N, D), ``images`` (N, C, H, W) uint8, ``true_labels`` and ``predictions`` (N,),
@@ -147,14 +147,14 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
 
     ``classifier`` and ``vae`` are references or in-memory modules, ``dataset`` a name or ``(x, y)`` arrays,
     as in :func:`probe_core.api.sample` (``class_names``, ``input_shape``). ``settings`` are
-    :class:`~probe_core.defuse.steps.IdentifySettings` fields (``samples_per_image``, ``max_per_image``,
+    :class:`~probe_core.defuse.steps.IdentifyRequest` fields (``samples_per_image``, ``max_per_image``,
     ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``). A missing default model
     is trained first (announced); the classifier is checked on the data first.
     """
     from probe_core.api import open_workspace
     from probe_core.classes import with_class_map
     from probe_core.defuse.queries import failures_of
-    from probe_core.defuse.steps import IdentifySettings, checked_identify_settings
+    from probe_core.defuse.steps import IdentifyRequest, checked_identify_request
     from probe_core.catalog import load_dataset
     from probe_core.kept import references
 
@@ -163,7 +163,7 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
-    request = checked_identify_settings(space.registry, IdentifySettings(dataset=dataset, classifier=reference,
+    request = checked_identify_request(space.registry, IdentifyRequest(dataset=dataset, classifier=reference,
                                                                          vae=vae, **settings),
                                         device, train_missing=True)
     run_id, outcome = run_now(space.registry, request, device=device,
@@ -176,15 +176,15 @@ def distill(identified, *, workspace=None, device: str = "auto", progress: bool 
     """Cluster an identification's failures (Dirichlet-process GMM) into failure regions to label.
 
     ``identified``: an :class:`IdentifyResult` or its run id; ``settings``:
-    :class:`~probe_core.defuse.steps.DistillSettings` fields (``n_components``, ``weight_threshold``, ``tau``...).
+    :class:`~probe_core.defuse.steps.DistillRequest` fields (``n_components``, ``weight_threshold``, ``tau``...).
     """
     from probe_core.api import open_workspace
-    from probe_core.defuse.steps import DistillSettings
+    from probe_core.defuse.steps import DistillRequest
 
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
-    run_id, _ = run_now(space.registry, DistillSettings(identify_run=_run_id(identified), **settings), device=device,
+    run_id, _ = run_now(space.registry, DistillRequest(identify_run=_run_id(identified), **settings), device=device,
                         progress_bar="distilling" if progress else None)
     return _report(space, run_id, HUMAN)
 
@@ -237,16 +237,16 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     Defuse and baseline accuracies and ``corrected_model`` the new classifier's id.
 
     ``source``: whose labels (default: those of the report passed in, else ``human``); ``settings``:
-    :class:`~probe_core.defuse.steps.CorrectSettings` fields (``lambdas``, ``epochs``, ``selection``...).
+    :class:`~probe_core.defuse.steps.CorrectRequest` fields (``lambdas``, ``epochs``, ``selection``...).
     """
     from probe_core.api import open_workspace
-    from probe_core.defuse.steps import CorrectSettings
+    from probe_core.defuse.steps import CorrectRequest
 
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
     source = source or getattr(distilled, "source", HUMAN)
     distill_run = _run_id(distilled)
-    correct_run, _ = run_now(space.registry, CorrectSettings(distill_run=distill_run, source=source, **settings),
+    correct_run, _ = run_now(space.registry, CorrectRequest(distill_run=distill_run, source=source, **settings),
                              device=device, progress_bar="finetuning" if progress else None)
     return _report(space, distill_run, source, correct_run)

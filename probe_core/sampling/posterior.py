@@ -13,6 +13,7 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch
 
@@ -40,7 +41,7 @@ class BayesTrExPosterior:
     def __init__(self, classifier: nn.Module, generator: nn.Module, targets: TargetBatch,
                  sigma: float = DEFAULT_SIGMA) -> None:
         if not sigma > 0:
-            raise ValueError(f"sigma must be positive, got {sigma}")
+            raise ProbeError(f"sigma must be positive, got {sigma}")
         self.classifier = classifier.eval()
         self.generator = generator.eval()
         self.targets = targets

@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import torch
 
+from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior
 from probe_core.sampling import adaptation, hmc, imh, rwm
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
@@ -88,15 +89,15 @@ class SamplerConfig:
 
     def __post_init__(self) -> None:
         if self.num_warmup < 0 or self.num_samples < 1:
-            raise ValueError("num_warmup must be >= 0 and num_samples >= 1")
+            raise ProbeError("num_warmup must be >= 0 and num_samples >= 1")
         if self.init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES}, got {self.init!r}")
+            raise ProbeError(f"init must be one of {INIT_MODES}, got {self.init!r}")
         if not 0 < self.target_accept < 1:
-            raise ValueError("target_accept must be in (0, 1)")
+            raise ProbeError("target_accept must be in (0, 1)")
         if self.max_integration_steps is not None and self.max_integration_steps < 1:
-            raise ValueError("max_integration_steps must be >= 1")
+            raise ProbeError("max_integration_steps must be >= 1")
         if self.independence_moves < 0:
-            raise ValueError("independence_moves must be >= 0")
+            raise ProbeError("independence_moves must be >= 0")
 
 
 @dataclass
@@ -517,7 +518,7 @@ def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_sam
     from pyro.infer import MCMC, NUTS
 
     if posterior.num_chains != 1:
-        raise ValueError("the Pyro NUTS reference runs one chain; use posterior.for_target(target)")
+        raise ProbeError("the Pyro NUTS reference runs one chain; use posterior.for_target(target)")
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)

@@ -11,6 +11,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from probe_core.errors import ProbeError
+
 # logdensity_fn(z (B, D)) -> (logp (B,), aux (B, ...))
 LogDensity = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
 Proposal = Callable[[torch.Generator, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
@@ -93,9 +95,9 @@ class CategoricalResampleProposal:
 
     def __init__(self, dims: Sequence[int], num_categories: Sequence[int], rate: float = 0.2) -> None:
         if len(dims) != len(num_categories):
-            raise ValueError("dims and num_categories must have the same length")
+            raise ProbeError("dims and num_categories must have the same length")
         if not 0 < rate <= 1:
-            raise ValueError(f"rate must be in (0, 1], got {rate}")
+            raise ProbeError(f"rate must be in (0, 1], got {rate}")
         self.dims = list(dims)
         self.num_categories = torch.tensor(list(num_categories), dtype=torch.float32)
         self.rate = rate

@@ -54,7 +54,7 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
     from probe_core.lifecycle import run_inline
 
     store = trained_workspace.store
-    settings = steps.IdentifySettings(samples_per_image=100, noise_scale=0.5, max_images=200)
+    settings = steps.IdentifyRequest(samples_per_image=100, noise_scale=0.5, max_images=200)
     job = steps.identify_job(trained_workspace.registry, settings)
     reports = []
 
@@ -111,7 +111,7 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     assert all(w["labelled_per"] == "image" and w["images_labelled"] == label_tools.REVIEW_IMAGES for w in written)
     assert label_tools.cluster_label_table(store, distill_run, names) == human_view  # oracle labels stay apart
     # Model Probe's earlier selection rule (it looks at failure-region validation samples); the paper's is below
-    run_id, result = steps.run_step(registry, store, steps.CorrectSettings(
+    run_id, result = steps.run_step(registry, store, steps.CorrectRequest(
         distill_run=distill_run, source=source, lambdas=(0.01, 1.0, 10.0), samples_per_region=128,
         selection="data-and-failures"))
     assert result.selection["rule"] == "data-and-failures"
@@ -151,7 +151,7 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
 def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
     source, _ = defuse_review.auto_label(registry, store, flawed_run["distill_run"], "default")
-    _, result = steps.run_step(registry, store, steps.CorrectSettings(
+    _, result = steps.run_step(registry, store, steps.CorrectRequest(
         distill_run=flawed_run["distill_run"], source=source, lambdas=(0.1, 1.0), epochs=1, samples_per_region=32,
         baseline="cluster-labels"))
     assert result.selection["rule"] == "data"  # the paper's: accuracy on the original data alone
@@ -162,14 +162,14 @@ def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawe
     assert result.results["baseline"]["kind"] == "cluster-labels"
     assert result.baseline_failures == len(in_regions["labels"])
     with pytest.raises(ProbeError, match="unknown baseline"):
-        steps.CorrectSettings(distill_run=1, baseline="adversarial")
+        steps.CorrectRequest(distill_run=1, baseline="adversarial")
 
 
 def test_correction_without_usable_labels_says_what_to_do(trained_workspace, flawed_run):
     # a label source nobody has used yet (other tests label this run as humans and as an oracle)
     with pytest.raises(ProbeError, match="label clusters first"):
         steps.run_step(trained_workspace.registry, trained_workspace.store,
-                          steps.CorrectSettings(distill_run=flawed_run["distill_run"], source="oracle:nobody"))
+                          steps.CorrectRequest(distill_run=flawed_run["distill_run"], source="oracle:nobody"))
 
 
 def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):

@@ -100,6 +100,24 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
     assert len(loads) == 2
 
 
+def test_a_sharded_request_checks_its_settings_once(trained_workspace, monkeypatch):
+    from probe_core.bayestrex import run
+    from probe_core.bayestrex.recipes import prepare_sample, probe_target
+    from probe_core.validation import sample_request
+
+    checks = []
+    original = run.check_sampler_settings
+    monkeypatch.setattr(run, "check_sampler_settings", lambda **settings: (checks.append(settings),
+                                                                           original(**settings))[1])
+    registry = trained_workspace.registry.remembering()
+    request = sample_request(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
+    result = probe_target(prepare_sample(registry, request))
+    assert len(checks) == 1  # when the request was built; neither the run nor its two shards check again
+    assert [entry["target_index"] for entry in result.targets] == [0, 1]
+    with pytest.raises(ProbeError, match="chains per target"):
+        run.sample(None, None, "high:3", class_names=("a", "b"), chains=0)  # the public function checks first
+
+
 def test_registry_variants_and_metrics(trained_workspace):
     registry = trained_workspace.registry
     models = {m["kind"]: m for m in registry.list(dataset="digits")}

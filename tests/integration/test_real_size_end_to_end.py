@@ -56,7 +56,7 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
 
 def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.defuse.steps import IdentifySettings, REAL_SIZE_PERTURBATIONS, sized_identification
+    from probe_core.defuse.steps import IdentifyRequest, REAL_SIZE_PERTURBATIONS, sized_identification
     from probe_core.models import ModelSpec
     from probe_core.workspace import Workspace
 
@@ -64,7 +64,7 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
     dataset = Workspace(tmp_path / "ws").registry.dataset(reference)
     spec = ModelSpec(dataset=reference, kind="classifier").resolved(dataset)
     assert "ResNetClassifier" in spec.describe_recipe() and "augmentation" in spec.describe_recipe()
-    sized, note = sized_identification(IdentifySettings(dataset=reference), dataset)
+    sized, note = sized_identification(IdentifyRequest(dataset=reference), dataset)
     assert sized.max_images * sized.samples_per_image <= REAL_SIZE_PERTURBATIONS and "chosen from the data" in note
-    given, none = sized_identification(IdentifySettings(dataset=reference, max_images=5), dataset)
+    given, none = sized_identification(IdentifyRequest(dataset=reference, max_images=5), dataset)
     assert given.max_images == 5 and none is None  # the user's choice stands

@@ -86,7 +86,7 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
     registry, store = trained_workspace.registry, trained_workspace.store
     identified = {}
     for executor in ("local", "ray"):
-        run_id, result = steps.run_step(registry, store, steps.IdentifySettings(
+        run_id, result = steps.run_step(registry, store, steps.IdentifyRequest(
             dataset=MISLABELLED, classifier=flawed_run["classifier"], samples_per_image=60, max_images=150,
             shards=3, executor=executor))
         identified[executor] = (result, failures_of(store, run_id))
@@ -99,7 +99,7 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
     source, _ = review.auto_label(registry, store, flawed_run["distill_run"], "default")
     swept = {}
     for executor in ("local", "ray"):
-        _, result = steps.run_step(registry, store, steps.CorrectSettings(
+        _, result = steps.run_step(registry, store, steps.CorrectRequest(
             distill_run=flawed_run["distill_run"], source=source, lambdas=(0.5, 5.0), epochs=1,
             samples_per_region=64, executor=executor))
         swept[executor] = result

@@ -4,11 +4,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe_core.defuse.steps import CorrectSettings, IdentifySettings
+from probe_core.defuse.steps import CorrectRequest, IdentifyRequest
 from probe_core.requests import SampleRequest
 from probe_core.lifecycle import job_spec
 from probe_core.requests import record
-from probe_core.runconfig import CompareConfig, TrainConfig, config_of
+from probe_core.runconfig import CompareRequest, TrainRequest, config_of
 
 DIGITS = tuple(str(i) for i in range(10))
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -20,10 +20,10 @@ def _stored(config):
 
 def test_every_kind_reads_back_as_its_dataclass():
     configs = [SampleRequest(dataset="digits", target="path:3->8:5", class_names=DIGITS, classifier="c", generator="g", chains=7),
-               CompareConfig(dataset="digits", classifier_a="a", classifier_b="b"),
-               TrainConfig(dataset="digits", specs=({"dataset": "digits", "kind": "vae"},), purpose="defaults"),
-               IdentifySettings(dataset="digits", samples_per_image=20),
-               CorrectSettings(distill_run=4, lambdas=(0.5, 1.0))]
+               CompareRequest(dataset="digits", classifier_a="a", classifier_b="b"),
+               TrainRequest(dataset="digits", specs=({"dataset": "digits", "kind": "vae"},), purpose="defaults"),
+               IdentifyRequest(dataset="digits", samples_per_image=20),
+               CorrectRequest(distill_run=4, lambdas=(0.5, 1.0))]
     for config in configs:
         assert config_of(_stored(config)) == config
 
