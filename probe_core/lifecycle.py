@@ -1,7 +1,9 @@
 """A run's life in one place: how it starts, its context (progress, cancellation) and how it ends.
 
-Every run kind has a typed request (:class:`RunRequest`: :class:`~probe_core.requests.SampleRequest`,
-the Defuse steps' settings, :class:`~probe_core.runconfig.CompareRequest`, ...) and starts one of two ways:
+Every run kind is declared with :func:`run_kind` next to its domain code: a typed request (:class:`RunRequest`:
+:class:`~probe_core.requests.SampleRequest`, the Defuse steps' requests,
+:class:`~probe_core.bayestrex.compare.CompareRequest`, ...) and the typed result its job returns. A run starts
+one of two ways:
 
 - :func:`run_now` runs it in the calling thread (the CLI, the Python API, scripts);
 - :func:`submit` records it and has a launcher start it (the dashboard: a worker process rebuilds
@@ -29,7 +31,7 @@ from typing import Callable, ClassVar, Protocol
 from probe_core.accounts import check_run_starter, local_owner
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.limits import ServerLimits
-from probe_core.requests import record
+from probe_core.requests import from_record, record
 from probe_core.store import Store
 
 log = logging.getLogger(__name__)
@@ -284,6 +286,70 @@ class RunRequest(Protocol):
 
     def job_arguments(self) -> dict:
         ...
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """A kind of run, declared next to its domain code with :func:`run_kind`.
+
+    Parameters
+    ----------
+    name : str
+        The kind the runs table stores (the request's and the result's ``kind``).
+    request_type : type
+        The frozen request dataclass (a :class:`RunRequest`): what the run was asked, stored as its
+        :func:`~probe_core.requests.record` and rebuilt with :func:`~probe_core.requests.from_record`.
+    result_type : type
+        The typed result its job returns (a :class:`StoredResult`).
+    """
+
+    name: str
+    request_type: type
+    result_type: type
+
+    def request_of(self, run):
+        """The run's request as ``request_type``; None if it was stored by a version it no longer fits."""
+        try:
+            return from_record(self.request_type, run.config)
+        except (TypeError, ProbeError):
+            return None
+
+    def result_of(self, run):
+        """The run's result as ``result_type``; None while it has none, or if stored by a version it no longer
+        fits."""
+        if not run.result:
+            return None
+        try:
+            return self.result_type.from_record(run.result)
+        except TypeError:  # stored by an older version, without a field this one needs
+            return None
+
+
+# Every kind declared so far, by name (filled as the modules declaring them are imported;
+# probe_core.runconfig imports all of the product's).
+RUN_KINDS: dict[str, RunKind] = {}
+
+
+def run_kind(result_type: type) -> Callable[[type], type]:
+    """Declare a request type as a run kind whose job returns ``result_type`` (a class decorator).
+
+    Raises
+    ------
+    ProbeError
+        If the request and the result name different kinds, or another request type already has the kind.
+    """
+    def declare(request_type: type) -> type:
+        name = request_type.kind
+        if getattr(result_type, "kind", None) != name:
+            raise ProbeError(f"{request_type.__name__} is the run kind {name!r} but {result_type.__name__} is "
+                             f"{getattr(result_type, 'kind', None)!r}")
+        known = RUN_KINDS.get(name)
+        if known is not None and known.request_type.__qualname__ != request_type.__qualname__:
+            raise ProbeError(f"the run kind {name!r} is already {known.request_type.__name__}'s")
+        RUN_KINDS[name] = RunKind(name, request_type, result_type)
+        return request_type
+
+    return declare
 
 
 def job_spec(request: RunRequest, data_dir: str | None = None, device: str = "cpu") -> JobSpec:

@@ -35,7 +35,7 @@ from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, clus
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
 from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_now, submit
+from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind, run_now, submit
 from probe_core.reports import suite_html_report
 
 REGION = "defuse-region"
@@ -201,6 +201,7 @@ def regressions(score: ScoreResult, min_accuracy: float = DEFAULT_MIN_ACCURACY, 
     return failed
 
 
+@run_kind(ScoreResult)
 @dataclass(frozen=True)
 class ScoreRequest:
     """Score a classifier on a regression suite: its scores are stored with the suite's version.

@@ -13,7 +13,8 @@ from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
 from probe_core.requests import SAMPLE_RANGES
-from probe_core.runconfig import CompareRequest, result_of
+from probe_core.bayestrex.compare import CompareRequest
+from probe_core.runconfig import result_of
 
 ws = _ui.workspace()
 st.title("Compare classifiers")

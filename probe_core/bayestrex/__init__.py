@@ -6,12 +6,13 @@
 - :mod:`~probe_core.bayestrex.summary`: Table 2 figures, the test-set baseline, status, what to show;
 - :mod:`~probe_core.bayestrex.recipes`: the paper's use cases (misclassification, novel class,
   classifier comparison with human labels);
-- :mod:`~probe_core.bayestrex.jobs`: sampling and comparison as background jobs, with the live trace.
+- :mod:`~probe_core.bayestrex.jobs`: sampling as a run kind (a background job with the live trace);
+- :mod:`~probe_core.bayestrex.compare`: the classifier comparison's run kind.
 """
 
+from probe_core.bayestrex.compare import CompareRequest, compare_job
 from probe_core.bayestrex.jobs import (
     LiveTrace,
-    compare_job,
     sampling_job,
 )
 from probe_core.bayestrex.recipes import (
@@ -65,6 +66,7 @@ __all__ = [
     "best_hit_per_target",
     "best_samples",
     "check_sampler_settings",
+    "CompareRequest",
     "compare_classifiers",
     "compare_job",
     "comparison_table",

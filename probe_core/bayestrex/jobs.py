@@ -1,51 +1,17 @@
-"""Bayes-TrEx as background jobs: sampling with the live trace the Probe page draws, and the comparison.
+"""Bayes-TrEx sampling as a run kind: a :class:`~probe_core.requests.SampleRequest` runs as a job that streams
+samples and the live trace the Probe page draws. (The comparison's run kind is in
+:mod:`probe_core.bayestrex.compare`.)
 """
 
 from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
-from probe_core.bayestrex.results import ComparisonResult, SamplingResult
-from probe_core.bayestrex.run import sample_validated
-from probe_core.catalog import load_dataset
-from probe_core.errors import CancelledError, ProbeError
-from probe_core.lifecycle import training_announcer
+from probe_core.bayestrex.results import SamplingResult
+from probe_core.errors import CancelledError
+from probe_core.lifecycle import run_kind, training_announcer
 from probe_core.requests import SampleRequest, from_record
-from probe_core.targets import TargetSpec
-from probe_core.validation import check_record, checked_models
 
-
-def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
-                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, device: str = "cpu",
-                **sample_kwargs):
-    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); its settings are
-    those of a :class:`~probe_core.runconfig.CompareRequest`, checked when it was built."""
-
-    def run(context) -> ComparisonResult:
-        models = registry.announcing(training_announcer(context))
-        data = load_dataset(dataset, models.data_dir)
-        gen = models.get_or_train_reference(generator or "default", "generator", dataset, device=device)
-        sides = [models.get_or_train_reference(ref, "classifier", dataset, device=device)
-                 for ref in (classifier_a, classifier_b)]
-        names = tuple(sides[0].class_names)  # both matched to the data set's classes by name, in its order
-        if tuple(sides[1].class_names) != names:
-            raise ProbeError("both classifiers must have the same classes to be compared")
-        checks = [checked_models(clf, data, gen if side == 0 else None) for side, clf in enumerate(sides)]
-        spec = TargetSpec.join([TargetSpec.high(names, c) for c in range(len(names))])
-        summaries = []
-        for side, clf in enumerate(sides):
-            def on_progress(progress, side=side) -> None:
-                context.report((side + progress.iteration / max(progress.total, 1)) / 2,
-                               f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
-
-            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
-                                      samples=samples, store=context.store, run_id=context.run_id,
-                                      keep_every=keep_every, target_index_offset=side * len(names),
-                                      progress=on_progress, **sample_kwargs)
-            summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
-        return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
-                                check_record(*checks[0]))
-
-    return run
+run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.requests, below the domains
 
 
 class LiveTrace:

@@ -15,7 +15,7 @@ import numpy as np
 from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingResult
 from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction, submit
+from probe_core.lifecycle import JobContext, JobFunction, run_kind, submit
 
 ARRAYS = "latent-map"
 
@@ -60,6 +60,7 @@ def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 200
     return result
 
 
+@run_kind(LatentMapResult)
 @dataclass(frozen=True)
 class LatentMapRequest:
     """Map a finished sampling run's hits among prior draws (cached with that run)."""

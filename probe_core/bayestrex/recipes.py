@@ -13,6 +13,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample_validated
 from probe_core.catalog import load_dataset
@@ -285,8 +286,8 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     each classifier's accuracy on its own confident samples. A run that fails or is
     interrupted is finished as such; its stored samples are kept.
 
-    ``settings``: any of :data:`~probe_core.runconfig.COMPARE_SETTINGS` (defaults and checks:
-    :meth:`~probe_core.runconfig.CompareRequest.build`).
+    ``settings``: any of :data:`~probe_core.bayestrex.compare.COMPARE_SETTINGS` (defaults and checks:
+    :meth:`~probe_core.bayestrex.compare.CompareRequest.build`).
 
     Returns
     -------
@@ -294,7 +295,6 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
         The run id.
     """
     from probe_core.lifecycle import run_now
-    from probe_core.runconfig import CompareRequest
 
     request = CompareRequest.build(dataset, classifier_a, classifier_b, generator, **settings)  # before any training
     # the run stores resolved references (trained first if they are missing defaults)

@@ -16,7 +16,7 @@ from probe_core.bayestrex import (
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
-from probe_core.runconfig import CompareRequest
+from probe_core.bayestrex.compare import CompareRequest
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import spec_help

@@ -65,8 +65,7 @@ from probe_core.defuse.results import (
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.validation import checked_models
-from probe_core.lifecycle import JobSpec
-from probe_core.lifecycle import JobContext, JobFunction, run_now, submit, training_announcer
+from probe_core.lifecycle import JobContext, JobFunction, JobSpec, run_kind, run_now, submit, training_announcer
 from probe_core.requests import from_record, record
 from probe_core.scaleout import (
     ShardTask,
@@ -77,6 +76,7 @@ from probe_core.scaleout import (
 )
 
 
+@run_kind(IdentificationResult)
 @dataclass(frozen=True)
 class IdentifyRequest:
     """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
@@ -173,6 +173,7 @@ def checked_identify_request(registry, settings: IdentifyRequest, device: str = 
     return replace(settings, classifier=classifier.id, vae=vae.id)
 
 
+@run_kind(DistillationResult)
 @dataclass(frozen=True)
 class DistillRequest:
     """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
@@ -207,6 +208,7 @@ BASELINES = {
 }
 
 
+@run_kind(CorrectionResult)
 @dataclass(frozen=True)
 class CorrectRequest:
     """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
@@ -541,6 +543,7 @@ def submit_find_failures(manager, registry, identify: IdentifyRequest, distill: 
     return manager.submit(IDENTIFY, record(identify), job)
 
 
+@run_kind(EmbeddingResult)
 @dataclass(frozen=True)
 class EmbeddingRequest:
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""

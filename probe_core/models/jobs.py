@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from probe_core.catalog import load_dataset
-from probe_core.lifecycle import JobContext, JobFunction, StoredResult
+from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind
 from probe_core.models.registry import ModelSpec
 
 
@@ -17,6 +17,27 @@ class TrainingResult(StoredResult):
     kind: ClassVar[str] = "train"
 
     models: list[str]
+
+
+@run_kind(TrainingResult)
+@dataclass(frozen=True)
+class TrainRequest:
+    """Training zoo models in order: ``specs`` are :class:`~probe_core.models.ModelSpec` fields as dicts.
+
+    ``purpose`` says why (``defaults`` of ``dataset``, or ``custom``); two configs with the same
+    fields are the same training, so a second tab asking for it joins the first.
+    """
+
+    kind: ClassVar[str] = TrainingResult.kind
+    builder: ClassVar[str] = "probe_core.models.jobs:training_job"
+
+    dataset: str
+    specs: tuple[dict, ...] = field(default_factory=tuple)
+    purpose: str = "custom"
+    device: str = "cpu"
+
+    def job_arguments(self) -> dict:
+        return {"specs": [dict(s) for s in self.specs], "device": self.device}
 
 
 def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:

@@ -8,7 +8,9 @@ from probe_core.defuse.steps import CorrectRequest, IdentifyRequest
 from probe_core.requests import SampleRequest
 from probe_core.lifecycle import job_spec
 from probe_core.requests import record
-from probe_core.runconfig import CompareRequest, TrainRequest, config_of
+from probe_core.bayestrex.compare import CompareRequest
+from probe_core.models.jobs import TrainRequest
+from probe_core.runconfig import config_of
 
 DIGITS = tuple(str(i) for i in range(10))
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -34,9 +36,13 @@ def test_every_run_kind_has_a_typed_result_that_reads_back_from_its_record():
     from probe_core.bayestrex.results import ComparisonResult, SamplingResult
     from probe_core.defuse.results import CorrectionResult, DistillationResult, IdentificationResult
     from probe_core.lifecycle import stored_result
-    from probe_core.runconfig import RESULT_TYPES, RUN_CONFIGS, result_of
+    from probe_core.lifecycle import RUN_KINDS
+    from probe_core.runconfig import result_of
 
-    assert set(RUN_CONFIGS) <= set(RESULT_TYPES)  # each run kind returns a typed result, not a dict
+    assert {"sample", "compare", "train", "defuse-identify", "defuse-distill", "defuse-correct", "defuse-embedding",
+            "suite-score", "latent-map"} <= set(RUN_KINDS)
+    for name, kind in RUN_KINDS.items():  # each run kind returns a typed result, not a dict
+        assert kind.request_type.kind == kind.result_type.kind == name
     target = {"spec": "high:3", "description": "high confidence in 3", "failed": False, "hit_rate": 0.5,
               "summary": {"hits": 5, "kept": 10}, "samples": [{"z": [0.0]}]}
     examples = [
@@ -75,6 +81,74 @@ def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
     assert config_of(SimpleNamespace(kind="defuse-embedding-v0", config={})) is None
     assert config_of(SimpleNamespace(kind="sample", config={"recipe": "novel-class", "dataset": "digits"})) is None
+
+
+TOY_RUN_KIND = '''
+"""A toy run kind, the whole of it in one file: how many training images of one class a data set has."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+from probe_core.catalog import load_dataset
+from probe_core.lifecycle import StoredResult, run_kind
+
+
+@dataclass(frozen=True)
+class CountResult(StoredResult):
+    kind: ClassVar[str] = "toy-count"
+
+    count: int
+
+
+@run_kind(CountResult)
+@dataclass(frozen=True)
+class CountRequest:
+    kind: ClassVar[str] = "toy-count"
+    builder: ClassVar[str] = "toy_run_kind:count_job"
+
+    dataset: str
+    label: int
+
+    def job_arguments(self):
+        return {"dataset": self.dataset, "label": self.label}
+
+
+def count_job(registry, dataset, label, device="cpu"):
+    def run(context):
+        context.report(0.5, "counting")
+        return CountResult(int((load_dataset(dataset, registry.data_dir).train_labels == label).sum()))
+
+    return run
+'''
+
+
+def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from probe_core.catalog import load_dataset
+    from probe_core.errors import ProbeError
+    from probe_core.lifecycle import RUN_KINDS, run_kind, run_now
+    from probe_core.runconfig import result_of
+    from probe_core.workspace import Workspace
+
+    (tmp_path / "toy_run_kind.py").write_text(TOY_RUN_KIND)
+    monkeypatch.syspath_prepend(str(tmp_path))  # a worker process imports the job's module by its name
+    try:
+        toy = importlib.import_module("toy_run_kind")
+        registry = Workspace(tmp_path / "workspace").registry
+        request = toy.CountRequest("digits", 3)
+        run_id, result = run_now(registry, request)
+        run = registry.store.get_run(run_id)
+        assert (run.kind, run.status) == ("toy-count", "done")
+        assert config_of(run) == request and result_of(run) == result
+        assert result.count == int((load_dataset("digits").train_labels == 3).sum()) > 0
+        with pytest.raises(ProbeError, match="already"):  # a second request type cannot take the kind
+            run_kind(toy.CountResult)(type("OtherRequest", (), {"kind": "toy-count"}))
+        with pytest.raises(ProbeError, match="'sample'"):  # a request and a result of different kinds
+            run_kind(toy.CountResult)(type("Mismatched", (), {"kind": "sample"}))
+    finally:
+        RUN_KINDS.pop("toy-count", None)
+        sys.modules.pop("toy_run_kind", None)
 
 
 def _cli_request(registry, *argv):

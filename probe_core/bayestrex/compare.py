@@ -1,0 +1,117 @@
+"""Two classifiers compared on one generator (Bayes-TrEx Table 3): the run kind, its request and its job.
+
+:func:`~probe_core.bayestrex.recipes.compare_classifiers` runs it from the CLI and the API; the Compare page
+submits the same :class:`CompareRequest`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from probe_core.bayestrex.results import COMPARE, ComparisonResult
+from probe_core.bayestrex.run import check_sampler_settings, sample_validated
+from probe_core.catalog import load_dataset
+from probe_core.errors import ProbeError
+from probe_core.lifecycle import run_kind, training_announcer
+from probe_core.targets import DEFAULT_SIGMA, TargetSpec
+from probe_core.validation import check_record, checked_models
+
+
+@run_kind(ComparisonResult)
+@dataclass(frozen=True)
+class CompareRequest:
+    """High-confidence samples of every class for two classifiers on one generator (paper Table 3)."""
+
+    kind: ClassVar[str] = COMPARE
+    builder: ClassVar[str] = "probe_core.bayestrex.compare:compare_job"
+
+    dataset: str
+    classifier_a: str
+    classifier_b: str
+    generator: str = "default"
+    chains: int = 8
+    warmup: int = 100
+    samples: int = 50
+    keep_every: int = 10
+    seed: int = 0
+    sigma: float = DEFAULT_SIGMA
+
+    @property
+    def classifiers(self) -> list[str]:
+        return [self.classifier_a, self.classifier_b]
+
+    def job_arguments(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def build(cls, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
+              **settings) -> "CompareRequest":
+        """The one way to make a comparison request: settings not given (or None) take this type's defaults,
+        and all are checked once, here, before any work; the job trusts them.
+
+        Parameters
+        ----------
+        dataset, classifier_a, classifier_b, generator : str
+            The models as references (resolved, and trained if they are missing defaults, by the run).
+        **settings
+            Any of :data:`COMPARE_SETTINGS`.
+
+        Raises
+        ------
+        ProbeError
+            For a missing classifier, an unknown setting or a value the sampler cannot use.
+        """
+        if not classifier_a or not classifier_b:
+            raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
+        if classifier_a == classifier_b:
+            raise ProbeError("pick two different classifiers to compare")
+        unknown = sorted(set(settings) - set(COMPARE_SETTINGS))
+        if unknown:
+            raise ProbeError(f"unknown comparison setting(s) {', '.join(unknown)}; use {', '.join(COMPARE_SETTINGS)}")
+        request = cls(dataset=dataset, classifier_a=classifier_a, classifier_b=classifier_b,
+                      generator=generator or "default",
+                      **{key: value for key, value in settings.items() if value is not None})
+        check_sampler_settings(chains=request.chains, warmup=request.warmup, samples=request.samples,
+                               keep_every=request.keep_every, sigma=request.sigma)
+        if isinstance(request.seed, bool) or not isinstance(request.seed, int):
+            raise ProbeError(f"the seed must be a whole number, got {request.seed!r}")
+        return request
+
+
+COMPARE_SETTINGS = ("chains", "warmup", "samples", "keep_every", "seed", "sigma")
+
+
+def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
+                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, device: str = "cpu",
+                **sample_kwargs):
+    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); its settings are
+    those of a :class:`CompareRequest`, checked when it was built."""
+
+    def run(context) -> ComparisonResult:
+        models = registry.announcing(training_announcer(context))
+        data = load_dataset(dataset, models.data_dir)
+        gen = models.get_or_train_reference(generator or "default", "generator", dataset, device=device)
+        sides = [models.get_or_train_reference(ref, "classifier", dataset, device=device)
+                 for ref in (classifier_a, classifier_b)]
+        names = tuple(sides[0].class_names)  # both matched to the data set's classes by name, in its order
+        if tuple(sides[1].class_names) != names:
+            raise ProbeError("both classifiers must have the same classes to be compared")
+        checks = [checked_models(clf, data, gen if side == 0 else None) for side, clf in enumerate(sides)]
+        spec = TargetSpec.join([TargetSpec.high(names, c) for c in range(len(names))])
+        summaries = []
+        for side, clf in enumerate(sides):
+            def on_progress(progress, side=side) -> None:
+                context.report((side + progress.iteration / max(progress.total, 1)) / 2,
+                               f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
+
+            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
+                                      samples=samples, store=context.store, run_id=context.run_id,
+                                      keep_every=keep_every, target_index_offset=side * len(names),
+                                      progress=on_progress, **sample_kwargs)
+            summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
+        return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
+                                check_record(*checks[0]))
+
+    return run
