@@ -13,21 +13,28 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.devices import resolve_device
+from probe_core import suites
+from probe_core.bayestrex import best_hit_per_target, table2
+from probe_core.bayestrex.recipes import prepare_sample
+from probe_core.catalog import load_dataset
+from probe_core.checks import check_classifier, check_generator
+from probe_core.classes import parse_class_map, with_class_map
 from probe_core.data import DEFAULT_DATASET
+from probe_core.defuse.labels import HUMAN
+from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
+from probe_core.export import sample_arrays
+from probe_core.figures import accuracy_bars, achieved_violin, matrix_figure
+from probe_core.kept import dataset_reference, model_reference, references
+from probe_core.lifecycle import run_now
+from probe_core.models import ModelSpec
+from probe_core.models.registry import align_classifier, in_memory_classifier
+from probe_core.progress import progress_bar
 from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
-from probe_core.targets import TargetSpec, report_classes
-
-
-def open_workspace(workspace=None, data_dir: str | Path | None = None):
-    """A :class:`~probe_core.workspace.Workspace` from a path (or the default one) whose training shows a bar."""
-    from probe_core.progress import announce_training
-    from probe_core.workspace import Workspace
-
-    if isinstance(workspace, Workspace):
-        return workspace
-    return Workspace(workspace, data_dir=data_dir, on_training=announce_training)
+from probe_core.runconfig import config_of, result_of
+from probe_core.targets import MATRIX_SPEC, TargetSpec, report_classes
+from probe_core.validation import sample_request
+from probe_core.workspace import Workspace, open_workspace
 
 
 @dataclass
@@ -76,9 +83,6 @@ class SampleResult:
     @classmethod
     def from_run(cls, store, run_id: int) -> "SampleResult":
         """Read a stored sampling run back (in any process, on any day)."""
-        from probe_core.export import sample_arrays
-        from probe_core.runconfig import config_of, result_of
-
         run = store.get_run(run_id)
         request = None if run is None else config_of(run)
         if not isinstance(request, SampleRequest):
@@ -93,8 +97,6 @@ class SampleResult:
 
     def summary(self) -> str:
         """The per-target table (paper Table 2 plus diagnostics), as the CLI prints it."""
-        from probe_core.bayestrex import table2
-
         return table2(self.targets)
 
     def to_pandas(self):
@@ -112,8 +114,6 @@ class SampleResult:
 
     def plot(self, target: int = 0):
         """The Probe page's violin of achieved confidences for one target (``go.Figure``)."""
-        from probe_core.figures import achieved_violin
-
         if self.confidences is None or not self.targets:
             raise ProbeError(f"run {self.run_id} stored no samples to plot")
         if not 0 <= target < len(self.targets):
@@ -168,11 +168,6 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     ProbeError
         For any setting, model or target the run cannot use, before anything is trained or stored.
     """
-    from probe_core.bayestrex.recipes import prepare_sample
-    from probe_core.kept import references
-    from probe_core.lifecycle import run_now
-    from probe_core.validation import sample_request
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -211,8 +206,6 @@ class MatrixResult:
 
     @classmethod
     def from_sample(cls, sampled: SampleResult) -> "MatrixResult":
-        from probe_core.bayestrex import best_hit_per_target
-
         names = list(sampled.request.class_names)
         count = len(names)
         shape = sampled.images.shape[1:] if sampled.images is not None else (1, 1, 1)
@@ -248,8 +241,6 @@ class MatrixResult:
 
     def plot(self):
         """The Ambiguity matrix page's picture (``go.Figure``); the edges show each pair's own classes' hits."""
-        from probe_core.figures import matrix_figure
-
         count = len(self.class_names)
         cells = [(i, j, self.images[i, j] if self.reached[i, j] else None,
                   f"{self.class_names[i]} vs {self.class_names[j]}: hit rate {self.hit_rate[i, j]:.0%}"
@@ -284,8 +275,6 @@ def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET
     -------
     MatrixResult
     """
-    from probe_core.targets import MATRIX_SPEC
-
     return MatrixResult.from_sample(sample(MATRIX_SPEC, classifier, generator, dataset=dataset,
                                            class_names=class_names, input_shape=input_shape, class_map=class_map,
                                            workspace=workspace, device=device, progress=progress, **settings))
@@ -315,8 +304,6 @@ class ModelCheck:
 
     def plot(self):
         """Per-class accuracy on the test images (``go.Figure``)."""
-        from probe_core.figures import accuracy_bars
-
         per_class = self.classifier.per_class
         return accuracy_bars(list(per_class), list(per_class.values()),
                              f"{self.classifier.classifier}: accuracy per class")
@@ -369,12 +356,6 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
     """
     import torch
 
-    from probe_core.catalog import load_dataset
-    from probe_core.checks import check_classifier, check_generator
-    from probe_core.classes import parse_class_map, with_class_map
-    from probe_core.kept import dataset_reference
-    from probe_core.models.registry import align_classifier, in_memory_classifier
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -390,8 +371,6 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
         loaded = space.registry.resolve(reference, "classifier", dataset, device=device)
     result = ModelCheck(check_classifier(loaded, data))
     if generator is not None:
-        from probe_core.kept import model_reference
-
         generator = model_reference(space.root, generator, "generator")
         resolved = space.registry.resolve(generator, "generator", dataset, device=device)
         result.generator = check_generator(resolved, loaded, data)
@@ -409,9 +388,6 @@ def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: 
     **spec
         :class:`~probe_core.models.ModelSpec` fields: ``classes``, ``ambiguous``, ``epochs``, ``seed``, ``beta``...
     """
-    from probe_core.models import ModelSpec
-    from probe_core.progress import progress_bar
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -442,8 +418,6 @@ class SuiteScore:
 
     def plot(self):
         """Accuracy per check, beside the accuracy of the classifier it was found on (``go.Figure``)."""
-        from probe_core.figures import accuracy_bars
-
         checks = self.score.checks
         return accuracy_bars([check["name"] for check in checks], [check["accuracy"] for check in checks],
                              f"suite {self.score.suite} on {self.score.classifier}",
@@ -473,9 +447,6 @@ def suite(name: str, classifier, *, regions_of=None, source: str | None = None, 
     source : str, optional
         Whose labels define those regions (default: the report's, else ``human``).
     """
-    from probe_core import suites
-    from probe_core.defuse.labels import HUMAN
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -491,9 +462,6 @@ def suite(name: str, classifier, *, regions_of=None, source: str | None = None, 
             suites.add_region_checks(space.registry, space.store, name, distill_run, regions, source=source,
                                      device=device)
     if not isinstance(classifier, str):
-        from probe_core.catalog import load_dataset
-        from probe_core.kept import model_reference
-
         stored = suites.require_suite(space.store, name)
         shape = input_shape or load_dataset(stored["dataset"], space.registry.data_dir).image_shape
         classifier = model_reference(space.root, classifier, "classifier", class_names, shape)

@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
+from probe_core.models.training import _features, frechet_distance
 
 CHECK_IMAGES = 2000  # test images a check looks at, at most (a seeded random subset of larger sets)
 # A classifier within this much of chance, whose best permutation of classes scores at least
@@ -282,7 +284,6 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     key = (_model_key(generator), _model_key(classifier), dataset.name, samples, seed)
     if key in _GENERATOR_CHECKS:
         return _GENERATOR_CHECKS[key]
-    from probe_core.models.training import _features, frechet_distance
 
     module = generator.module
     real = dataset.test_images[_check_subset(len(dataset.test_images), seed)[:samples]]
@@ -390,8 +391,6 @@ def check_references(registry, classifier: str, dataset: str, generator: str | N
     ClassMismatchError, ModelNotFoundError, PluginError
         Before any check runs, when the classes do not match or a model cannot be loaded.
     """
-    from probe_core.catalog import load_dataset
-
     data = load_dataset(dataset, registry.data_dir)
     loaded = registry.resolve(classifier, "classifier", dataset, device=device)
     classifier_check = check_classifier(loaded, data)

@@ -22,7 +22,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
+from probe_core.kept import references as references_of
+from probe_core.workspace import open_workspace
 
 SERVER_FILE = "dashboard.json"  # in the workspace: the server serving it (pid, port), for reuse
 LOG_FILE = "dashboard.log"
@@ -199,10 +202,6 @@ def show(classifier=None, generator=None, data=None, class_names=None, *, input_
     ProbeError
         For models or data that cannot be kept or checked, before any server starts.
     """
-    from probe_core.api import open_workspace
-    from probe_core.kept import references as references_of
-    from probe_core.catalog import load_dataset
-
     space = open_workspace(workspace)
     given = {"dataset": data, "classifier": classifier, "generator": generator}
     kept = references_of(space, "digits" if data is None else data, "default" if classifier is None else classifier,

@@ -27,7 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from probe_core.catalog import canonical_dataset_name, load_dataset
+from probe_core.data.files import ARRAYS_SCHEME, load_file_arrays
 from probe_core.errors import ProbeError
+from probe_core.models.files import model_file_reference
+from probe_core.protocols import Encoder, StructuredPrior, generator_capabilities, is_differentiable
 
 KEPT_FOLDER = "kept"
 EXAMPLE_BATCH = 4  # export traces with this batch and declares the batch dimension dynamic
@@ -125,8 +129,6 @@ def keep_classifier(workspace_root: str | Path, module: nn.Module, class_names: 
     ProbeError
         When the names or shape are unusable, or the module can be neither exported nor traced.
     """
-    from probe_core.models.files import model_file_reference
-
     names = [str(name) for name in class_names]
     shape = [int(size) for size in input_shape]
     if len(names) < 2 or len(set(names)) != len(names):
@@ -147,9 +149,6 @@ def keep_generator(workspace_root: str | Path, generator: nn.Module) -> str:
         For a generator that is not differentiable or has its own prior (a renderer, a scene): those are
         code, to be brought as a plugin ``.py``.
     """
-    from probe_core.models.files import model_file_reference
-    from probe_core.protocols import Encoder, StructuredPrior, generator_capabilities, is_differentiable
-
     generator_capabilities(generator, source="in-memory generator")
     if not is_differentiable(generator) or isinstance(generator, StructuredPrior):
         raise ProbeError("a renderer or a generator with its own prior cannot be kept as a file: write a plugin .py")
@@ -178,8 +177,6 @@ def keep_arrays(workspace_root: str | Path, x, y, class_names: Sequence[str] | N
     class_names : sequence of str, optional
         One name per label value (default: the label values).
     """
-    from probe_core.data.files import ARRAYS_SCHEME
-
     images = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
     labels = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
     if images.ndim == 4 and images.shape[1] in (1, 3):  # the project's (N, C, H, W) -> the file's (N, H, W, C)
@@ -197,7 +194,6 @@ def keep_arrays(workspace_root: str | Path, x, y, class_names: Sequence[str] | N
             np.savez_compressed(handle, **arrays)
         os.replace(handle.name, path)
     reference = f"{ARRAYS_SCHEME}:{path}"
-    from probe_core.data.files import load_file_arrays
 
     load_file_arrays(reference)  # checked now, with the data set's own messages, before any run names it
     return reference
@@ -229,8 +225,6 @@ def dataset_reference(workspace_root: str | Path, data, class_names: Sequence[st
     """A data set reference for what a notebook verb was given: a catalogue name as is, a folder or ``.npz``
     path (``str`` or ``pathlib.Path``) as its stored reference, as the CLI takes them (``./my_images`` becomes
     ``images:/abs/my_images``), and ``(x, y)`` kept as an ``.npz``."""
-    from probe_core.catalog import canonical_dataset_name
-
     if isinstance(data, Path):
         data = str(data)
     if isinstance(data, str):
@@ -245,8 +239,6 @@ def references(space, dataset, classifier, generator, class_names=None, input_sh
     """``(dataset, classifier, generator)`` references for what a notebook verb was given: references as they
     are, in-memory objects kept as files. ``space`` is the :class:`~probe_core.workspace.Workspace`; the
     classifier's input shape defaults to the data's image shape; a None generator stays None."""
-    from probe_core.catalog import load_dataset
-
     dataset = dataset_reference(space.root, dataset, class_names)
     if input_shape is None and not isinstance(classifier, str):
         input_shape = load_dataset(dataset, space.registry.data_dir).image_shape

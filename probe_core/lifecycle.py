@@ -24,15 +24,17 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
 from probe_core.accounts import check_run_starter, local_owner
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.limits import ServerLimits
+from probe_core.progress import job_progress_bar
 from probe_core.requests import from_record, record
 from probe_core.store import Store
+from probe_core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -255,8 +257,6 @@ class JobSpec:
 
     def build(self, workspace_root: str | Path):
         """The job function, built in this process against the workspace at ``workspace_root``."""
-        from probe_core.workspace import Workspace
-
         return self.build_for(Workspace(workspace_root, data_dir=self.data_dir).registry)
 
     def build_for(self, registry):
@@ -271,8 +271,6 @@ class JobSpec:
 
 def _jsonable(value):
     """JSON for dataclass settings and tuples inside job arguments."""
-    from dataclasses import asdict, is_dataclass
-
     if is_dataclass(value):
         return asdict(value)
     return str(value)
@@ -373,8 +371,6 @@ def run_now(registry, request: RunRequest, listener: Callable[[float | None, str
     ``progress_bar``: the description of a bar that follows the run's progress (a widget in a notebook, a line
     in a terminal); ``listener(progress, message)`` sees every report as well.
     """
-    from probe_core.progress import job_progress_bar
-
     function = job_spec(request, registry.data_dir, device).build_for(registry)
     if progress_bar is None:
         return run_inline(registry.store, request.kind, record(request), function, listener)

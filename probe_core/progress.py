@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import sys
 
+from probe_core.data import split_view
+from probe_core.data.files import is_file_reference
+from probe_core.models.registry import MIN_TRAINING_STEPS
+
 
 def _tqdm():
     from tqdm.auto import tqdm  # a notebook widget under Jupyter, a text bar elsewhere
@@ -20,10 +24,6 @@ def announce_training(spec, model_id: str):
 
     A :data:`~probe_core.models.registry.TrainingAnnouncer`.
     """
-    from probe_core.data import split_view
-    from probe_core.data.files import is_file_reference
-    from probe_core.models.registry import MIN_TRAINING_STEPS
-
     sized = ("; epochs chosen by the data's size" if is_file_reference(split_view(spec.dataset)[0])
              and spec.kind in MIN_TRAINING_STEPS else "")
     print(f"{model_id} is not in the workspace yet: training it ({spec.kind} on {spec.dataset_view()}: "

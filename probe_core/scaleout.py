@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -227,8 +228,6 @@ class _ShardBoard:
 
 
 def _check_listening(address: str, timeout_s: float = 5.0) -> None:
-    import socket
-
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ProbeError(f"a Ray address is HOST:PORT (as `ray start --head` prints it), got {address!r}")
@@ -250,8 +249,6 @@ def running_local_instance(timeout_s: float = 2.0) -> str | None:
     A stopped instance leaves its address file behind; that address is reported as stale (logged,
     naming the file) and None is returned, so a new local instance is started instead of waiting on it.
     """
-    import socket
-
     path = ray_address_file()
     try:
         address = path.read_text().strip().splitlines()[0]

@@ -11,8 +11,8 @@ from probe_core.catalog import classifier_dataset, load_dataset
 from probe_core.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
 from probe_core.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError
+from probe_core.requests import SAMPLE_SETTINGS, SampleRequest, check_sampler_settings, sampler_defaults
 from probe_core.scaleout import check_executor
-from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
 from probe_core.targets import TargetSpec
 
 
@@ -74,8 +74,6 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
     ProbeError
         For an unknown setting or any value a run cannot use (one clear message).
     """
-    from probe_core.bayestrex.run import check_sampler_settings, sampler_defaults  # bayestrex imports this module
-
     unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
     if unknown:
         raise ProbeError(f"unknown sampler setting(s) {', '.join(unknown)}; use {', '.join(SAMPLE_SETTINGS)}")
@@ -147,14 +145,12 @@ def better_generator(registry, classifier, dataset, weak_id: str) -> str | None:
 
     Only generators already in the workspace are looked at (a lookup never trains).
     """
-    from probe_core.errors import ProbeError as _Error
-
     for reference in registry.generator_choices(dataset.name):
         if reference in (weak_id, "default"):
             continue
         try:
             candidate = registry.resolve(reference, "generator", dataset.name)
-        except _Error:
+        except ProbeError:
             continue
         if not check_generator(candidate, classifier, dataset).weak:
             return candidate.id

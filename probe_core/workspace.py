@@ -12,6 +12,7 @@ from pathlib import Path
 from probe_core.accounts import Actor, Permission, require
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelRegistry, TrainingAnnouncer
+from probe_core.progress import announce_training
 from probe_core.store import Store
 
 WORKSPACE_ENV = "PROBE_WORKSPACE"
@@ -69,3 +70,11 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
+
+
+def open_workspace(workspace=None, data_dir: str | Path | None = None) -> Workspace:
+    """A :class:`Workspace` from a path (or the default one) whose training shows a bar; a workspace is
+    returned as it is."""
+    if isinstance(workspace, Workspace):
+        return workspace
+    return Workspace(workspace, data_dir=data_dir, on_training=announce_training)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
+from probe_core.diagnostics import effective_sample_size, split_rhat
 from probe_core.errors import CancelledError
 from probe_core.lifecycle import run_kind, training_announcer
 from probe_core.requests import SampleRequest, from_record
@@ -46,8 +47,6 @@ class LiveTrace:
     def update(self, progress) -> None:
         """Record one report (tensors of shape (B, ...) over all chains)."""
         import torch
-
-        from probe_core.diagnostics import effective_sample_size, split_rhat
 
         chains = self.shown
         watched = torch.tensor([self.targets[int(self.target_of_chain[c])].reported_classes[0] for c in chains])

@@ -13,9 +13,12 @@ from typing import ClassVar
 import numpy as np
 
 from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingResult
+from probe_core.bayestrex.summary import best_samples, summary_rows
 from probe_core.defuse.cluster import embed_2d
+from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import JobContext, JobFunction, run_kind, submit
+from probe_core.reports import MAP_COLOURS, html_report, scatter_svg
 
 ARRAYS = "latent-map"
 
@@ -91,8 +94,6 @@ def submit_latent_map(manager, registry, run_id: int) -> int:
 
 def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:
     """The map as an inline SVG (for the HTML report): prior draws in grey, each target's hits in a colour."""
-    from probe_core.reports import MAP_COLOURS, scatter_svg
-
     groups = [("prior draws", mapped["prior_xy"], "#b0b0b0")]
     for index, description in enumerate(descriptions):
         chosen = mapped["hits_target"] == index
@@ -108,10 +109,6 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
     latent map when it has been computed (``with_map``; see :func:`latent_map`).
     """
     import torch
-
-    from probe_core.bayestrex.summary import best_samples, summary_rows
-    from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
-    from probe_core.reports import html_report
 
     run = store.get_run(run_id)
     if run is None or run.kind != SamplingResult.kind or not run.result:

@@ -9,7 +9,6 @@ case; the comparison is labelled by people (:func:`samples_to_label`, :func:`com
 from __future__ import annotations
 
 import dataclasses
-
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -18,8 +17,11 @@ from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample_validated
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
+from probe_core.lifecycle import run_now
 from probe_core.models import ModelSpec
+from probe_core.requests import SAMPLE_SETTINGS
 from probe_core.targets import TargetSpec
+from probe_core.validation import better_generator, check_record, checked_models, sample_request
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,6 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
     ProbeError
         If the classifier's classes are no longer the ones the request was built for.
     """
-    from probe_core.validation import better_generator, check_record, checked_models
-
     classifier = registry.get_or_train_reference(request.classifier, "classifier", request.dataset, device=device)
     generator = registry.get_or_train_reference(request.generator, "generator", request.dataset, device=device)
     data = load_dataset(request.dataset, registry.data_dir)
@@ -219,8 +219,6 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
     ``settings``: the request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`; None or left out
     takes the target's default).
     """
-    from probe_core.validation import sample_request
-
     registry = registry.remembering()  # the models trained or loaded here are the ones sampled
     kinds = {"classifier": plan.classifier, "generator": plan.generator}
     models = {kind: registry.get_or_train(model, device=device) if isinstance(model, ModelSpec)
@@ -236,8 +234,6 @@ def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> Sampl
     ``settings``: the sample request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`) and
     :func:`probe_target`'s runtime arguments.
     """
-    from probe_core.requests import SAMPLE_SETTINGS
-
     prepared = prepare_use_case(registry, plan, dataset,
                                 **{key: value for key, value in settings.items() if key in SAMPLE_SETTINGS})
     return probe_target(prepared, **{key: value for key, value in settings.items() if key not in SAMPLE_SETTINGS})
@@ -294,8 +290,6 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     int
         The run id.
     """
-    from probe_core.lifecycle import run_now
-
     request = CompareRequest.build(dataset, classifier_a, classifier_b, generator, **settings)  # before any training
     # the run stores resolved references (trained first if they are missing defaults)
     first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in request.classifiers)

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable
 
@@ -15,7 +14,20 @@ from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior, is_differentiable
-from probe_core.requests import SAMPLE_RANGES, SETTING_WORDS
+from probe_core.requests import (  # the sample request's defaults and checks, used and re-exported here
+    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
+    MATRIX_SAMPLER_DEFAULTS,
+    MAX_CHAINS,
+    MAX_INDEPENDENCE_MOVES,
+    MAX_ITERATIONS,
+    PAGE_SAMPLER_DEFAULTS,
+    SAMPLER_DEFAULTS,
+    SAMPLERS,
+    SMALL_IMAGE_VALUES,
+    check_sampler_settings,
+    matrix_sampler_defaults,
+    sampler_defaults,
+)
 from probe_core.sampling import (
     BayesTrExPosterior,
     ChainResult,
@@ -26,67 +38,8 @@ from probe_core.sampling import (
     run_rwm,
 )
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
+from probe_core.scaleout import LocalShards, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec
-
-SAMPLERS = ("hmc", "nuts", "rwm")
-
-
-MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
-MAX_ITERATIONS = SAMPLE_RANGES["samples"][1]
-MAX_INDEPENDENCE_MOVES = SAMPLE_RANGES["independence_moves"][1]
-SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": DEFAULT_WARMUP, "samples": DEFAULT_SAMPLES, "keep_every": 1}
-# The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
-# reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
-# where the general defaults take about 9), and every 10th sample is stored.
-MATRIX_SAMPLER_DEFAULTS = {"chains": 24, "warmup": 50, "samples": 50, "keep_every": 10}
-# From 28×28 on, one decoder + classifier forward+backward costs about ten times the digits one, and the
-# SMC start alone already places chains on the reachable pairs (MNIST: 42 of 45 with 8 chains per pair):
-# fewer chains and a short HMC run after it (benchmarks/matrix_defaults.py --dataset mnist: 42 of 45 pairs
-# in about 8 minutes on 2 cores; 50 + 50 iterations took 15 minutes even with 8 chains per pair).
-LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS = {"chains": 8, "warmup": 20, "samples": 20, "keep_every": 5}
-SMALL_IMAGE_VALUES = 16 * 16  # values per image (C·H·W) up to which the digits matrix defaults apply
-# The Probe page's starting values: half the chains and iterations, for a first look while one watches the run.
-PAGE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS // 2, "warmup": DEFAULT_WARMUP // 2, "samples": DEFAULT_SAMPLES // 2,
-                         "keep_every": 5}
-
-
-def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
-    """The ambiguity matrix's chains per pair, warm-up, samples and storage stride for images of (C, H, W)."""
-    channels, height, width = image_shape
-    small = channels * height * width <= SMALL_IMAGE_VALUES
-    return dict(MATRIX_SAMPLER_DEFAULTS if small else LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS)
-
-
-def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] | None = None) -> dict:
-    """Chains per target, warm-up, samples and storage stride for a target spec, where none are given.
-
-    ``image_shape`` is the data set's (C, H, W); the ambiguity matrix's defaults depend on it.
-    """
-    if spec is None or not spec.is_matrix:
-        return dict(SAMPLER_DEFAULTS)
-    if image_shape is None:
-        raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's image_shape")
-    return matrix_sampler_defaults(image_shape)
-
-
-def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,
-                           samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
-                           sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
-                           **_ignored) -> None:
-    """Raise :class:`ProbeError` with a clear message for settings :func:`sample` cannot run with.
-
-    Called before a run is stored, so bad input leaves the workspace as it was.
-    """
-    if sampler not in SAMPLERS:
-        raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
-    given = {"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
-             "independence_moves": independence_moves}
-    for name, value in given.items():
-        low, high = SAMPLE_RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ProbeError(f"{SETTING_WORDS[name]} must be a whole number from {low} to {high}, got {value!r}")
-    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
-        raise ProbeError(f"sigma must be a positive number (the paper uses 0.05), got {sigma!r}")
 
 
 def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
@@ -158,8 +111,6 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
     if anneal_sigma_from == "auto":
         anneal_sigma_from = None if hard or init == "smc" else 0.5
     if isinstance(executor, str) or shards is None:
-        from probe_core.scaleout import parse_executor, shard_count
-
         executor = parse_executor(executor) if isinstance(executor, str) else executor
         shards = shard_count(executor, shards)
     if not isinstance(shards, int) or shards < 1:
@@ -303,8 +254,6 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
                       anneal_sigma_from, dataset, store, run_id, shard_progress, should_stop, keep_every: int,
                       target_index_offset: int, executor, shards: int, **settings) -> dict:
     """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
-    from probe_core.scaleout import LocalShards, ShardTask, shard_seed, split_evenly
-
     executor = executor or LocalShards()
     started = time.perf_counter()
     pieces = split_evenly(len(targets), shards)

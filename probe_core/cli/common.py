@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.progress import announce_training
+from probe_core.workspace import Workspace, open_workspace
 
 
-def workspace_from_args(args: argparse.Namespace):
-    from probe_core.workspace import Workspace
-
-    return Workspace(args.workspace, data_dir=args.data_dir, on_training=announce_training)
+def workspace_from_args(args: argparse.Namespace) -> Workspace:
+    """The workspace the global ``--workspace`` and ``--data-dir`` name; its training shows a bar."""
+    return open_workspace(args.workspace, args.data_dir)
 
 
 def format_metrics(metrics: dict) -> str:

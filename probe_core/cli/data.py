@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.export import format_table
+from probe_core.catalog import canonical_dataset_name, list_datasets, load_dataset
 from probe_core.errors import ProbeError
+from probe_core.export import format_table
 
 
 def _data_list(args: argparse.Namespace) -> int:
-    from probe_core.catalog import list_datasets, load_dataset
-
     rows = []
     for info in list_datasets():
         if info.needs_folder:
@@ -26,8 +25,6 @@ def _data_list(args: argparse.Namespace) -> int:
 
 
 def _data_info(args: argparse.Namespace) -> int:
-    from probe_core.catalog import canonical_dataset_name, load_dataset
-
     if args.name and args.dataset and args.name != args.dataset:
         raise ProbeError(f"give the data set once: {args.name!r} or --dataset {args.dataset!r}")
     name = args.dataset or args.name

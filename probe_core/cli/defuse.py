@@ -6,17 +6,18 @@ import argparse
 import json
 import sys
 
+from probe_core.accounts import shell_annotator
+from probe_core.classes import with_class_map
 from probe_core.cli.common import workspace_from_args
-from probe_core.export import format_table
 from probe_core.data import DEFAULT_DATASET
-from probe_core.defuse import labels as label_tools
 from probe_core.defuse import correction
+from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
-from probe_core.accounts import shell_annotator
 from probe_core.errors import ProbeError
-from probe_core.export import write_file
+from probe_core.export import format_table, write_file
+from probe_core.render import image_grid, png_bytes, upscale_for_display
 from probe_core.scaleout import shard_count
 
 
@@ -36,8 +37,6 @@ def _oracle(option: str) -> str:
 
 
 def _identify_settings(args) -> steps.IdentifyRequest:
-    from probe_core.classes import with_class_map
-
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
     return steps.IdentifyRequest(
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
@@ -185,8 +184,6 @@ def _review_images(workspace, args, cluster: dict) -> dict:
 
 
 def _write_preview(workspace, args) -> None:
-    from probe_core.render import image_grid, png_bytes, upscale_for_display
-
     if args.cluster is None:
         raise ProbeError("--preview needs --cluster ID")
     cluster = workspace.store.get_cluster(args.cluster)
@@ -205,8 +202,6 @@ def _write_preview(workspace, args) -> None:
 def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     """``--novelty FILE``: the review images over their nearest misclassified training images (paper Fig. 6)."""
     import torch
-
-    from probe_core.render import image_grid, png_bytes, upscale_for_display
 
     if args.cluster is None:
         raise ProbeError("--novelty needs --cluster ID")

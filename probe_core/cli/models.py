@@ -6,17 +6,18 @@ import argparse
 import json
 import sys
 
+from probe_core.catalog import load_dataset
+from probe_core.checks import check_references
+from probe_core.classes import with_class_map
 from probe_core.cli.common import format_metrics, workspace_from_args
-from probe_core.export import format_table
-from probe_core.progress import announce_training, progress_bar
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
+from probe_core.export import format_table
+from probe_core.models import ModelSpec
+from probe_core.progress import announce_training, progress_bar
 
 
 def _models_train(args: argparse.Namespace) -> int:
-    from probe_core.catalog import load_dataset
-    from probe_core.models import ModelSpec
-
     workspace = workspace_from_args(args)
     dataset = load_dataset(args.dataset, args.data_dir)
     if args.classes and args.exclude:
@@ -56,8 +57,6 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _models_defaults(args: argparse.Namespace) -> int:
-    from probe_core.checks import check_references
-
     workspace = workspace_from_args(args)
     registry = workspace.registry.announcing(announce_training)  # each model's recipe is printed as it starts
     for spec in registry.default_specs(args.dataset):
@@ -76,9 +75,6 @@ def _models_defaults(args: argparse.Namespace) -> int:
 
 
 def _models_check(args: argparse.Namespace) -> int:
-    from probe_core.checks import check_references
-    from probe_core.classes import with_class_map
-
     workspace = workspace_from_args(args)
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
     report = check_references(workspace.registry, classifier, args.dataset, args.generator, device=args.device)

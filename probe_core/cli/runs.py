@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
+from probe_core.bayestrex.latent_map import latent_map, sampling_report
 from probe_core.cli.common import workspace_from_args
-from probe_core.export import format_table
+from probe_core.export import format_table, write_file
 
 
 def _stamp(seconds: float | None) -> str:
-    import time
-
     return "" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
@@ -34,9 +34,6 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex.latent_map import latent_map, sampling_report
-    from probe_core.export import write_file
-
     workspace = workspace_from_args(args)
     if args.latent_map:
         mapped = latent_map(workspace.store, args.run)

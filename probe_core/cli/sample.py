@@ -7,27 +7,32 @@ import dataclasses
 import json
 import sys
 
+from probe_core.accounts import shell_annotator
 from probe_core.bayestrex import (
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
     SAMPLER_DEFAULTS,
     SMALL_IMAGE_VALUES,
+    label_test_image,
+    recipes,
+    table2,
 )
+from probe_core.bayestrex.compare import CompareRequest
+from probe_core.bayestrex.recipes import prepare_sample
+from probe_core.catalog import load_dataset
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
-from probe_core.bayestrex.compare import CompareRequest
 from probe_core.export import npz_bytes, sample_arrays, write_file
+from probe_core.lifecycle import run_now
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import spec_help
+from probe_core.validation import sample_request
 
 
 def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> int:
     """Shared by ``probe sample`` and ``probe recipe``: the prepared request run through the one lifecycle
     (:func:`~probe_core.lifecycle.run_now`, as the API does), with a progress bar, then the table."""
-    from probe_core.bayestrex import table2
-    from probe_core.lifecycle import run_now
-
     if prepared.warning:
         print(f"warning: {prepared.warning}", file=sys.stderr)
     # the same remembering registry: the run finds the models loaded and checked, and does not check them again
@@ -54,9 +59,6 @@ def _given_settings(args: argparse.Namespace) -> dict:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex.recipes import prepare_sample
-    from probe_core.validation import sample_request
-
     workspace = workspace_from_args(args)
     registry = workspace.registry.remembering()  # validation and preparation load each model once
     # every setting is checked before anything is trained or stored; then the models are checked on the data
@@ -97,8 +99,6 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from probe_core.bayestrex import recipes
-
     workspace = workspace_from_args(args)
     registry = workspace.registry.remembering()  # preparation and the run load and check each model once
     if args.recipe == "compare":
@@ -135,14 +135,9 @@ def _recipe(args: argparse.Namespace) -> int:
 
 
 def _label(args: argparse.Namespace) -> int:
-    from probe_core.accounts import shell_annotator
-
     workspace = workspace_from_args(args)
     args.annotator = shell_annotator(workspace.store, args.annotator)
     if args.what == "test-image":
-        from probe_core.bayestrex import label_test_image
-        from probe_core.catalog import load_dataset
-
         if args.failure is not None:
             raise ProbeError("a test image's verdict is --label mislabel or --label misclassification")
         label_id = label_test_image(workspace.store, load_dataset(args.dataset, args.data_dir), args.id,

@@ -13,8 +13,13 @@ import numpy as np
 import torch
 
 from probe_core.bayestrex import best_samples
+from probe_core.classes import class_index
 from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
+from probe_core.render import image_grid, png_bytes
+from probe_core.scenes.counterfactual import object_removal, removal_table
+from probe_core.scenes.generator import SceneGenerator
+from probe_core.scenes.world import ScenePrior, describe_text
 
 
 def _hit_scene(store, run_id: int, sample_id: int | None) -> dict:
@@ -31,12 +36,6 @@ def _hit_scene(store, run_id: int, sample_id: int | None) -> dict:
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
-    from probe_core.classes import class_index
-    from probe_core.render import image_grid, png_bytes
-    from probe_core.scenes.counterfactual import object_removal, removal_table
-    from probe_core.scenes.generator import SceneGenerator
-    from probe_core.scenes.world import describe_text
-
     workspace = workspace_from_args(args)
     run = workspace.store.get_run(args.run)
     if run is None:
@@ -78,10 +77,6 @@ def _counterfactual(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from probe_core.render import image_grid, png_bytes
-    from probe_core.scenes.generator import SceneGenerator
-    from probe_core.scenes.world import ScenePrior
-
     generator = SceneGenerator(ScenePrior.variant(args.prior))
     scenes = generator.sample_prior(args.count, torch.Generator().manual_seed(args.seed))
     for index, scene in enumerate(scenes):

@@ -7,9 +7,12 @@ import argparse
 import json
 import sys
 
+from probe_core import suites
 from probe_core.cli.common import workspace_from_args
-from probe_core.export import format_table
+from probe_core.defuse.labels import HUMAN
 from probe_core.errors import ProbeError
+from probe_core.export import format_table, write_file
+from probe_core.suites import DEFAULT_MIN_ACCURACY
 
 
 def _percent(value: float | None) -> str:
@@ -17,8 +20,6 @@ def _percent(value: float | None) -> str:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from probe_core import suites
-
     workspace = workspace_from_args(args)
     registry, store = workspace.registry, workspace.store
     source = args.label_source
@@ -47,9 +48,6 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from probe_core import suites
-    from probe_core.export import write_file
-
     registry = workspace_from_args(args).registry
     suites.check_min_accuracy(args.min_accuracy)  # a bad threshold is refused before any work
     baseline = suites.score_now(registry, args.suite, args.against, args.device) if args.against else None
@@ -75,8 +73,6 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from probe_core import suites
-
     matrix = suites.suite_matrix(workspace_from_args(args).store, args.suite)
     suite = matrix["suite"]
     print(f"suite {suite['name']} ({suite['dataset']}, version {suite['version']}, {len(matrix['checks'])} checks)")
@@ -99,26 +95,18 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from probe_core import suites
-    from probe_core.export import write_file
-
     write_file(args.out, suites.suite_report(workspace_from_args(args).store, args.suite).encode())
     print(f"report of suite {args.suite} written to {args.out}")
     return 0
 
 
 def _retire(args: argparse.Namespace) -> int:
-    from probe_core import suites
-
     version = suites.retire_check(workspace_from_args(args).store, args.suite, args.check)
     print(f"check {args.check} retired; suite {args.suite} is at version {version}")
     return 0
 
 
 def add_suite_commands(commands: argparse._SubParsersAction) -> None:
-    from probe_core.defuse.labels import HUMAN
-    from probe_core.suites import DEFAULT_MIN_ACCURACY
-
     suite = commands.add_parser("suite", help="regression suites: keep found failures as checks, score new models")
     actions = suite.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add labelled failures to a suite (made on first use)")

@@ -13,7 +13,10 @@ import os
 import sys
 from pathlib import Path
 
+from probe_core.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
+from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
+from probe_core.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
 
 SHARED_FOLDER = Path("share") / "model-probe"
 
@@ -54,10 +57,6 @@ def streamlit_options(folder: Path) -> list[str]:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from probe_core.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
-    from probe_core.cli.common import workspace_from_args
-    from probe_core.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
-
     if not 1 <= args.port <= 65535:
         raise ProbeError(f"--port must be from 1 to 65535, got {args.port}")
     folder = dashboard_folder()

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from probe_core.classes import class_index
+from probe_core.data.files import load_file_arrays, parse_reference
 from probe_core.data.idx import read_idx
 from probe_core.errors import DataError, excerpt
 
@@ -372,8 +373,6 @@ def file_dataset(reference: str) -> ImageDataset:
     A given train/test split is used as is; otherwise a stratified split with seed
     :data:`SPLIT_SEED`, as the description says. Raises :class:`DataError` for bad files.
     """
-    from probe_core.data.files import load_file_arrays, parse_reference
-
     arrays = load_file_arrays(reference)
     scheme, path, _ = parse_reference(reference)
     images = arrays["x"].transpose(0, 3, 1, 2)  # (N, C, H, W)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import classifier_accuracy
+from probe_core.scaleout import ShardTask
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +252,6 @@ def finetune_shard(models: dict, report, should_stop, *, lam: float, epochs: int
 
 def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, phase: str, progress) -> list[dict]:
     """One shard per λ, run by ``executor``; a λ whose shard failed is left out of the sweep (and named)."""
-    from probe_core.scaleout import ShardTask
-
     models = {"classifier": classifier}  # one dict for all tasks: put in Ray's object store once, loaded once
     tasks = [ShardTask("probe_core.defuse.correction:finetune_shard", {"lam": lam, **data, **options}, models,
                        f"λ = {lam:g}") for lam in lambdas]

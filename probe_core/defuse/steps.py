@@ -18,11 +18,9 @@ import numpy as np
 import torch
 
 from probe_core.catalog import load_dataset
+from probe_core.classes import split_class_map
 from probe_core.data import DEFAULT_DATASET, ImageDataset
-from probe_core.defuse.cluster import (
-    FailureClusterer,
-    describe_clusters,
-)
+from probe_core.defuse.cluster import FailureClusterer, describe_clusters
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
     SELECTION_RULES,
@@ -33,16 +31,8 @@ from probe_core.defuse.correction import (
     sample_regions,
     split_validation,
 )
-from probe_core.defuse.identification import (
-    FailureSet,
-    concatenate_failures,
-    identify_failures,
-)
-from probe_core.defuse.labels import (
-    DEFAULT_RHO,
-    HUMAN,
-    cluster_label_table,
-)
+from probe_core.defuse.identification import FailureSet, concatenate_failures, identify_failures
+from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, cluster_label_table
 from probe_core.defuse.queries import (
     distill_tau,
     failures_of,
@@ -64,16 +54,20 @@ from probe_core.defuse.results import (
 )
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.validation import checked_models
-from probe_core.lifecycle import JobContext, JobFunction, JobSpec, run_kind, run_now, submit, training_announcer
-from probe_core.requests import from_record, record
-from probe_core.scaleout import (
-    ShardTask,
-    parse_executor,
-    shard_count,
-    shard_seed,
-    split_evenly,
+from probe_core.lifecycle import (
+    JobContext,
+    JobFunction,
+    JobSpec,
+    run_inline,
+    run_kind,
+    run_now,
+    submit,
+    training_announcer,
 )
+from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE, REAL_SIZE
+from probe_core.requests import from_record, record
+from probe_core.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.validation import checked_models, classifier_class_names
 
 
 @run_kind(IdentificationResult)
@@ -134,8 +128,6 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tu
     lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it was left at its default. Smaller images, or a
     ``max_images`` the user gave, are left as they are (note None).
     """
-    from probe_core.models.registry import REAL_SIZE
-
     if settings.max_images is not None or min(dataset.image_shape[1:]) < REAL_SIZE:
         return settings, None
     per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
@@ -156,8 +148,6 @@ def checked_identify_request(registry, settings: IdentifyRequest, device: str = 
     then records references that resolve again in any process (never ``default`` or a relative path).
     With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
     """
-    from probe_core.validation import classifier_class_names
-
     registry = registry.remembering()  # the classes are matched and the models checked on one load of each
     classifier_class_names(registry, settings.classifier, settings.dataset)  # classes matched before any training
     lookup = registry.get_or_train_reference if train_missing else registry.resolve
@@ -474,9 +464,6 @@ def corrected_model_record(classifier, dataset: ImageDataset) -> dict:
     it loads back through the same plugin file (checked by its sha256) with the finetuned weights.
     ``id_stem`` is what the corrected model's id starts with.
     """
-    from probe_core.classes import split_class_map
-    from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
-
     reference, _ = split_class_map(classifier.id)
     class_map = classifier.class_match.given_map if classifier.class_match is not None else {}
     if "spec" in classifier.record:
@@ -590,8 +577,6 @@ def find_failures_job(registry, identify: IdentifyRequest, distill: dict | None 
     identify_fn = identify_job(registry, identify, device)
 
     def run(context: JobContext) -> IdentificationResult:
-        from probe_core.lifecycle import run_inline
-
         result = identify_fn(context)
         if result.failures < 2:
             return result

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probe_core.devices import resolve_device
+from probe_core.catalog import load_dataset
+from probe_core.classes import with_class_map
 from probe_core.data import DEFAULT_DATASET
-from probe_core.defuse.labels import HUMAN
+from probe_core.defuse.labels import HUMAN, label_images
+from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names
 from probe_core.defuse.results import CorrectionResult
+from probe_core.defuse.review import auto_label, review_images
+from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest, checked_identify_request
+from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
+from probe_core.figures import agreement_figure, confusion_figure, tradeoff_figure
+from probe_core.kept import references
 from probe_core.lifecycle import run_now
+from probe_core.workspace import open_workspace
 
 
 def _run_id(value) -> int:
@@ -59,8 +67,6 @@ class IdentifyResult:
 
     def plot(self):
         """How the failures fall: true class (rows) against prediction (columns), counts (``go.Figure``)."""
-        from probe_core.figures import confusion_figure
-
         names = self.class_names or [str(k) for k in range(self.failures.confidences.shape[1])]
         return confusion_figure(self.failures.true_labels, self.failures.predictions, names)
 
@@ -119,8 +125,6 @@ class DefuseReport:
     def plot(self):
         """Once corrected, the Finetune page's trade-off over λ; before, the Label page's annotator agreement
         (``go.Figure``; None while nothing is labelled)."""
-        from probe_core.figures import agreement_figure, tradeoff_figure
-
         if self.sweeps.get("sweep"):
             return tradeoff_figure(self.sweeps["sweep"], self.sweeps.get("baseline_sweep", []))
         return agreement_figure(self.report.get("agreement") or {})
@@ -130,8 +134,6 @@ class DefuseReport:
 
 
 def _report(space, distill_run: int, source: str, correct_run: int | None = None) -> DefuseReport:
-    from probe_core.defuse.queries import report, run_class_names
-
     names = run_class_names(space.store, distill_run, space.registry.data_dir)
     corrected = space.store.get_run(correct_run) if correct_run is not None else None
     outcome = CorrectionResult.from_record(corrected.result) if corrected is not None and corrected.result else None
@@ -151,13 +153,6 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``). A missing default model
     is trained first (announced); the classifier is checked on the data first.
     """
-    from probe_core.api import open_workspace
-    from probe_core.classes import with_class_map
-    from probe_core.defuse.queries import failures_of
-    from probe_core.defuse.steps import IdentifyRequest, checked_identify_request
-    from probe_core.catalog import load_dataset
-    from probe_core.kept import references
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -178,9 +173,6 @@ def distill(identified, *, workspace=None, device: str = "auto", progress: bool 
     ``identified``: an :class:`IdentifyResult` or its run id; ``settings``:
     :class:`~probe_core.defuse.steps.DistillRequest` fields (``n_components``, ``weight_threshold``, ``tau``...).
     """
-    from probe_core.api import open_workspace
-    from probe_core.defuse.steps import DistillRequest
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -202,11 +194,6 @@ def label(distilled, labels: dict | None = None, *, annotator: str | None = None
         Instead of people: a classifier reference that labels each review image with its prediction
         (stored as ``oracle:MODEL``, never mixed with people's labels; for demos and tests).
     """
-    from probe_core.api import open_workspace
-    from probe_core.defuse.labels import label_images
-    from probe_core.defuse.queries import distill_tau, load_run_models
-    from probe_core.defuse.review import auto_label, review_images
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
@@ -239,9 +226,6 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     ``source``: whose labels (default: those of the report passed in, else ``human``); ``settings``:
     :class:`~probe_core.defuse.steps.CorrectRequest` fields (``lambdas``, ``epochs``, ``selection``...).
     """
-    from probe_core.api import open_workspace
-    from probe_core.defuse.steps import CorrectRequest
-
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present

@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from probe_core.accounts import Actor, Permission, refuse_unlisted
 from probe_core.catalog import (
     DATASETS,
     classifier_dataset,
@@ -33,11 +34,12 @@ from probe_core.catalog import (
     generator_source,
     load_dataset,
 )
+from probe_core.classes import ClassMatch, match_classes, split_class_map, with_class_map
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, split_view
 from probe_core.data.files import is_file_reference, short_name
-from probe_core.accounts import Actor, Permission, refuse_unlisted
 from probe_core.devices import resolve_device
 from probe_core.errors import ModelNotFoundError, ProbeError
+from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
     VAE_ARCHITECTURES,
@@ -45,14 +47,8 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
-from probe_core.classes import ClassMatch, match_classes, split_class_map, with_class_map
-from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.files import is_model_file_reference, load_model_file
-from probe_core.models.plugins import (
-    PluginError,
-    is_plugin_reference,
-    load_plugin_reference,
-)
+from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
 from probe_core.models.training import (
     ProgressCallback,
     feature_frechet_distance,
@@ -336,8 +332,6 @@ def in_memory_classifier(module: nn.Module, class_names, input_shape: tuple[int,
     name : str
         Shown in messages; the model is ``memory:NAME`` (it is not stored, so no run can refer to it later).
     """
-    from probe_core.models.plugins import validate_classifier
-
     names = tuple(str(n) for n in class_names)
     wrapped = validate_classifier(module.eval(), outputs, tuple(input_shape), len(names), source=f"classifier {name}")
     return LoadedModel(f"memory:{name}", "memory-classifier", wrapped, names, {"metrics": {}})

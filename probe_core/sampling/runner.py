@@ -19,6 +19,7 @@ from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior
 from probe_core.sampling import adaptation, hmc, imh, rwm
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
+from probe_core.sampling.smc import SMCConfig, run_smc
 
 INIT_MODES = ("smc", "optimize", "prior", "uniform")
 PREVIEW_CHAINS = 8
@@ -473,8 +474,6 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
     evaluations = 0
     step_size = inverse_mass = None
     if initial is None and config.init == "smc":
-        from probe_core.sampling.smc import SMCConfig, run_smc
-
         particles = run_smc(posterior, SMCConfig(seed=config.seed), should_stop=should_stop)
         initial, step_size, inverse_mass = particles.positions, particles.step_size, particles.inverse_mass
         evaluations += particles.gradient_evaluations

@@ -7,7 +7,22 @@ import torch
 
 from probe_core.errors import ProbeError
 from probe_core.scenes.render import render_scenes
-from probe_core.scenes.world import PRESENT, SLOT, describe
+from probe_core.scenes.world import (
+    COLOUR,
+    COLOURS,
+    PRESENT,
+    ROTATION,
+    SHAPE,
+    SHAPES,
+    SIZE,
+    SIZES,
+    SLOT,
+    STYLE,
+    STYLES,
+    X,
+    Y,
+    describe,
+)
 
 
 @torch.no_grad()
@@ -77,8 +92,6 @@ def scene_vector(objects: list[dict], max_objects: int = 5) -> torch.Tensor:
 
     Unused slots are absent. Handy for constructed scenes in tests, notebooks and the CLI.
     """
-    from probe_core.scenes.world import COLOUR, COLOURS, ROTATION, SHAPE, SHAPES, SIZE, SIZES, STYLE, STYLES, X, Y
-
     if len(objects) > max_objects:
         raise ProbeError(f"{len(objects)} objects do not fit in {max_objects} slots")
     slots = np.zeros((max_objects, SLOT), dtype=np.float32)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from probe_core.errors import ProbeError
+from probe_core.sampling.rwm import CategoricalResampleProposal
 
 SHAPES = ("circle", "square", "triangle", "star")
 NOVEL_SHAPE = "star"
@@ -154,8 +155,6 @@ class SceneProposal:
     """
 
     def __init__(self, prior: ScenePrior, scale: float | torch.Tensor = 0.05, resample_rate: float = 0.05) -> None:
-        from probe_core.sampling.rwm import CategoricalResampleProposal
-
         self.prior = prior
         self.scale = scale
         dims, counts = prior.discrete_dims()
