@@ -204,6 +204,17 @@ def record(config) -> dict:
     return data
 
 
+def field_defaults(request_type: type) -> dict:
+    """A request type's defaults by field (those with one): what a page's widgets start from."""
+    defaults = {}
+    for field in dataclasses.fields(request_type):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
+
+
 def from_record(request_type: type, data: dict):
     """The inverse of :func:`record`: ``request_type`` rebuilt from what a run stored (lists become tuples again).
 

@@ -15,6 +15,7 @@ from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
+from probe_core.requests import field_defaults
 from probe_core.runconfig import result_of
 
 ws = _ui.workspace()
@@ -33,18 +34,24 @@ st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{data
 with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
     c1, c2, c3, c4 = st.columns(4)
-    per_image = c1.number_input("Perturbations per image (Q)", 10, 5000, 500, key="defuse_q")
-    keep = c2.number_input("Failures kept per image (M)", 1, 1000, 100, key="defuse_m")
+    identify_defaults, distill_defaults = field_defaults(steps.IdentifyRequest), field_defaults(steps.DistillRequest)
+    per_image = c1.number_input("Perturbations per image (Q)", 10, 5000, identify_defaults["samples_per_image"],
+                                key="defuse_q")
+    keep = c2.number_input("Failures kept per image (M)", 1, 1000, identify_defaults["max_per_image"],
+                           key="defuse_m")
     noise = c3.selectbox("Noise", ["centered", "paper"], key="defuse_noise",
+                         index=["centered", "paper"].index(identify_defaults["noise"]),
                          help="centered: Beta noise centred, sd = scale (default, finds more labelable clusters); "
                               "paper: μ + ε with ε ~ Beta(a, b), exactly Algorithm 1")
-    scale = c4.number_input("Noise scale (sd)", 0.01, 3.0, 0.15, 0.01, key="defuse_scale")
+    scale = c4.number_input("Noise scale (sd)", 0.01, 3.0, identify_defaults["noise_scale"], 0.01, key="defuse_scale")
     st.markdown("**Distillation**")
     d1, d2, d3, d4 = st.columns(4)
-    components = d1.number_input("Max clusters (K)", 2, 500, 100, key="defuse_k")
-    threshold = d2.number_input("Weight threshold (ε)", 0.0, 0.5, 0.01, 0.005, format="%.3f", key="defuse_eps")
-    max_samples = d3.number_input("Fit on at most", 100, 100_000, 10_000, key="defuse_max_samples")
-    tau = d4.number_input("Review spread (τ)", 0.01, 2.0, 0.5, 0.05, key="defuse_tau")
+    components = d1.number_input("Max clusters (K)", 2, 500, distill_defaults["n_components"], key="defuse_k")
+    threshold = d2.number_input("Weight threshold (ε)", 0.0, 0.5, distill_defaults["weight_threshold"], 0.005,
+                                format="%.3f", key="defuse_eps")
+    max_samples = d3.number_input("Fit on at most", 100, 100_000, distill_defaults["max_samples"],
+                                  key="defuse_max_samples")
+    tau = d4.number_input("Review spread (τ)", 0.01, 2.0, distill_defaults["tau"], 0.05, key="defuse_tau")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models are checked (and their references resolved) before a run is stored

@@ -11,6 +11,7 @@ from probe_core.defuse import correction
 from probe_core.defuse import queries
 from probe_core.defuse import steps
 from probe_core.errors import ProbeError
+from probe_core.requests import field_defaults
 from probe_core.runconfig import result_of
 
 ws = _ui.workspace()
@@ -34,11 +35,13 @@ table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, s
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
+correct_defaults = field_defaults(steps.CorrectRequest)
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
-    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in correction.PAPER_LAMBDAS), key="finetune_lambdas")
-    epochs = c2.number_input("Epochs per λ", 1, 50, 3, key="finetune_epochs")
-    per_region = c3.number_input("Samples per failure region", 16, 4096, 256, key="finetune_per_region")
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in correct_defaults["lambdas"]), key="finetune_lambdas")
+    epochs = c2.number_input("Epochs per λ", 1, 50, correct_defaults["epochs"], key="finetune_epochs")
+    per_region = c3.number_input("Samples per failure region", 16, 4096, correct_defaults["samples_per_region"],
+                                 key="finetune_per_region")
     c4, c5 = st.columns(2)
     baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",
                                  help="\n\n".join(f"**{k}**: {v}" for k, v in steps.BASELINES.items()))
