@@ -269,7 +269,7 @@ def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET
     """The ambiguity matrix: ``ambiguous:i,j`` for every class pair in one batched run (as the Ambiguity page).
 
     Takes :func:`sample`'s arguments without the target; the settings default to the matrix's own, which
-    depend on the image size (:func:`~probe_core.bayestrex.run.matrix_sampler_defaults`).
+    depend on the image size (:func:`~probe_core.requests.matrix_sampler_defaults`).
 
     Returns
     -------

@@ -17,7 +17,7 @@ from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetSpec
 
 # The whole numbers a sample request's settings may take, inclusive (checked by
-# :func:`probe_core.bayestrex.run.check_sampler_settings`; the pages' widgets take their bounds from here).
+# :func:`check_sampler_settings`; the pages' widgets take their bounds from here).
 SAMPLE_RANGES = {"chains": (1, 1024), "warmup": (0, 100_000), "samples": (1, 100_000), "keep_every": (1, 10_000),
                  "independence_moves": (0, 64)}
 

@@ -11,10 +11,7 @@
 """
 
 from probe_core.bayestrex.compare import CompareRequest, compare_job
-from probe_core.bayestrex.jobs import (
-    LiveTrace,
-    sampling_job,
-)
+from probe_core.bayestrex.jobs import LiveTrace, sampling_job
 from probe_core.bayestrex.recipes import (
     compare_classifiers,
     comparison_table,
@@ -23,20 +20,7 @@ from probe_core.bayestrex.recipes import (
     probe_target,
     samples_to_label,
 )
-from probe_core.bayestrex.run import (
-    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
-    MATRIX_SAMPLER_DEFAULTS,
-    MAX_CHAINS,
-    MAX_ITERATIONS,
-    PAGE_SAMPLER_DEFAULTS,
-    SAMPLER_DEFAULTS,
-    SAMPLERS,
-    SMALL_IMAGE_VALUES,
-    check_sampler_settings,
-    matrix_sampler_defaults,
-    sample,
-    sampler_defaults,
-)
+from probe_core.bayestrex.run import sample
 from probe_core.bayestrex.summary import (
     MISTAKE_CONFIDENCE,
     TEST_IMAGE_VERDICTS,
@@ -49,6 +33,19 @@ from probe_core.bayestrex.summary import (
     table2,
     target_status,
     test_set_baseline,
+)
+from probe_core.requests import (  # the sample request's defaults and checks, offered here with the sampler
+    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
+    MATRIX_SAMPLER_DEFAULTS,
+    MAX_CHAINS,
+    MAX_ITERATIONS,
+    PAGE_SAMPLER_DEFAULTS,
+    SAMPLER_DEFAULTS,
+    SAMPLERS,
+    SMALL_IMAGE_VALUES,
+    check_sampler_settings,
+    matrix_sampler_defaults,
+    sampler_defaults,
 )
 
 __all__ = [

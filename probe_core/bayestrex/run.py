@@ -14,20 +14,7 @@ from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.protocols import StructuredPrior, is_differentiable
-from probe_core.requests import (  # the sample request's defaults and checks, used and re-exported here
-    LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
-    MATRIX_SAMPLER_DEFAULTS,
-    MAX_CHAINS,
-    MAX_INDEPENDENCE_MOVES,
-    MAX_ITERATIONS,
-    PAGE_SAMPLER_DEFAULTS,
-    SAMPLER_DEFAULTS,
-    SAMPLERS,
-    SMALL_IMAGE_VALUES,
-    check_sampler_settings,
-    matrix_sampler_defaults,
-    sampler_defaults,
-)
+from probe_core.requests import check_sampler_settings
 from probe_core.sampling import (
     BayesTrExPosterior,
     ChainResult,

@@ -105,10 +105,13 @@ def test_a_sharded_request_checks_its_settings_once(trained_workspace, monkeypat
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
     from probe_core.validation import sample_request
 
+    from probe_core import requests, validation
+
     checks = []
-    original = run.check_sampler_settings
-    monkeypatch.setattr(run, "check_sampler_settings", lambda **settings: (checks.append(settings),
-                                                                           original(**settings))[1])
+    original = requests.check_sampler_settings
+    for module in (requests, validation, run):  # wherever a layer could call it from
+        monkeypatch.setattr(module, "check_sampler_settings", lambda **settings: (checks.append(settings),
+                                                                                  original(**settings))[1])
     registry = trained_workspace.registry.remembering()
     request = sample_request(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
     result = probe_target(prepare_sample(registry, request))
