@@ -28,10 +28,7 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "samples_per_image": "perturbations per image", "samples_per_region": "samples per failure region",
                  "max_images": "images"}
 
-
 SAMPLERS = ("hmc", "nuts", "rwm")
-
-
 MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
 MAX_ITERATIONS = SAMPLE_RANGES["samples"][1]
 MAX_INDEPENDENCE_MOVES = SAMPLE_RANGES["independence_moves"][1]
@@ -74,8 +71,8 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
                            samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
                            **_ignored) -> None:
-    """Raise :class:`ProbeError` with a clear message for settings :func:`~probe_core.bayestrex.run.sample` cannot run
-    with.
+    """Raise :class:`ProbeError` with a clear message for settings the sampler
+    (:func:`~probe_core.bayestrex.run.sample`) cannot run with.
 
     Called before a run is stored, so bad input leaves the workspace as it was.
     """

@@ -1,7 +1,5 @@
 """Compare: two classifiers' high-confidence samples per class on one generator, labelled by hand (Table 3)."""
 
-import dataclasses
-
 import pandas as pd
 import streamlit as st
 import torch
@@ -12,7 +10,7 @@ from probe_core.accounts import Permission
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
 from probe_core.errors import ProbeError
-from probe_core.requests import SAMPLE_RANGES
+from probe_core.requests import SAMPLE_RANGES, field_defaults
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.runconfig import result_of
 
@@ -39,7 +37,7 @@ with st.form("compare-form", enter_to_submit=False):
     first = c1.selectbox("Classifier A", classifiers, index=0, key="compare_a")
     second = c2.selectbox("Classifier B", classifiers, index=1, key="compare_b")
     c3, c4, c5 = st.columns(3)
-    defaults = {f.name: f.default for f in dataclasses.fields(CompareRequest)}
+    defaults = field_defaults(CompareRequest)
     chains = c3.number_input("Chains per class", *SAMPLE_RANGES["chains"], defaults["chains"], key="compare_chains")
     warmup = c4.number_input("Warm-up", *SAMPLE_RANGES["warmup"], defaults["warmup"], key="compare_warmup")
     samples = c5.number_input("Samples per chain", *SAMPLE_RANGES["samples"], defaults["samples"],

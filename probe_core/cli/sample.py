@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
@@ -25,6 +24,7 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.lifecycle import run_now
+from probe_core.requests import field_defaults
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.targets import spec_help
 from probe_core.validation import sample_request
@@ -171,7 +171,7 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                         "data set's default)")
     recipe.add_argument("--generator", help="gan (default, as in the paper) or vae: train the generator the use case "
                         "needs; or a stored generator id or plugin (compare: default, the data set's default)")
-    compare_defaults = {f.name: f.default for f in dataclasses.fields(CompareRequest)}
+    compare_defaults = field_defaults(CompareRequest)
     recipe.add_argument("--classifier-a", help="compare: first classifier (a comparison's own defaults: "
                         f"{compare_defaults['chains']} chains per class, {compare_defaults['warmup']} warm-up "
                         f"iterations, {compare_defaults['samples']} samples per chain)")
