@@ -41,8 +41,12 @@ def _graph() -> dict[str, set[str]]:
         for target in _imports(name, path):
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target and target != name and not name.startswith(target + "."):
-                edges.add(target)
+            # importing probe_core.a.b runs probe_core.a's __init__ first: an edge to each enclosing package too
+            # (but the root, whose API is imported lazily on first use)
+            while target and target != "probe_core":
+                if target != name and not name.startswith(target + "."):
+                    edges.add(target)
+                target = target.rpartition(".")[0]
         graph[name] = edges
     return graph
 
@@ -156,3 +160,47 @@ def test_no_page_reads_or_writes_the_store_itself():
 
 def test_the_store_call_finder_finds_planted_ones():
     assert _store_calls(ast.parse("ws.store.get_samples(1)\nqueries.samples(ws.store, 1)\n")) == [1]
+
+
+# Inside a function, only what is heavy or optional at its use may be imported (so the import graph the cycle
+# finder reads is the one Python runs); the package's lazy API and the worker, which sets its thread counts
+# before torch loads, are the two places that import probe_core late on purpose.
+LATE_IMPORTS_ALLOWED = {"torch", "pandas", "sklearn", "scipy", "umap", "ray", "captum", "PIL", "IPython", "tqdm",
+                        "pyro", "numpy", "toml", "tomllib", "importlib"}
+LATE_PROBE_CORE_IMPORTS_ALLOWED = {"probe_core/__init__.py", "probe_core/worker.py"}
+
+
+def _late_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom):
+                    found.append((node.lineno, node.module or ""))
+                elif isinstance(node, ast.Import):
+                    found.extend((node.lineno, alias.name) for alias in node.names)
+    return found
+
+
+def _disallowed_late_imports(path: Path, tree: ast.AST) -> list[str]:
+    relative = path.relative_to(ROOT).as_posix()
+    bad = []
+    for line, module in _late_imports(tree):
+        root = module.split(".")[0]
+        if root == "probe_core" and relative in LATE_PROBE_CORE_IMPORTS_ALLOWED:
+            continue
+        if root not in LATE_IMPORTS_ALLOWED:
+            bad.append(f"{relative}:{line} imports {module} inside a function")
+    return bad
+
+
+def test_probe_core_imports_its_own_modules_at_module_level():
+    bad = [problem for path in sorted((ROOT / "probe_core").rglob("*.py"))
+           for problem in _disallowed_late_imports(path, ast.parse(path.read_text()))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_late_import_finder_finds_a_planted_one():
+    planted = ast.parse("def f():\n    from probe_core.workspace import Workspace\n    import torch\n")
+    assert _disallowed_late_imports(ROOT / "probe_core" / "planted.py", planted) == [
+        "probe_core/planted.py:2 imports probe_core.workspace inside a function"]
