@@ -553,7 +553,10 @@ def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or
                         page.wait_for_timeout(500)
                         assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
             page.goto(f"{server.url}/label")
-            page.get_by_text("Labelling as ann-hostile").wait_for(timeout=60_000)  # still signed in, as the annotator
+            # still signed in, as the annotator; the Label page loads the run's models first, which took over a
+            # minute on a loaded 2-core machine (a fresh check with OMP_NUM_THREADS=1)
+            page.get_by_text("Signed in as ann-hostile (annotator)").wait_for(timeout=180_000)
+            page.get_by_text("Labelling as ann-hostile").wait_for(timeout=180_000)
         assert not marker.exists()
         # the bait is real: the local owner's registry does import it
         trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
