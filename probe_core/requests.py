@@ -48,6 +48,28 @@ PAGE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS // 2, "warmup": DEFAULT_WARMUP
                          "keep_every": 5}
 
 
+def refuse_unknown(given, allowed, what: str) -> None:
+    """Refuse settings a request does not have, naming them and the ones it has.
+
+    Parameters
+    ----------
+    given : iterable of str
+        The setting names asked for.
+    allowed : sequence of str
+        The request's settings, in the order the message lists them.
+    what : str
+        What they set, e.g. ``"sampler"`` (the message says "unknown sampler setting(s)").
+
+    Raises
+    ------
+    ProbeError
+        If any name in ``given`` is not in ``allowed``.
+    """
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise ProbeError(f"unknown {what} setting(s) {', '.join(unknown)}; use {', '.join(allowed)}")
+
+
 def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
     """The ambiguity matrix's chains per pair, warm-up, samples and storage stride for images of (C, H, W)."""
     channels, height, width = image_shape

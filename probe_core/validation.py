@@ -11,7 +11,13 @@ from probe_core.catalog import classifier_dataset, load_dataset
 from probe_core.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
 from probe_core.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError
-from probe_core.requests import SAMPLE_SETTINGS, SampleRequest, check_sampler_settings, sampler_defaults
+from probe_core.requests import (
+    SAMPLE_SETTINGS,
+    SampleRequest,
+    check_sampler_settings,
+    refuse_unknown,
+    sampler_defaults,
+)
 from probe_core.scaleout import check_executor
 from probe_core.targets import TargetSpec
 
@@ -74,9 +80,7 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
     ProbeError
         For an unknown setting or any value a run cannot use (one clear message).
     """
-    unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
-    if unknown:
-        raise ProbeError(f"unknown sampler setting(s) {', '.join(unknown)}; use {', '.join(SAMPLE_SETTINGS)}")
+    refuse_unknown(settings, SAMPLE_SETTINGS, "sampler")
     if not isinstance(target, TargetSpec) and (not isinstance(target, str) or not target.strip()):
         raise ProbeError("a target spec is needed, e.g. high:3 or ambiguous:4,9")
     data = load_dataset(dataset, registry.data_dir)

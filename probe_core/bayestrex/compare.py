@@ -15,6 +15,7 @@ from probe_core.bayestrex.run import check_sampler_settings, sample_validated
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.lifecycle import run_kind, training_announcer
+from probe_core.requests import refuse_unknown
 from probe_core.targets import DEFAULT_SIGMA, TargetSpec
 from probe_core.validation import check_record, checked_models
 
@@ -67,9 +68,7 @@ class CompareRequest:
             raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
         if classifier_a == classifier_b:
             raise ProbeError("pick two different classifiers to compare")
-        unknown = sorted(set(settings) - set(COMPARE_SETTINGS))
-        if unknown:
-            raise ProbeError(f"unknown comparison setting(s) {', '.join(unknown)}; use {', '.join(COMPARE_SETTINGS)}")
+        refuse_unknown(settings, COMPARE_SETTINGS, "comparison")
         request = cls(dataset=dataset, classifier_a=classifier_a, classifier_b=classifier_b,
                       generator=generator or "default",
                       **{key: value for key, value in settings.items() if value is not None})

@@ -7,7 +7,8 @@ import pytest
 from probe_core.defuse.steps import CorrectRequest, IdentifyRequest
 from probe_core.requests import SampleRequest
 from probe_core.lifecycle import job_spec
-from probe_core.requests import record
+from probe_core.errors import ProbeError
+from probe_core.requests import record, refuse_unknown
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.models.jobs import TrainRequest
 from probe_core.runconfig import config_of
@@ -126,7 +127,6 @@ def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_pat
     import sys
 
     from probe_core.catalog import load_dataset
-    from probe_core.errors import ProbeError
     from probe_core.lifecycle import RUN_KINDS, run_kind, run_now
     from probe_core.runconfig import result_of
     from probe_core.workspace import Workspace
@@ -213,3 +213,11 @@ def test_the_api_documents_every_sample_setting_with_the_request_types_default()
 
     for name in SAMPLE_SETTINGS:
         assert f"{name}={getattr(SampleRequest, name)!r}" in mp.sample.__doc__
+
+
+def test_unknown_settings_are_refused_by_name_with_the_ones_the_request_has():
+    refuse_unknown({"chains": 4}, ("chains", "warmup"), "sampler")
+    with pytest.raises(ProbeError, match=r"unknown sampler setting\(s\) steps, temperature; use chains, warmup"):
+        refuse_unknown({"temperature": 1, "steps": 2, "chains": 4}, ("chains", "warmup"), "sampler")
+    with pytest.raises(ProbeError, match=r"unknown comparison setting\(s\) bogus; use chains"):
+        CompareRequest.build("digits", "a", "b", bogus=1)
