@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 
 from probe_core.cli import main
 from probe_core.data.synthetic import SVHN_CLASSES, svhn_like, write_npz
+from probe_core.models.registry import REAL_SIZE_PERCEPTUAL, REAL_SIZE_VAE_LATENT
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,8 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
         assert main(base + ["models", "train", "--kind", kind, "--dataset", str(colour_npz), "--epochs", "2"]) == 0
     models = {m["kind"]: m for m in Workspace(tmp_path / "ws").registry.list()}
     assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
-    assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == 10  # the paper's SVHN latent size
+    assert models["vae"]["spec"]["perceptual"] == REAL_SIZE_PERCEPTUAL  # trained with a perceptual term
+    assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == REAL_SIZE_VAE_LATENT
     capsys.readouterr()
     sample = base + ["sample", "--dataset", str(colour_npz), "--classifier", models["classifier"]["id"],
                      "--generator", models["vae"]["id"], "--target", "high:7", "--chains", "2", "--warmup", "3",

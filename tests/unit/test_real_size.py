@@ -6,20 +6,35 @@ import numpy as np
 import pytest
 import torch
 
+from probe_core.data import ImageDataset
 from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
-from probe_core.models.architectures import ResNetClassifier
-from probe_core.models.registry import REAL_SIZE_EPOCHS, real_size_recipe
-from probe_core.models.training import augment_batch
+from probe_core.errors import ProbeError
+from probe_core.models.architectures import VAE, ResNetClassifier
+from probe_core.models.registry import (
+    REAL_SIZE_EPOCHS,
+    REAL_SIZE_PERCEPTUAL,
+    REAL_SIZE_VAE_LATENT,
+    ModelSpec,
+    real_size_recipe,
+)
+from probe_core.models.training import (
+    PERCEPTUAL_NETWORKS,
+    augment_batch,
+    perceptual_network,
+    perceptual_vae_loss,
+    train_vae,
+)
 
 
 @pytest.mark.parametrize("shape, classes, images, latent", [((3, 32, 32), 10, 8000, 10), ((3, 64, 64), 43, 3870, 15),
                                                             ((1, 32, 32), 10, 500, 10), ((3, 128, 128), 43, 100, 15)])
-def test_real_size_images_get_a_resnet_with_augmentation_and_the_papers_latent_size(shape, classes, images, latent):
+def test_real_size_images_get_a_resnet_with_augmentation_and_a_perceptual_vae(shape, classes, images, latent):
     classifier = real_size_recipe("classifier", shape, classes, images)
     assert classifier["architecture"] == "ResNetClassifier" and classifier["augment"]
     assert REAL_SIZE_EPOCHS[0] <= classifier["epochs"] <= REAL_SIZE_EPOCHS[1]
     vae = real_size_recipe("vae", shape, classes, images)
-    assert vae["architecture"] == "VAE" and vae["latent_dim"] == latent and vae["kl_warmup"] == vae["epochs"] // 2
+    assert vae["architecture"] == "VAE" and vae["kl_warmup"] == vae["epochs"] // 2
+    assert vae["latent_dim"] == REAL_SIZE_VAE_LATENT and vae["perceptual"] == REAL_SIZE_PERCEPTUAL
     assert real_size_recipe("gan", shape, classes, images)["latent_dim"] == latent
 
 
@@ -74,3 +89,34 @@ def test_signs_like_has_43_balanced_classes_at_the_asked_size():
     images, targets = signs_like(digits, labels, 2, 64, seed=0)
     assert len(SIGN_CLASSES) == 43 == len(set(SIGN_CLASSES))
     assert images.shape == (86, 64, 64, 3) and np.bincount(targets).tolist() == [2] * 43
+
+
+def test_the_real_size_vae_is_trained_with_a_perceptual_term_in_a_frozen_network_of_its_own():
+    assert real_size_recipe("vae", (3, 32, 32), 10, 8000)["perceptual"] in PERCEPTUAL_NETWORKS
+    digits, labels = _digits()
+    images, targets = svhn_like(digits, labels, 96, 32, seed=0)
+    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+    dataset = ImageDataset("tiny-svhn", pixels[:64], torch.from_numpy(targets[:64]).long(), pixels[64:],
+                           torch.from_numpy(targets[64:]).long(), SVHN_CLASSES, "test")
+    features = perceptual_network(dataset, "random", seed=0)
+    before = {name: value.clone() for name, value in features.state_dict().items()}
+    vae = VAE(dataset.image_shape, 10)
+    loss = perceptual_vae_loss(vae, pixels[:8], features.train())
+    assert loss.shape == (8,) and torch.isfinite(loss).all()
+    loss.mean().backward()
+    assert all(parameter.grad is None for parameter in features.parameters())  # frozen: only the VAE learns
+    assert any(parameter.grad is not None for parameter in vae.parameters())
+    assert all(torch.equal(before[name], value) for name, value in features.state_dict().items())  # BN stats kept
+    with torch.no_grad():
+        assert [layer.shape[1] for layer in features(pixels[:2])] == [16, 32, 64]
+    model, metrics = train_vae(dataset, latent_dim=4, epochs=1, perceptual="random")
+    assert model.decode(torch.zeros(2, 4)).shape == (2, 3, 32, 32) and np.isfinite(metrics["test_elbo"])
+    # a trained feature network's epochs come first, on the same bar: one progress from 0 to 1
+    reports = []
+    train_vae(dataset, latent_dim=4, epochs=3, perceptual="trained", progress=reports.append)
+    assert [(r.kind, r.epoch, r.epochs) for r in reports] == [("vae", e, 4) for e in range(1, 5)]
+    assert reports[0].metric_name != reports[-1].metric_name == "train_elbo"
+    with pytest.raises(ProbeError, match="perceptual"):
+        perceptual_network(dataset, "imagenet")
+    with pytest.raises(ProbeError, match="perceptual"):
+        ModelSpec(kind="classifier", perceptual="random")
