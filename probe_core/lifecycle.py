@@ -231,42 +231,58 @@ def training_announcer(context: JobContext):
 
 @dataclass(frozen=True)
 class JobSpec:
-    """How to build a job in any process: ``builder(registry, **arguments)``.
+    """How any process rebuilds a run's job: its run kind and the request's record (no code path is stored).
+
+    The kind's request type (:data:`RUN_KINDS`) reads the record back and names the job function
+    (``builder``), called as ``builder(registry, request, device)``.
 
     Parameters
     ----------
-    builder : str
-        ``"package.module:function"``; the function takes a :class:`ModelRegistry` first.
-    arguments : dict
-        JSON-serialisable keyword arguments.
+    kind : str
+        A declared run kind (:func:`run_kind`).
+    request : dict
+        The request's :func:`~probe_core.requests.record`.
+    device : str
+        Where the job computes (``cpu``, ``cuda``, ``auto``).
     data_dir : str, optional
         The data folder of the person who started it (their setting, carried with the job).
     """
 
-    builder: str
-    arguments: dict = field(default_factory=dict)
+    kind: str
+    request: dict = field(default_factory=dict)
+    device: str = "cpu"
     data_dir: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"builder": self.builder, "arguments": self.arguments, "data_dir": self.data_dir},
-                          sort_keys=True, default=_jsonable)
+        return json.dumps({"kind": self.kind, "request": self.request, "device": self.device,
+                           "data_dir": self.data_dir}, sort_keys=True, default=_jsonable)
 
     @classmethod
     def from_dict(cls, data: dict) -> "JobSpec":
-        return cls(data["builder"], data.get("arguments") or {}, data.get("data_dir"))
+        if "kind" not in data:
+            raise ProbeError("this run was stored by an older version of Model Probe, which recorded its job "
+                             "differently; start it again")
+        return cls(data["kind"], data.get("request") or {}, data.get("device") or "cpu", data.get("data_dir"))
 
     def build(self, workspace_root: str | Path):
         """The job function, built in this process against the workspace at ``workspace_root``."""
         return self.build_for(Workspace(workspace_root, data_dir=self.data_dir).registry)
 
     def build_for(self, registry):
-        """The job function, built with a registry this process already has."""
-        module_name, _, function_name = self.builder.partition(":")
-        try:
-            builder = getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError) as exc:
-            raise ProbeError(f"unknown job builder {self.builder!r}: {exc}") from exc
-        return builder(registry, **self.arguments)
+        """The job function, built with a registry this process already has.
+
+        Raises
+        ------
+        ProbeError
+            For a kind this process has not declared, or a record its request type does not read.
+        """
+        kind = RUN_KINDS.get(self.kind)
+        if kind is None:
+            raise ProbeError(f"unknown run kind {self.kind!r}; known: {', '.join(sorted(RUN_KINDS)) or 'none'}")
+        request = from_record(kind.request_type, self.request)
+        module_name, _, function_name = kind.request_type.builder.partition(":")
+        builder = getattr(importlib.import_module(module_name), function_name)
+        return builder(registry, request, self.device)
 
 
 def _jsonable(value):
@@ -277,13 +293,14 @@ def _jsonable(value):
 
 
 class RunRequest(Protocol):
-    """What every run request has: its run kind, its job builder and the builder's arguments."""
+    """What every run request has: its run kind and its job function.
+
+    ``builder`` is ``"module:function"``, called as ``function(registry, request, device)`` in the process that
+    does the work; it returns the job (``fn(context) -> result``).
+    """
 
     kind: ClassVar[str]
-    builder: ClassVar[str]  # "module:function", called as function(registry, device=..., **job_arguments())
-
-    def job_arguments(self) -> dict:
-        ...
+    builder: ClassVar[str]
 
 
 @dataclass(frozen=True)
@@ -352,7 +369,7 @@ def run_kind(result_type: type) -> Callable[[type], type]:
 
 def job_spec(request: RunRequest, data_dir: str | None = None, device: str = "cpu") -> JobSpec:
     """How any process rebuilds the run's job from the database."""
-    return JobSpec(request.builder, {"device": str(device), **request.job_arguments()}, data_dir)
+    return JobSpec(request.kind, record(request), str(device), data_dir)
 
 
 def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bool = False,

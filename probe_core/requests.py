@@ -187,9 +187,6 @@ class SampleRequest:
                 "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
                 "independence_moves": self.independence_moves}
 
-    def job_arguments(self) -> dict:
-        return record(self)
-
     @property
     def targets(self) -> tuple[Target, ...]:
         """The targets, in batch order."""

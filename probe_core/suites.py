@@ -222,9 +222,6 @@ class ScoreRequest:
     suite: str
     classifier: str
 
-    def job_arguments(self) -> dict:
-        return {"suite": self.suite, "classifier": self.classifier}
-
 
 def score_request(registry, suite: str, classifier: str) -> ScoreRequest:
     """The one way to make a :class:`ScoreRequest`: the suite must exist and the classifier resolve on its
@@ -241,12 +238,12 @@ def score_request(registry, suite: str, classifier: str) -> ScoreRequest:
     return ScoreRequest(suite, load_classifier(registry, stored, classifier.strip()).id)
 
 
-def score_job(registry, suite: str, classifier: str, device: str = "cpu") -> JobFunction:
+def score_job(registry, request: ScoreRequest, device: str = "cpu") -> JobFunction:
     """:func:`score_suite` as a background job (the page's "Score" button)."""
 
     def run(context: JobContext) -> ScoreResult:
-        context.report(0.05, f"scoring {classifier} on {suite}", force=True)
-        return score_suite(registry, context.store, suite, classifier, device)
+        context.report(0.05, f"scoring {request.classifier} on {request.suite}", force=True)
+        return score_suite(registry, context.store, request.suite, request.classifier, device)
 
     return run
 

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     import torch
 
+    import probe_core.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds
     from probe_core.lifecycle import execute_run
     from probe_core.store import Store
 

@@ -54,16 +54,17 @@ with st.form("defuse-find", enter_to_submit=False):
     tau = d4.number_input("Review spread (τ)", 0.01, 2.0, distill_defaults["tau"], 0.05, key="defuse_tau")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
-    try:  # models are checked (and their references resolved) before a run is stored
+    try:  # models and settings are checked (and references resolved) before a run is stored
+        distill = {"n_components": int(components), "weight_threshold": float(threshold),
+                   "max_samples": int(max_samples), "tau": float(tau)}
         identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
-            max_per_image=int(keep), noise=noise, noise_scale=float(scale), **_ui.scaleout()), _ui.device())
+            max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
+            **_ui.scaleout()), _ui.device())
     except ProbeError as exc:
         st.error(f"Cannot start: {exc}")
     else:
-        distill = {"n_components": int(components), "weight_threshold": float(threshold),
-                   "max_samples": int(max_samples), "tau": float(tau)}
         _, sized_note = steps.sized_identification(replace(identify, max_images=None), dataset)
         if sized_note and identify.max_images is not None:
             st.info(sized_note)

@@ -6,7 +6,6 @@ submits the same :class:`CompareRequest`.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,9 +41,6 @@ class CompareRequest:
     @property
     def classifiers(self) -> list[str]:
         return [self.classifier_a, self.classifier_b]
-
-    def job_arguments(self) -> dict:
-        return dataclasses.asdict(self)
 
     @classmethod
     def build(cls, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
@@ -82,18 +78,17 @@ class CompareRequest:
 COMPARE_SETTINGS = ("chains", "warmup", "samples", "keep_every", "seed", "sigma")
 
 
-def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
-                chains: int = 8, warmup: int = 100, samples: int = 50, keep_every: int = 10, device: str = "cpu",
-                **sample_kwargs):
-    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); its settings are
-    those of a :class:`CompareRequest`, checked when it was built."""
+def compare_job(registry, request: CompareRequest, device: str = "cpu"):
+    """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); the request's
+    settings were checked when it was built (:meth:`CompareRequest.build`)."""
 
     def run(context) -> ComparisonResult:
         models = registry.announcing(training_announcer(context))
+        dataset = request.dataset
         data = load_dataset(dataset, models.data_dir)
-        gen = models.get_or_train_reference(generator or "default", "generator", dataset, device=device)
+        gen = models.get_or_train_reference(request.generator or "default", "generator", dataset, device=device)
         sides = [models.get_or_train_reference(ref, "classifier", dataset, device=device)
-                 for ref in (classifier_a, classifier_b)]
+                 for ref in request.classifiers]
         names = tuple(sides[0].class_names)  # both matched to the data set's classes by name, in its order
         if tuple(sides[1].class_names) != names:
             raise ProbeError("both classifiers must have the same classes to be compared")
@@ -105,10 +100,11 @@ def compare_job(registry, dataset: str, classifier_a: str, classifier_b: str, ge
                 context.report((side + progress.iteration / max(progress.total, 1)) / 2,
                                f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
 
-            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=chains, warmup=warmup,
-                                      samples=samples, store=context.store, run_id=context.run_id,
-                                      keep_every=keep_every, target_index_offset=side * len(names),
-                                      progress=on_progress, **sample_kwargs)
+            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=request.chains,
+                                      warmup=request.warmup, samples=request.samples, store=context.store,
+                                      run_id=context.run_id, keep_every=request.keep_every,
+                                      target_index_offset=side * len(names), progress=on_progress,
+                                      seed=request.seed, sigma=request.sigma)
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
                                 check_record(*checks[0]))

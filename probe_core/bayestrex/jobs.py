@@ -10,7 +10,7 @@ from probe_core.bayestrex.results import SamplingResult
 from probe_core.diagnostics import effective_sample_size, split_rhat
 from probe_core.errors import CancelledError
 from probe_core.lifecycle import run_kind, training_announcer
-from probe_core.requests import SampleRequest, from_record
+from probe_core.requests import SampleRequest
 
 run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.requests, below the domains
 
@@ -78,14 +78,13 @@ class LiveTrace:
                 **self.latest}
 
 
-def sampling_job(registry, device: str = "cpu", **request_fields):
-    """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` (its stored fields) as a background
-    job that streams samples and a :class:`LiveTrace` to its run.
+def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
+    """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` as a background job that streams
+    samples and a :class:`LiveTrace` to its run.
 
     Returns a :class:`~probe_core.bayestrex.results.SamplingResult`; the run stores it without the
     per-sample records (they are in the store), so it stays small enough for the runs table.
     """
-    request = from_record(SampleRequest, request_fields)
 
     def run(context) -> SamplingResult:
         context.report(0.0, "loading models and starting chains", force=True)

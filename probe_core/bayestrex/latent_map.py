@@ -73,16 +73,13 @@ class LatentMapRequest:
 
     run: int
 
-    def job_arguments(self) -> dict:
-        return {"run_id": self.run}
 
-
-def latent_map_job(registry, run_id: int, device: str = "cpu") -> JobFunction:
+def latent_map_job(registry, request: LatentMapRequest, device: str = "cpu") -> JobFunction:
     """:func:`latent_map` as a job (the UMAP fit takes seconds; its result is cached with the run)."""
 
     def run(context: JobContext) -> LatentMapResult:
         context.report(0.05, "fitting UMAP", force=True)
-        return LatentMapResult(hits=len(latent_map(context.store, run_id)["hits_xy"]), run=run_id)
+        return LatentMapResult(hits=len(latent_map(context.store, request.run)["hits_xy"]), run=request.run)
 
     return run
 

@@ -57,7 +57,6 @@ from probe_core.errors import CancelledError, ProbeError
 from probe_core.lifecycle import (
     JobContext,
     JobFunction,
-    JobSpec,
     run_inline,
     run_kind,
     run_now,
@@ -65,7 +64,7 @@ from probe_core.lifecycle import (
     training_announcer,
 )
 from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE, REAL_SIZE
-from probe_core.requests import from_record, record
+from probe_core.requests import record
 from probe_core.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
 from probe_core.validation import checked_models, classifier_class_names
 
@@ -96,11 +95,18 @@ class IdentifyRequest:
     executor: str = "local"  # where the image shards run (probe_core.scaleout): local, ray or ray:ADDRESS
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
     allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
-
-    def job_arguments(self) -> dict:
-        return {"settings": record(self)}
+    # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
+    # distillation run of its own (the Failures page's one button); None: identification only
+    distill_after: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.distill_after is not None:
+            if not isinstance(self.distill_after, dict) or "identify_run" in self.distill_after:
+                raise ProbeError("distill_after holds distillation settings (not the identification run)")
+            try:
+                DistillRequest(identify_run=0, **self.distill_after)
+            except TypeError as exc:
+                raise ProbeError(f"distill_after: {exc}") from None
         if self.shards is not None and self.shards < 1:
             raise ProbeError(f"shards must be at least 1, got {self.shards}")
         if self.samples_per_image < 1 or self.max_per_image < 1:
@@ -178,9 +184,6 @@ class DistillRequest:
     tau: float = 0.5
     seed: int = 0
 
-    def job_arguments(self) -> dict:
-        return {"settings": record(self)}
-
     def __post_init__(self) -> None:
         if self.n_components < 1 or self.max_samples < 2:
             raise ProbeError("the mixture needs at least 1 component and 2 failures to fit")
@@ -224,9 +227,6 @@ class CorrectRequest:
     baseline: str = "labelled-images"
     selection: str = "data"
 
-    def job_arguments(self) -> dict:
-        return {"settings": record(self)}
-
     def __post_init__(self) -> None:
         if not self.lambdas:
             raise ProbeError("give at least one λ")
@@ -246,9 +246,30 @@ class CorrectRequest:
 
 
 def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
-    """Identification as a job: failures are streamed into the run as each batch is done."""
-    settings = _settings(IdentifyRequest, settings)
+    """Identification as a job: failures are streamed into the run as each batch is done.
 
+    With ``settings.distill_after``, a distillation of the failures follows as its own ``defuse-distill`` run
+    when identification ends (with at least two failures); its id is in this run's result (``distill_run``).
+    """
+    identify = _identification(registry, settings, device)
+    if settings.distill_after is None:
+        return identify
+
+    def run(context: JobContext) -> IdentificationResult:
+        result = identify(context)
+        if result.failures < 2:
+            return result
+        distill = DistillRequest(identify_run=context.run_id, **settings.distill_after)
+        # identification is finished; the distillation run's progress is its own
+        context.store.update_run(context.run_id, 1.0, "identified; distilling",
+                                 {**result.to_record(), "distilling": True})
+        distill_run, _ = run_inline(context.store, DISTILL, record(distill), distill_job(registry, distill, device))
+        return replace(result, distill_run=distill_run)
+
+    return run
+
+
+def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunction:
     def run(context: JobContext) -> IdentificationResult:
         started = time.perf_counter()
         store = context.store
@@ -359,7 +380,6 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
 
 def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:
     """Distillation as a job: clusters to the store with their description and review statistics."""
-    settings = _settings(DistillRequest, settings)
 
     def run(context: JobContext) -> DistillationResult:
         started = time.perf_counter()
@@ -392,7 +412,6 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
 
 def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobFunction:
     """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
-    settings = _settings(CorrectRequest, settings)
 
     def run(context: JobContext) -> CorrectionResult:
         started = time.perf_counter()
@@ -524,10 +543,10 @@ def _step(settings):
 
 def submit_find_failures(manager, registry, identify: IdentifyRequest, distill: dict | None = None,
                          device: str = "cpu") -> int:
-    """Start identification then distillation in the background (the Failures page's one button)."""
-    job = JobSpec(f"{__name__}:find_failures_job", {"identify": record(identify), "distill": distill,
-                                                    "device": device}, registry.data_dir)
-    return manager.submit(IDENTIFY, record(identify), job)
+    """Start identification then distillation in the background (the Failures page's one button): the
+    identification request with ``distill_after`` (``distill``: :class:`DistillRequest` fields other than
+    ``identify_run``; None: its defaults)."""
+    return submit(manager, replace(identify, distill_after=dict(distill or {})), registry.data_dir, device=device)
 
 
 @run_kind(EmbeddingResult)
@@ -540,51 +559,18 @@ class EmbeddingRequest:
 
     distill_run: int
 
-    def job_arguments(self) -> dict:
-        return {"distill_run": self.distill_run}
-
 
 def submit_embedding(manager, registry, distill_run: int) -> int:
     """Compute (and cache) a distillation run's failure map in the background."""
     return submit(manager, EmbeddingRequest(distill_run), registry.data_dir)
 
 
-def embedding_job(registry, distill_run: int, device: str = "cpu") -> JobFunction:
+def embedding_job(registry, request: EmbeddingRequest, device: str = "cpu") -> JobFunction:
     """:func:`embedding` as a job (its result is cached in the workspace)."""
 
     def run(context: JobContext) -> EmbeddingResult:
         context.report(0.05, "fitting UMAP", force=True)
-        return EmbeddingResult(points=len(embedding(registry, context.store, distill_run)["failure_xy"]),
-                               distill_run=distill_run)
-
-    return run
-
-
-def _settings(cls, value):
-    """Settings given as the dataclass or as its JSON dict (a job rebuilt in a worker process)."""
-    return from_record(cls, value) if isinstance(value, dict) else value
-
-
-def find_failures_job(registry, identify: IdentifyRequest, distill: dict | None = None,
-                      device: str = "cpu") -> JobFunction:
-    """Identification followed by distillation (the dashboard's one button).
-
-    The distillation is its own ``defuse-distill`` run, started when identification
-    ends; its id is in this run's result (``distill_run``). ``distill`` holds
-    :class:`DistillRequest` fields other than ``identify_run``.
-    """
-    identify = _settings(IdentifyRequest, identify)
-    identify_fn = identify_job(registry, identify, device)
-
-    def run(context: JobContext) -> IdentificationResult:
-        result = identify_fn(context)
-        if result.failures < 2:
-            return result
-        settings = DistillRequest(identify_run=context.run_id, **(distill or {}))
-        # identification is finished; the distillation run's progress is its own
-        context.store.update_run(context.run_id, 1.0, "identified; distilling",
-                                 {**result.to_record(), "distilling": True})
-        distill_run, _ = run_inline(context.store, DISTILL, record(settings), distill_job(registry, settings, device))
-        return replace(result, distill_run=distill_run)
+        return EmbeddingResult(points=len(embedding(registry, context.store, request.distill_run)["failure_xy"]),
+                               distill_run=request.distill_run)
 
     return run

@@ -36,17 +36,16 @@ class TrainRequest:
     purpose: str = "custom"
     device: str = "cpu"
 
-    def job_arguments(self) -> dict:
-        return {"specs": [dict(s) for s in self.specs], "device": self.device}
 
-
-def training_job(registry, specs: list, device: str = "cpu") -> JobFunction:
-    """A job training the given :class:`ModelSpec` list in order, with per-model progress.
+def training_job(registry, request: TrainRequest, device: str | None = None) -> JobFunction:
+    """A job training the request's :class:`ModelSpec` list in order, with per-model progress, on the request's
+    device (``device`` is the starter's, used only where the request names none).
 
     ``details["models"]`` maps each model id to ``{"kind", "status", "fraction",
     "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw.
     """
-    specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in specs]
+    specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in request.specs]
+    device = request.device or device or "cpu"
 
     def run(context: JobContext) -> TrainingResult:
         resolved = [s.resolved(load_dataset(s.dataset_view(), registry.data_dir)) for s in specs]

@@ -116,6 +116,9 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     assert not at.exception
     rerun_until(at, lambda a: {r.id for r in app_env.store.list_runs(kind=queries.DISTILL)
                                if r.status == "done"} - before != set())
+    # one identification run whose request says the distillation that follows it
+    identify = max(app_env.store.list_runs(kind=queries.IDENTIFY), key=lambda r: r.id)
+    assert identify.config["distill_after"]["max_samples"] == 300 and identify.job["kind"] == queries.IDENTIFY
 
 
 def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run):

@@ -1,3 +1,4 @@
+import dataclasses
 import time
 
 from probe_core.errors import ProbeError
@@ -53,12 +54,13 @@ def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspac
 
 def test_training_job_reports_per_model_progress(workspace):
     from probe_core.models import ModelSpec
-    from probe_core.models.jobs import training_job
+    from probe_core.models.jobs import TrainRequest, training_job
 
     manager = JobManager(workspace.store)
     specs = [ModelSpec(kind="classifier", epochs=2), ModelSpec(kind="vae", epochs=2, latent_dim=2)]
-    first = manager.submit("train", {"x": 1}, training_job(workspace.registry, specs), dedupe=True)
-    assert manager.submit("train", {"x": 1}, training_job(workspace.registry, specs), dedupe=True) == first
+    request = TrainRequest("digits", tuple(dataclasses.asdict(spec) for spec in specs))
+    first = manager.submit("train", {"x": 1}, training_job(workspace.registry, request), dedupe=True)
+    assert manager.submit("train", {"x": 1}, training_job(workspace.registry, request), dedupe=True) == first
     run = manager.wait(first, timeout=120)
     assert run.status == "done", run.error
     models = run.details["models"]

@@ -11,14 +11,15 @@ import pytest
 from helpers import write_tiny_plugin
 
 from probe_core.launchers import ProcessLauncher
-from probe_core.lifecycle import JobSpec
+from probe_core.lifecycle import JobSpec, job_spec
+from probe_core.requests import SampleRequest
 from probe_core.jobs import JobManager
 
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:
-    return JobSpec("probe_core.bayestrex.jobs:sampling_job", {
-        "dataset": "digits", "target": "high:3", "class_names": [str(i) for i in range(10)], "classifier": plugin,
-        "generator": plugin, "chains": 4, "warmup": 2, "samples": samples, "keep_every": 1})
+    return job_spec(SampleRequest(dataset="digits", target="high:3", class_names=tuple(str(i) for i in range(10)),
+                                  classifier=plugin, generator=plugin, chains=4, warmup=2, samples=samples,
+                                  keep_every=1))
 
 
 def _wait(condition, timeout: float = 120.0):
@@ -38,7 +39,7 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
     assert run.status == "done", (run.status, run.error)
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
     assert workspace.store.count_samples(run_id) == 4 * 20
-    assert run.job["builder"] == "probe_core.bayestrex.jobs:sampling_job"
+    assert run.job["kind"] == "sample" and run.job["request"]["samples"] == 20  # the request, not a code path
     assert "with 1 torch thread(s) (OpenMP 1, numba 1)" in (workspace.root / "logs" / f"run-{run_id}.log").read_text()
 
 
@@ -63,8 +64,8 @@ def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(wo
 
 def test_a_job_that_cannot_be_built_fails_with_the_reason(workspace):
     manager = JobManager(workspace.store, ProcessLauncher())
-    run = manager.wait(manager.submit("t", {}, JobSpec("probe_core.nothing:here")), timeout=120)
-    assert run.status == "failed" and "unknown job builder 'probe_core.nothing:here'" in run.error
+    run = manager.wait(manager.submit("t", {}, JobSpec("nothing")), timeout=120)
+    assert run.status == "failed" and "unknown run kind 'nothing'" in run.error
 
 
 def test_a_function_cannot_go_to_a_worker_process(workspace):

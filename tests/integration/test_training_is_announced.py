@@ -3,6 +3,7 @@
 from helpers import write_tiny_plugin
 
 from probe_core.bayestrex.jobs import sampling_job
+from probe_core.requests import SampleRequest
 from probe_core.cli import main
 from probe_core.lifecycle import run_inline
 
@@ -20,8 +21,9 @@ def test_probe_sample_says_which_default_model_it_trains_with_a_progress_bar(tmp
 def test_a_job_that_trains_a_missing_default_reports_it_in_its_run(workspace, tmp_path):
     plugin = str(write_tiny_plugin(tmp_path))
     messages = []
-    job = sampling_job(workspace.registry, dataset="digits", target="high:3", class_names=tuple("0123456789"),
-                       generator=plugin, chains=2, warmup=2, samples=2)
+    job = sampling_job(workspace.registry, SampleRequest(dataset="digits", target="high:3",
+                                                         class_names=tuple("0123456789"), generator=plugin, chains=2,
+                                                         warmup=2, samples=2))
     run_id, _ = run_inline(workspace.store, "sample", {"target": "high:3"}, job,
                            listener=lambda progress, message: messages.append(message))
     trained = [m for m in messages if m and m.startswith("training digits-classifier-s")]

@@ -1,14 +1,15 @@
 """Typed run configurations: what a run stores, read back as the same dataclass, and started from it alone."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
 
 from probe_core.defuse.steps import CorrectRequest, IdentifyRequest
 from probe_core.requests import SampleRequest
-from probe_core.lifecycle import job_spec
+from probe_core.lifecycle import JobSpec, job_spec
 from probe_core.errors import ProbeError
-from probe_core.requests import record, refuse_unknown
+from probe_core.requests import from_record, record, refuse_unknown
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.models.jobs import TrainRequest
 from probe_core.runconfig import config_of
@@ -75,8 +76,14 @@ def test_typed_fields_replace_string_slicing():
 def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
     config = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, classifier="c", generator="g", chains=5, seed=2)
     spec = job_spec(config, data_dir="/data")
-    assert spec.builder == "probe_core.bayestrex.jobs:sampling_job" and spec.data_dir == "/data"
-    assert spec.arguments["target"] == "high:3" and spec.arguments["chains"] == 5 and spec.arguments["seed"] == 2
+    assert spec.kind == "sample" and spec.data_dir == "/data" and spec.device == "cpu"
+    assert spec.request["target"] == "high:3" and spec.request["chains"] == 5 and spec.request["seed"] == 2
+    stored = JobSpec.from_dict(json.loads(spec.to_json()))  # what a worker process reads from the runs table
+    assert stored == spec and from_record(SampleRequest, stored.request) == config
+    with pytest.raises(ProbeError, match="older version"):  # a job stored as a code path is not run
+        JobSpec.from_dict({"builder": "probe_core.bayestrex.jobs:sampling_job", "arguments": {}})
+    with pytest.raises(ProbeError, match="unknown run kind 'nothing'"):
+        JobSpec("nothing", {}).build_for(None)
 
 
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
@@ -109,14 +116,12 @@ class CountRequest:
     dataset: str
     label: int
 
-    def job_arguments(self):
-        return {"dataset": self.dataset, "label": self.label}
 
-
-def count_job(registry, dataset, label, device="cpu"):
+def count_job(registry, request, device="cpu"):
     def run(context):
         context.report(0.5, "counting")
-        return CountResult(int((load_dataset(dataset, registry.data_dir).train_labels == label).sum()))
+        labels = load_dataset(request.dataset, registry.data_dir).train_labels
+        return CountResult(int((labels == request.label).sum()))
 
     return run
 '''
