@@ -14,7 +14,6 @@ fields instead of slicing strings; :func:`result_of` reads a run's result back a
 
 from __future__ import annotations
 
-import dataclasses
 
 # imported for the run kinds they declare
 import probe_core.bayestrex.compare  # noqa: F401
@@ -47,9 +46,7 @@ def result_of(run):
 def submit_training(manager, registry, specs: list, dataset: str, purpose: str = "custom",
                     device: str = "cpu") -> int:
     """Train :class:`~probe_core.models.ModelSpec` s in the background; a second identical request joins the first."""
-    config = TrainRequest(dataset=dataset, specs=tuple(dataclasses.asdict(s) for s in specs), purpose=purpose,
-                         device=str(device))
-    return submit(manager, config, registry.data_dir, dedupe=True)
+    return submit(manager, TrainRequest.build(dataset, specs, purpose, device), registry.data_dir, dedupe=True)
 
 
 def start_default_training(manager, registry, dataset: str = DEFAULT_DATASET, device: str = "cpu") -> int | None:

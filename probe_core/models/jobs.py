@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from probe_core.catalog import load_dataset
+from probe_core.errors import ProbeError
 from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind
 from probe_core.models.registry import ModelSpec
+
+
+TRAINING_PURPOSES = ("defaults", "custom")
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,40 @@ class TrainRequest:
     specs: tuple[dict, ...] = field(default_factory=tuple)
     purpose: str = "custom"
     device: str = "cpu"
+
+    @classmethod
+    def build(cls, dataset: str, specs, purpose: str = "custom", device: str = "cpu") -> "TrainRequest":
+        """The one way to make a training request: every spec is checked as a :class:`ModelSpec` here, before a
+        run is stored; the job trusts them.
+
+        Parameters
+        ----------
+        dataset : str
+            The data set the run is for (its page and its defaults).
+        specs : iterable of ModelSpec or dict
+            What to train, in order; dicts are ModelSpec fields.
+        purpose : {"defaults", "custom"}
+
+        Raises
+        ------
+        ProbeError
+            For no spec, a spec that is not a model spec, or an unknown purpose.
+        """
+        if purpose not in TRAINING_PURPOSES:
+            raise ProbeError(f"unknown training purpose {purpose!r}; use {', '.join(TRAINING_PURPOSES)}")
+        checked = []
+        for spec in specs:
+            if isinstance(spec, dict):
+                try:
+                    spec = ModelSpec(**spec)
+                except TypeError as exc:
+                    raise ProbeError(f"not a model spec: {exc}") from None
+            if not isinstance(spec, ModelSpec):
+                raise ProbeError(f"not a model spec: {type(spec).__name__}")
+            checked.append(dataclasses.asdict(spec))
+        if not checked:
+            raise ProbeError("nothing to train: give at least one model spec")
+        return cls(dataset, tuple(checked), purpose, str(device))
 
 
 def training_job(registry, request: TrainRequest, device: str | None = None) -> JobFunction:

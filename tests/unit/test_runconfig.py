@@ -11,6 +11,7 @@ from probe_core.lifecycle import JobSpec, job_spec
 from probe_core.errors import ProbeError
 from probe_core.requests import from_record, record, refuse_unknown
 from probe_core.bayestrex.compare import CompareRequest
+from probe_core.models import ModelSpec
 from probe_core.models.jobs import TrainRequest
 from probe_core.runconfig import config_of
 
@@ -226,3 +227,17 @@ def test_unknown_settings_are_refused_by_name_with_the_ones_the_request_has():
         refuse_unknown({"temperature": 1, "steps": 2, "chains": 4}, ("chains", "warmup"), "sampler")
     with pytest.raises(ProbeError, match=r"unknown comparison setting\(s\) bogus; use chains"):
         CompareRequest.build("digits", "a", "b", bogus=1)
+
+
+def test_a_training_request_checks_its_specs_before_any_run_is_stored():
+    request = TrainRequest.build("digits", [ModelSpec(kind="vae", epochs=2), {"kind": "classifier"}], "defaults")
+    assert [spec["kind"] for spec in request.specs] == ["vae", "classifier"] and request.specs[0]["epochs"] == 2
+    assert from_record(TrainRequest, record(request)) == request
+    with pytest.raises(ProbeError, match="nothing to train"):
+        TrainRequest.build("digits", [])
+    with pytest.raises(ProbeError, match="not a model spec"):
+        TrainRequest.build("digits", [{"kind": "vae", "colour": "red"}])
+    with pytest.raises(ProbeError, match="unknown model kind"):
+        TrainRequest.build("digits", [{"kind": "forest"}])
+    with pytest.raises(ProbeError, match="unknown training purpose"):
+        TrainRequest.build("digits", [{"kind": "vae"}], purpose="fun")
