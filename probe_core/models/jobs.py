@@ -12,9 +12,6 @@ from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind
 from probe_core.models.registry import ModelSpec
 
 
-TRAINING_PURPOSES = ("defaults", "custom")
-
-
 @dataclass(frozen=True)
 class TrainingResult(StoredResult):
     """The zoo models a training run made sure of (trained, or already there), by id in order."""
@@ -52,15 +49,16 @@ class TrainRequest:
             The data set the run is for (its page and its defaults).
         specs : iterable of ModelSpec or dict
             What to train, in order; dicts are ModelSpec fields.
-        purpose : {"defaults", "custom"}
+        purpose : str
+            Why, as a label (``defaults`` of ``dataset``, ``custom``, a script's own word).
 
         Raises
         ------
         ProbeError
-            For no spec, a spec that is not a model spec, or an unknown purpose.
+            For no spec, a spec that is not a model spec, or an empty purpose.
         """
-        if purpose not in TRAINING_PURPOSES:
-            raise ProbeError(f"unknown training purpose {purpose!r}; use {', '.join(TRAINING_PURPOSES)}")
+        if not isinstance(purpose, str) or not purpose.strip():
+            raise ProbeError("say why the models are trained (a purpose such as 'defaults' or 'custom')")
         checked = []
         for spec in specs:
             if isinstance(spec, dict):
