@@ -68,7 +68,7 @@ if start:
         _, sized_note = steps.sized_identification(replace(identify, max_images=None), dataset)
         if sized_note and identify.max_images is not None:
             st.info(sized_note)
-        run_id = steps.submit_find_failures(manager, ws.registry, identify, distill, _ui.device())
+        run_id = steps.submit_step(manager, ws.registry, identify, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 
 

@@ -30,6 +30,16 @@ FASHION_MNIST_CLASSES = (
 )
 
 
+# Images of this side and up are "real size" (SVHN's 32x32, the German signs' 64x64 and larger): a user's data
+# of that size gets the real-size model recipe, sampler settings and identification budget.
+REAL_SIZE = 32
+
+
+def is_real_size(image_shape: tuple[int, int, int]) -> bool:
+    """Whether images of (C, H, W) are real size (both sides at least :data:`REAL_SIZE`)."""
+    return min(image_shape[1], image_shape[2]) >= REAL_SIZE
+
+
 @dataclass(frozen=True)
 class ImageDataset:
     """A labelled image data set split into train and test.

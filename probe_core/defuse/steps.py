@@ -19,7 +19,7 @@ import torch
 
 from probe_core.catalog import load_dataset
 from probe_core.classes import split_class_map
-from probe_core.data import DEFAULT_DATASET, ImageDataset
+from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
@@ -63,7 +63,7 @@ from probe_core.lifecycle import (
     submit,
     training_announcer,
 )
-from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE, REAL_SIZE
+from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
 from probe_core.requests import record
 from probe_core.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
 from probe_core.validation import checked_models, classifier_class_names
@@ -134,7 +134,7 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tu
     lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it was left at its default. Smaller images, or a
     ``max_images`` the user gave, are left as they are (note None).
     """
-    if settings.max_images is not None or min(dataset.image_shape[1:]) < REAL_SIZE:
+    if settings.max_images is not None or not is_real_size(dataset.image_shape):
         return settings, None
     per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
                  else settings.samples_per_image)
@@ -531,7 +531,11 @@ def run_step(registry, store, settings, device: str = "cpu", listener=None, prog
 
 
 def submit_step(manager, registry, settings, device: str = "cpu") -> int:
-    """Start one step as a background job (dashboard: a worker process): :func:`probe_core.lifecycle.submit`."""
+    """Start one step as a background job (dashboard: a worker process): :func:`probe_core.lifecycle.submit`.
+
+    An :class:`IdentifyRequest` with ``distill_after`` runs distillation after it in the same job (the
+    Failures page's one button).
+    """
     return submit(manager, _step(settings), registry.data_dir, dedupe=True, device=device)  # a 2nd click joins
 
 
@@ -539,14 +543,6 @@ def _step(settings):
     if not isinstance(settings, (IdentifyRequest, DistillRequest, CorrectRequest)):
         raise ProbeError(f"not a Defuse step's settings: {type(settings).__name__}")
     return settings
-
-
-def submit_find_failures(manager, registry, identify: IdentifyRequest, distill: dict | None = None,
-                         device: str = "cpu") -> int:
-    """Start identification then distillation in the background (the Failures page's one button): the
-    identification request with ``distill_after`` (``distill``: :class:`DistillRequest` fields other than
-    ``identify_run``; None: its defaults)."""
-    return submit(manager, replace(identify, distill_after=dict(distill or {})), registry.data_dir, device=device)
 
 
 @run_kind(EmbeddingResult)

@@ -35,7 +35,7 @@ from probe_core.catalog import (
     load_dataset,
 )
 from probe_core.classes import ClassMatch, match_classes, split_class_map, with_class_map
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, split_view
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, is_real_size, split_view
 from probe_core.data.files import is_file_reference, short_name
 from probe_core.devices import resolve_device
 from probe_core.errors import ModelNotFoundError, ProbeError
@@ -99,12 +99,17 @@ def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: 
 
 
 # Real-size images (32x32 and up, a user's folder or .npz): optimisation steps (batches of 64) of the default
-# models, and the latent sizes of the Defuse paper's β-VAEs (10 for SVHN's 10 classes, 15 for the 43 signs).
-REAL_SIZE = 32
-REAL_SIZE_STEPS = {"classifier": 3000, "vae": 3000, "gan": 1500}
+# models. A VAE step with its perceptual term costs about twice a classifier's, and its feature network trains
+# first for a third of its epochs: 2,400 steps keep the defaults of 8,000 32x32 images within about 13 minutes
+# on 2 cores (3,000 took 16; benchmarks/real_size.py).
+REAL_SIZE_STEPS = {"classifier": 3000, "vae": 2400, "gan": 1500}
 REAL_SIZE_EPOCHS = (8, 200)
 REAL_SIZE_PERCEPTUAL = "trained"
 REAL_SIZE_VAE_LATENT = 32
+# The generators trained by default at real size: the VAE alone. The GAN's check there is 'weak' (its samples
+# are not like the data: benchmarks/real_size.py) and it took a fifth of the defaults' training time;
+# ``probe models train --kind gan`` still trains one.
+REAL_SIZE_ZOO_GENERATORS = ("vae",)
 
 
 def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: int,
@@ -126,7 +131,7 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         ``architecture``, ``epochs`` and, as they apply, ``augment``, ``latent_dim``, ``kl_warmup``,
         ``perceptual``.
     """
-    if min(image_shape[1], image_shape[2]) < REAL_SIZE:
+    if not is_real_size(image_shape):
         return None
     steps_per_epoch = max(1, math.ceil(train_images / batch_size))
     low, high = REAL_SIZE_EPOCHS
@@ -629,9 +634,16 @@ class ModelRegistry:
 
     @staticmethod
     def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
-        """What the data set's defaults train: its classifier first (it scores generators), then its zoo generators."""
-        generators = [ModelSpec(dataset=generator_dataset(dataset), kind=kind, seed=seed)
-                      for kind in dataset_entry(dataset).zoo_generators]
+        """What the data set's defaults train: its classifier first (it scores generators), then its zoo generators.
+
+        A user's real-size data (a folder or ``.npz`` of 32x32 images and up) trains only
+        :data:`REAL_SIZE_ZOO_GENERATORS`; its images are read to know their size.
+        """
+        kinds = dataset_entry(dataset).zoo_generators
+        if is_file_reference(split_view(dataset)[0]) and set(kinds) - set(REAL_SIZE_ZOO_GENERATORS):
+            if is_real_size(load_dataset(generator_dataset(dataset)).image_shape):
+                kinds = tuple(kind for kind in kinds if kind in REAL_SIZE_ZOO_GENERATORS)
+        generators = [ModelSpec(dataset=generator_dataset(dataset), kind=kind, seed=seed) for kind in kinds]
         return [ModelSpec(dataset=classifier_dataset(dataset), kind="classifier", seed=seed), *generators]
 
     def missing_defaults(self, dataset: str = DEFAULT_DATASET) -> list[ModelSpec]:

@@ -70,3 +70,18 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
     assert sized.max_images * sized.samples_per_image <= REAL_SIZE_PERTURBATIONS and "chosen from the data" in note
     given, none = sized_identification(IdentifyRequest(dataset=reference, max_images=5), dataset)
     assert given.max_images == 5 and none is None  # the user's choice stands
+
+
+def test_real_size_defaults_train_the_classifier_and_the_vae_only(colour_npz, tmp_path):
+    """At 32x32 and up the weak GAN is left out of the defaults; smaller user data keeps it."""
+    from probe_core.catalog import canonical_dataset_name
+    from probe_core.models.registry import ModelRegistry, REAL_SIZE_ZOO_GENERATORS
+
+    reference = canonical_dataset_name(str(colour_npz))
+    assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]
+    digits = load_digits()
+    small = np.stack([digits.images[:60] * 16] * 3, axis=-1).clip(0, 255).astype(np.uint8)  # 8x8 colour
+    split = (small, digits.target[:60])
+    small_npz = write_npz(tmp_path / "small.npz", split, split, SVHN_CLASSES)
+    assert [spec.kind for spec in ModelRegistry.default_specs(canonical_dataset_name(str(small_npz)))] == [
+        "classifier", "vae", "gan"]
