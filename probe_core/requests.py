@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from probe_core.data import is_real_size
 from probe_core.errors import ProbeError
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.targets import DEFAULT_SIGMA, Target, TargetSpec
@@ -33,6 +34,11 @@ MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
 MAX_ITERATIONS = SAMPLE_RANGES["samples"][1]
 MAX_INDEPENDENCE_MOVES = SAMPLE_RANGES["independence_moves"][1]
 SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": DEFAULT_WARMUP, "samples": DEFAULT_SAMPLES, "keep_every": 1}
+# Real-size images (32x32 and up): a gradient costs about 30 times the digits' one, and the optimised start
+# already places the chains near the target, so a third of the iterations reach it (SVHN-like 32x32 set with
+# its default models, benchmarks/real_size.py: high:7 hit by 16 of 16 chains in about 2 minutes on 2 cores,
+# where 300 + 300 took about 6).
+REAL_SIZE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": 100, "samples": 100, "keep_every": 1}
 # The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
 # reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
 # where the general defaults take about 9), and every 10th sample is stored.
@@ -43,7 +49,8 @@ MATRIX_SAMPLER_DEFAULTS = {"chains": 24, "warmup": 50, "samples": 50, "keep_ever
 # in about 8 minutes on 2 cores; 50 + 50 iterations took 15 minutes even with 8 chains per pair).
 LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS = {"chains": 8, "warmup": 20, "samples": 20, "keep_every": 5}
 SMALL_IMAGE_VALUES = 16 * 16  # values per image (C·H·W) up to which the digits matrix defaults apply
-# The Probe page's starting values: half the chains and iterations, for a first look while one watches the run.
+# The Probe page's starting values: half the chains and iterations, for a first look while one watches the run
+# (:func:`page_sampler_defaults` halves the real-size ones in the same way).
 PAGE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS // 2, "warmup": DEFAULT_WARMUP // 2, "samples": DEFAULT_SAMPLES // 2,
                          "keep_every": 5}
 
@@ -80,13 +87,25 @@ def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
 def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] | None = None) -> dict:
     """Chains per target, warm-up, samples and storage stride for a target spec, where none are given.
 
-    ``image_shape`` is the data set's (C, H, W); the ambiguity matrix's defaults depend on it.
+    ``image_shape`` is the data set's (C, H, W): the ambiguity matrix's defaults depend on it, and real-size
+    images (:func:`~probe_core.data.is_real_size`) take :data:`REAL_SIZE_SAMPLER_DEFAULTS`.
     """
-    if spec is None or not spec.is_matrix:
-        return dict(SAMPLER_DEFAULTS)
-    if image_shape is None:
-        raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's image_shape")
-    return matrix_sampler_defaults(image_shape)
+    if spec is not None and spec.is_matrix:
+        if image_shape is None:
+            raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's "
+                             "image_shape")
+        return matrix_sampler_defaults(image_shape)
+    if image_shape is not None and is_real_size(image_shape):
+        return dict(REAL_SIZE_SAMPLER_DEFAULTS)
+    return dict(SAMPLER_DEFAULTS)
+
+
+def page_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
+    """The Probe page's starting values for images of (C, H, W): half of :func:`sampler_defaults`' chains and
+    iterations, every 5th sample stored (:data:`PAGE_SAMPLER_DEFAULTS` for images below real size)."""
+    general = sampler_defaults(None, image_shape)
+    return {"chains": general["chains"] // 2, "warmup": general["warmup"] // 2, "samples": general["samples"] // 2,
+            "keep_every": PAGE_SAMPLER_DEFAULTS["keep_every"]}
 
 
 def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,

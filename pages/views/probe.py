@@ -10,10 +10,10 @@ from pages import ui as _ui
 from probe_core import figures, history, suites
 from probe_core.accounts import Permission
 from probe_core.bayestrex import (
-    PAGE_SAMPLER_DEFAULTS,
     TEST_IMAGE_VERDICTS,
     best_samples,
     label_test_image,
+    page_sampler_defaults,
     recipes,
     summary_rows,
 )
@@ -147,13 +147,14 @@ if spec is not None:
 
 if not differentiable and st.session_state.get("probe_sampler") != "rwm":
     st.session_state["probe_sampler"] = "rwm"
+page_defaults = page_sampler_defaults(dataset.image_shape)
 with st.expander("Sampler settings", expanded=False):
     c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("Chains per target", *SAMPLE_RANGES["chains"], PAGE_SAMPLER_DEFAULTS["chains"],
+    chains = c1.number_input("Chains per target", *SAMPLE_RANGES["chains"], page_defaults["chains"],
                              key="probe_chains")
-    warmup = c2.number_input("Warm-up iterations", *SAMPLE_RANGES["warmup"], PAGE_SAMPLER_DEFAULTS["warmup"],
+    warmup = c2.number_input("Warm-up iterations", *SAMPLE_RANGES["warmup"], page_defaults["warmup"],
                              key="probe_warmup")
-    samples = c3.number_input("Samples per chain", *SAMPLE_RANGES["samples"], PAGE_SAMPLER_DEFAULTS["samples"],
+    samples = c3.number_input("Samples per chain", *SAMPLE_RANGES["samples"], page_defaults["samples"],
                               key="probe_samples")
     sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
     c5, c6, c7, c8 = st.columns(4)
@@ -162,7 +163,7 @@ with st.expander("Sampler settings", expanded=False):
                                 "(non-differentiable); nuts: Pyro's NUTS, one chain per target (the paper's sampler)")
     anneal = c6.selectbox("σ annealing", ["auto", "off", "from 0.5", "from 0.2"], key="probe_anneal",
                           help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
-    keep_every = c7.number_input("Store every n-th sample", *SAMPLE_RANGES["keep_every"], PAGE_SAMPLER_DEFAULTS["keep_every"],
+    keep_every = c7.number_input("Store every n-th sample", *SAMPLE_RANGES["keep_every"], page_defaults["keep_every"],
                                  key="probe_keep")
     seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
     jumps = st.number_input("Independence jumps per iteration (hmc)", *SAMPLE_RANGES["independence_moves"], 0,

@@ -40,17 +40,19 @@ from probe_core.requests import (  # the sample request's defaults and checks, o
     MAX_CHAINS,
     MAX_ITERATIONS,
     PAGE_SAMPLER_DEFAULTS,
+    REAL_SIZE_SAMPLER_DEFAULTS,
     SAMPLER_DEFAULTS,
     SAMPLERS,
     SMALL_IMAGE_VALUES,
     check_sampler_settings,
     matrix_sampler_defaults,
+    page_sampler_defaults,
     sampler_defaults,
 )
 
 __all__ = [
     "LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS", "MATRIX_SAMPLER_DEFAULTS", "PAGE_SAMPLER_DEFAULTS", "SAMPLER_DEFAULTS",
-    "matrix_sampler_defaults",
+    "REAL_SIZE_SAMPLER_DEFAULTS", "matrix_sampler_defaults", "page_sampler_defaults",
     "sampler_defaults",
     "MISTAKE_CONFIDENCE",
     "TEST_IMAGE_VERDICTS",

@@ -10,6 +10,7 @@ from probe_core.accounts import shell_annotator
 from probe_core.bayestrex import (
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
+    REAL_SIZE_SAMPLER_DEFAULTS,
     SAMPLER_DEFAULTS,
     SMALL_IMAGE_VALUES,
     label_test_image,
@@ -20,7 +21,7 @@ from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.recipes import prepare_sample
 from probe_core.catalog import load_dataset
 from probe_core.cli.common import workspace_from_args
-from probe_core.data import DEFAULT_DATASET
+from probe_core.data import DEFAULT_DATASET, REAL_SIZE
 from probe_core.errors import ProbeError
 from probe_core.export import npz_bytes, sample_arrays, write_file
 from probe_core.lifecycle import run_now
@@ -69,7 +70,8 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _default_help(what: str, key: str) -> str:
     """An option's help with its defaults, read from the tables the runs use (never repeated by hand)."""
-    return (f"{what} (default {SAMPLER_DEFAULTS[key]}; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
+    return (f"{what} (default {SAMPLER_DEFAULTS[key]}, {REAL_SIZE_SAMPLER_DEFAULTS[key]} for images of "
+            f"{REAL_SIZE}x{REAL_SIZE} and up; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
             f"{LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS[key]} for images of more than {SMALL_IMAGE_VALUES} values C·H·W)")
 
 
