@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.render import image_grid, png_bytes
+from probe_core.reporting.render import image_grid, png_bytes
 
 TARGETS = ("high:red", "high:green", "high:blue", "ambiguous:red,green", "ambiguous:green,blue", "ambiguous:red,blue")
 HITS_PER_ROW = 10

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from probe_core.models import FD_METRIC  # noqa: E402
-from probe_core.workspace import Workspace  # noqa: E402
+from probe_core.runs.workspace import Workspace  # noqa: E402
 
 
 def main() -> None:

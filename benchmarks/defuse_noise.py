@@ -22,7 +22,7 @@ import time
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.models import ModelSpec
-from probe_core.workspace import Workspace
+from probe_core.runs.workspace import Workspace
 
 MODES = (("paper", 0.15), ("centered", 0.1), ("centered", 0.15), ("centered", 0.25), ("centered", 0.5))
 

@@ -31,7 +31,7 @@ from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.models import ModelSpec
-from probe_core.workspace import Workspace
+from probe_core.runs.workspace import Workspace
 
 FLAW = "mislabel=9->8:0.4"
 PROTOCOLS = (("paper", {"selection": "data", "baseline": "labelled-images"}),

@@ -48,9 +48,9 @@ def main() -> None:
     parser.add_argument("--workspace", default=".bench-workspace-defuse-real-size")
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)))
     args = parser.parse_args()
-    from probe_core.catalog import canonical_dataset_name
+    from probe_core.data.catalog import canonical_dataset_name
     from probe_core.models import ModelSpec
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     workspace = Workspace(args.workspace)
     for size in (int(s) for s in args.sizes.split(",")):

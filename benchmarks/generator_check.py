@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/generator_check.py --quick --workspace WS           # the same, digits; a smoke run
 
 It prints each generator's verdict and the figures behind it, which are what
-``probe_core.checks.GENERATOR_THRESHOLDS`` was calibrated on: the defaults must be "ok", the 1-epoch VAE "weak".
+``probe_core.models.checks.GENERATOR_THRESHOLDS`` was calibrated on: the defaults must be "ok", the 1-epoch VAE "weak".
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probe_core.catalog import load_dataset  # noqa: E402
-from probe_core.checks import GENERATOR_THRESHOLDS, check_generator  # noqa: E402
+from probe_core.data.catalog import load_dataset  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
-from probe_core.workspace import Workspace  # noqa: E402
+from probe_core.models.checks import GENERATOR_THRESHOLDS, check_generator  # noqa: E402
+from probe_core.runs.workspace import Workspace  # noqa: E402
 
 
 def main() -> int:

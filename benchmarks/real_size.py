@@ -76,7 +76,7 @@ def sampler_against_ceiling(classifier, generator, target, chains: int, steps: i
     from sampler import ceiling
 
     from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
-    from probe_core.targets import TargetBatch
+    from probe_core.sampling.targets import TargetBatch
 
     roof = ceiling(classifier.module, generator.module, chains, repeats=5)
     posterior = BayesTrExPosterior(classifier.module, generator.module, TargetBatch([target], chains))
@@ -90,11 +90,11 @@ def sampler_against_ceiling(classifier, generator, target, chains: int, steps: i
 
 def run_size(size: int, args, workspace) -> None:
     import probe_core.api as mp
-    from probe_core.catalog import canonical_dataset_name
-    from probe_core.checks import check_classifier, check_generator, judge_agreement
+    from probe_core.data.catalog import canonical_dataset_name
     from probe_core.defuse import verbs
     from probe_core.models import ModelSpec
-    from probe_core.requests import SampleRequest
+    from probe_core.models.checks import check_classifier, check_generator, judge_agreement
+    from probe_core.runs.requests import SampleRequest
 
     path, names = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
     reference = canonical_dataset_name(str(path))
@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)),
                         help="folder of MNIST's t10k IDX files (the digits drawn into the images)")
     args = parser.parse_args()
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     workspace = Workspace(args.workspace)
     for size in (int(s) for s in args.sizes.split(",")):

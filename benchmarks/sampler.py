@@ -28,12 +28,11 @@ import time
 import torch
 
 from probe_core.bayestrex import SMALL_IMAGE_VALUES, sample
-from probe_core.diagnostics import effective_sample_size
-from probe_core.requests import SampleRequest
+from probe_core.runs.requests import SampleRequest
+from probe_core.runs.workspace import Workspace
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
-from probe_core.targets import TargetBatch
-from probe_core.workspace import Workspace
-
+from probe_core.sampling.diagnostics import effective_sample_size
+from probe_core.sampling.targets import TargetBatch
 
 # (NUTS warm-up = samples for high, for ambiguous; fast chains, fast warm-up = samples), by run mode and image size
 RUN_LENGTHS = {

@@ -18,8 +18,8 @@ import math
 import time
 
 from probe_core.bayestrex import recipes
-from probe_core.validation import sample_request
-from probe_core.workspace import Workspace
+from probe_core.runs.validation import sample_request
+from probe_core.runs.workspace import Workspace
 
 ROWS = (  # row, what, spec or use case, the target reported, the paper's MNIST figure
     ("A", "high confidence", "high:4", "high:4", "1.00 ± .01"),

@@ -31,12 +31,12 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probe_core.launchers import ProcessLauncher, worker_threads  # noqa: E402
-from probe_core.jobs import JobManager  # noqa: E402
-from probe_core.requests import SampleRequest  # noqa: E402
-from probe_core.validation import sample_request  # noqa: E402
-from probe_core.lifecycle import submit  # noqa: E402
-from probe_core.workspace import Workspace  # noqa: E402
+from probe_core.runs.jobs import JobManager  # noqa: E402
+from probe_core.runs.launchers import ProcessLauncher, worker_threads  # noqa: E402
+from probe_core.runs.lifecycle import submit  # noqa: E402
+from probe_core.runs.requests import SampleRequest  # noqa: E402
+from probe_core.runs.validation import sample_request  # noqa: E402
+from probe_core.runs.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
@@ -88,7 +88,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
     """Default digits training, submitted as the dashboard's first start does, with ``tabs`` Models pages open."""
     from dataclasses import replace
 
-    from probe_core.runconfig import submit_training
+    from probe_core.runs.runconfig import submit_training
 
     root = Path(tempfile.mkdtemp(prefix="probe-watch-train-"))
     workspace = Workspace(root)

@@ -30,10 +30,10 @@ import time
 import torch
 
 from probe_core.bayestrex import matrix_sampler_defaults, sample
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.models import ModelSpec
 from probe_core.models.registry import FD_METRIC
-from probe_core.workspace import Workspace
+from probe_core.runs.workspace import Workspace
 
 
 def _take_slot(slots, cores: list[int], threads: int) -> None:

@@ -3,12 +3,12 @@
 This package never imports streamlit and has no import cycles; the dashboard (``app.py``,
 ``pages/``) and the ``probe`` CLI (:mod:`probe_core.cli`) are both thin layers over it.
 
-Where things are: data sets and what they use in :mod:`probe_core.catalog`; models in
+Where things are: data sets and what they use in :mod:`probe_core.data.catalog`; models in
 :mod:`probe_core.models` (lookups never train); what a generator can do in
-:mod:`probe_core.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
+:mod:`probe_core.sampling.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
 :mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in
-:mod:`probe_core.runconfig`, :mod:`probe_core.lifecycle`, :mod:`probe_core.jobs` and
-:mod:`probe_core.launchers`; the workspace database in :mod:`probe_core.store`. The Python API
+:mod:`probe_core.runs.runconfig`, :mod:`probe_core.runs.lifecycle`, :mod:`probe_core.runs.jobs` and
+:mod:`probe_core.runs.launchers`; the workspace database in :mod:`probe_core.store`. The Python API
 (``import probe_core as mp; mp.sample(...)``) is :mod:`probe_core.api`.
 """
 
@@ -26,7 +26,7 @@ def __getattr__(name: str):
     """``probe_core.sample`` and the other API verbs (:mod:`probe_core.api`), and ``probe_core.defuse``'s verbs,
     imported on first use."""
     if name in ("show", "Dashboard"):
-        from probe_core import dashboard
+        from probe_core.api import dashboard
 
         return getattr(dashboard, name)
     if name in _API:

@@ -8,7 +8,6 @@ uses are in ``helpers.py``, never imported from here.
 from __future__ import annotations
 
 import os
-
 import sys
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def trained_workspace(tmp_path_factory):
     """
     from make_default_models import SEED, install
 
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     kept = os.environ.get("PROBE_DEV_WORKSPACE")
     if kept:  # one per xdist worker: tests count the runs they add
@@ -92,7 +91,7 @@ def colours_workspace(tmp_path):
     test trains what it needs (about 55 s)."""
     from make_default_models import SEED, install
 
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     workspace = Workspace(tmp_path / "ws")
     if TEST_SEED == SEED:
@@ -110,7 +109,7 @@ def app_env(trained_workspace, monkeypatch):
 
 @pytest.fixture
 def workspace(tmp_path):
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     return Workspace(tmp_path / "ws")
 
@@ -140,8 +139,8 @@ def regression_suite(trained_workspace, flawed_run):
     from probe_core import suites
     from probe_core.defuse import review, steps
     from probe_core.defuse.labels import cluster_label_table as label_table
-    from probe_core.requests import SampleRequest
-    from probe_core.lifecycle import run_now
+    from probe_core.runs.lifecycle import run_now
+    from probe_core.runs.requests import SampleRequest
 
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))

@@ -95,7 +95,7 @@ def register_scene_classifier(workspace) -> str:
     """Store the shipped scene classifier as the workspace's default ``scenes`` classifier; returns its id."""
     from dataclasses import asdict
 
-    from probe_core.catalog import load_dataset
+    from probe_core.data.catalog import load_dataset
     from probe_core.models import ModelSpec
 
     dataset = load_dataset("scenes")
@@ -139,7 +139,7 @@ def rerun_until(at, condition, timeout: float = 120.0):
 
 
 def _store_of_env():
-    from probe_core.workspace import Workspace, default_workspace_path
+    from probe_core.runs.workspace import Workspace, default_workspace_path
 
     return Workspace(default_workspace_path()).store
 
@@ -160,7 +160,7 @@ def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
 
 
 def echo_shard(models, report, should_stop, value):
-    """A shard function (probe_core.scaleout) that reports half-way and returns its value."""
+    """A shard function (probe_core.runs.scaleout) that reports half-way and returns its value."""
     report(0.5)
     return value
 
@@ -172,7 +172,7 @@ def resolve_elsewhere(workspace_root, references: dict) -> str:
     import subprocess
     import sys
 
-    script = ("import json, sys\nfrom probe_core.api import open_workspace\nfrom probe_core.catalog import load_dataset\n"
+    script = ("import json, sys\nfrom probe_core.api import open_workspace\nfrom probe_core.data.catalog import load_dataset\n"
               "root, refs = sys.argv[1], json.loads(sys.argv[2])\nspace = open_workspace(root)\n"
               "data = load_dataset(refs['dataset'])\n"
               "print(len(data.class_names), *(space.registry.resolve(refs[k], k, refs['dataset']).id "
@@ -190,8 +190,8 @@ from typing import ClassVar
 
 import torch
 
-from probe_core.classes import class_index
-from probe_core.targets import SpecKind, SpecPart, Target, spec_kind, spec_name
+from probe_core.data.classes import class_index
+from probe_core.sampling.targets import SpecKind, SpecPart, Target, spec_kind, spec_name
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def toy_target_kind(folder):
     imported, as a user's own kind would be; unregistered on exit."""
     import importlib.util
 
-    from probe_core.targets import SPEC_KINDS
+    from probe_core.sampling.targets import SPEC_KINDS
 
     path = Path(folder) / "toy_kind.py"
     path.write_text(TOY_TARGET_KIND)

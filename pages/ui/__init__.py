@@ -11,9 +11,7 @@
 Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 """
 
-from probe_core.render import image_grid, upscale_for_display
-
-from pages.ui.auth import current_actor, may, require, needs_sign_in, sign_in, sign_in_form
+from pages.ui.auth import current_actor, may, needs_sign_in, require, sign_in, sign_in_form
 from pages.ui.resources import AUTOTRAIN_ENV, generator_samples, get_job_manager, get_workspace, preload_for_server
 from pages.ui.session import (
     MODEL_KINDS,
@@ -51,6 +49,7 @@ from pages.ui.widgets import (
     show_picture,
     suite_choice,
 )
+from probe_core.reporting.render import image_grid, upscale_for_display
 
 __all__ = [
     "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",

@@ -17,10 +17,10 @@ import time
 import streamlit as st
 
 from pages.ui.resources import get_workspace
-from probe_core import accounts
-from probe_core.accounts import Actor, Permission, PermissionDenied
 from probe_core.errors import ProbeError
-from probe_core.workspace import default_workspace_path
+from probe_core.runs.workspace import default_workspace_path
+from probe_core.team import accounts
+from probe_core.team.accounts import Actor, Permission, PermissionDenied
 
 COOKIE_NAME = "model_probe_sign_in"
 COOKIE_DAYS = accounts.SIGN_IN_LIFETIME_S / 86400
@@ -142,7 +142,7 @@ def _client() -> str:
 
 
 def _sign_in_form(store, authenticator) -> None:
-    """The sign-in form: :func:`probe_core.accounts.verify_sign_in` decides (throttle, bcrypt, log); a success
+    """The sign-in form: :func:`probe_core.team.accounts.verify_sign_in` decides (throttle, bcrypt, log); a success
     becomes streamlit-authenticator's signed-in state and its cookie."""
     with st.form("sign_in_form", enter_to_submit=False):
         st.subheader("Sign in to Model Probe")

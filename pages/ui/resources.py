@@ -7,8 +7,8 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
-from probe_core.jobs import JobManager
-from probe_core.workspace import Workspace
+from probe_core.runs.jobs import JobManager
+from probe_core.runs.workspace import Workspace
 
 AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
 
@@ -65,7 +65,7 @@ def preload_for_server() -> None:
 
     import probe_core.bayestrex  # noqa: F401
     import probe_core.cli  # noqa: F401
-    import probe_core.reports  # noqa: F401
-    import probe_core.saliency  # noqa: F401
+    import probe_core.reporting.reports  # noqa: F401
+    import probe_core.reporting.saliency  # noqa: F401
 
     threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()

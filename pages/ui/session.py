@@ -10,16 +10,16 @@ import torch
 
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
-from probe_core import lifecycle
-from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
+from probe_core.data.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data.files import is_file_reference
-from probe_core.accounts import Permission
-from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
-from probe_core.jobs import JobManager
-from probe_core.scaleout import check_executor
-from probe_core.workspace import Workspace, default_workspace_path
+from probe_core.models.devices import resolve_device
+from probe_core.runs import lifecycle
+from probe_core.runs.jobs import JobManager
+from probe_core.runs.scaleout import check_executor
+from probe_core.runs.workspace import Workspace, default_workspace_path
+from probe_core.team.accounts import Permission
 
 
 def workspace() -> Workspace:
@@ -254,7 +254,7 @@ def failures_of_run(run_id: int):
 
 def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = None,
                    **sample_kwargs) -> int | None:
-    """Start a Bayes-TrEx run of ``spec`` (a :class:`~probe_core.targets.TargetSpec`, or spec text) in the
+    """Start a Bayes-TrEx run of ``spec`` (a :class:`~probe_core.sampling.targets.TargetSpec`, or spec text) in the
     background; returns the run id.
 
     ``models``: ``(classifier, generator)`` references for a use case; default the session's models.
@@ -268,7 +268,7 @@ def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = Non
 
 
 def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **sample_kwargs) -> int:
-    from probe_core.validation import checked_models, sample_request
+    from probe_core.runs.validation import checked_models, sample_request
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later

@@ -23,12 +23,12 @@ from pages.ui.session import (
     set_model_ref,
     workspace,
 )
-from probe_core import history
-from probe_core.catalog import generator_dataset
 from probe_core.data import split_view
+from probe_core.data.catalog import generator_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import FD_HELP, FD_METRIC
-from probe_core.render import image_grid, upscale_for_display
+from probe_core.reporting.render import image_grid, upscale_for_display
+from probe_core.runs import history
 
 # Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
 # redraws its charts in every watching tab; every 5 s keeps that cost small next to the run itself
@@ -158,7 +158,7 @@ def pick_distill_run(key: str):
 
 def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:
     """A download button for (N, C, H, W) images as one PNG grid."""
-    from probe_core.render import png_bytes
+    from probe_core.reporting.render import png_bytes
 
     scale = upscale_for_display(images.shape[-2])
     st.download_button(label, png_bytes(image_grid(images, columns=columns, scale=scale)), file_name=file_name,
@@ -198,7 +198,7 @@ def hover_images(chart_key: str, scope: str, image_of: Callable[[int], tuple[tor
 
 @st.fragment
 def _hover_fragment(chart_key: str, scope: str, image_of) -> None:
-    from probe_core.render import png_bytes
+    from probe_core.reporting.render import png_bytes
 
     component = st.components.v2.component("model_probe_hover_image", html="<span></span>", js=_hover_script())
     state_key = f"{chart_key}_hover_{scope}"
@@ -239,11 +239,11 @@ def page_models(need_generator: bool = True):
 
 
 def model_check_card(dataset, classifier, generator=None) -> bool:
-    """The model check (:mod:`probe_core.checks`) as a card; returns False, after an error, for a refused classifier.
+    """The model check (:mod:`probe_core.models.checks`) as a card; returns False, after an error, for a refused classifier.
 
     A weak generator is shown as a warning beside its sample grid; runs may still start, and carry the flag.
     """
-    from probe_core.checks import ModelCheckError, check_classifier, check_generator
+    from probe_core.models.checks import ModelCheckError, check_classifier, check_generator
 
     try:
         classifier_check = check_classifier(classifier, dataset)

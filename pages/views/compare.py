@@ -5,14 +5,15 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import lifecycle, suites
-from probe_core.accounts import Permission
+from probe_core import suites
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes
-from probe_core.errors import ProbeError
-from probe_core.requests import SAMPLE_RANGES, field_defaults
 from probe_core.bayestrex.compare import CompareRequest
-from probe_core.runconfig import result_of
+from probe_core.errors import ProbeError
+from probe_core.runs import lifecycle
+from probe_core.runs.requests import SAMPLE_RANGES, field_defaults
+from probe_core.runs.runconfig import result_of
+from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
 st.title("Compare classifiers")

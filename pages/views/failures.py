@@ -4,19 +4,19 @@ from dataclasses import replace
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import sample_colorscale
 import streamlit as st
 import torch
+from plotly.colors import sample_colorscale
 
 from pages import ui as _ui
-from probe_core import history
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
-from probe_core.requests import field_defaults
-from probe_core.runconfig import result_of
+from probe_core.runs import history
+from probe_core.runs.requests import field_defaults
+from probe_core.runs.runconfig import result_of
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -57,7 +57,7 @@ if start:
     try:  # models and settings are checked (and references resolved) before a run is stored
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau)}
-        identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest(
+        identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest.build(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,

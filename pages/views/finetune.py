@@ -4,15 +4,16 @@ import pandas as pd
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core import figures, history, suites
-from probe_core.catalog import generator_dataset
-from probe_core.defuse import labels as label_tools
+from probe_core import suites
+from probe_core.data.catalog import generator_dataset
 from probe_core.defuse import correction
-from probe_core.defuse import queries
-from probe_core.defuse import steps
+from probe_core.defuse import labels as label_tools
+from probe_core.defuse import queries, steps
 from probe_core.errors import ProbeError
-from probe_core.requests import field_defaults
-from probe_core.runconfig import result_of
+from probe_core.reporting import figures
+from probe_core.runs import history
+from probe_core.runs.requests import field_defaults
+from probe_core.runs.runconfig import result_of
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -57,10 +58,10 @@ if go_button:
         st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
     else:
         try:
-            settings = steps.CorrectRequest(distill_run=distill_run.id, source=source, lambdas=grid,
-                                                epochs=int(epochs), samples_per_region=int(per_region),
-                                                executor=_ui.scaleout()["executor"], baseline=baseline_kind,
-                                                selection=selection)
+            settings = steps.CorrectRequest.build(distill_run=distill_run.id, source=source, lambdas=grid,
+                                                  epochs=int(epochs), samples_per_region=int(per_region),
+                                                  executor=_ui.scaleout()["executor"], baseline=baseline_kind,
+                                                  selection=selection)
         except ProbeError as exc:
             st.error(f"Cannot start: {exc}")
         else:
@@ -131,7 +132,7 @@ other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lam
                                                 f"{s['failure_accuracy'] * 100:.1f} %" for s in result.sweep
                                                 if s["lambda"] == v))
 if o2.button("Finetune at this λ", key="finetune_other_start"):
-    steps.submit_step(manager, ws.registry, steps.CorrectRequest(
+    steps.submit_step(manager, ws.registry, steps.CorrectRequest.build(
         distill_run=distill_run.id, source=result.source, lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),

@@ -6,12 +6,12 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import history
 from probe_core.bayestrex import best_samples
 from probe_core.bayestrex import queries as sample_queries
-from probe_core.requests import SAMPLE_RANGES
-from probe_core.runconfig import config_of, result_of
-from probe_core.targets import TargetSpec
+from probe_core.runs import history
+from probe_core.runs.requests import SAMPLE_RANGES
+from probe_core.runs.runconfig import config_of, result_of
+from probe_core.sampling.targets import TargetSpec
 
 ws = _ui.workspace()
 st.title("Interpolation")

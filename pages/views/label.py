@@ -5,12 +5,13 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import figures, suites
-from probe_core.accounts import Permission
+from probe_core import suites
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.errors import ProbeError
+from probe_core.reporting import figures
+from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
 st.title("Label")

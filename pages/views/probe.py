@@ -7,26 +7,28 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import figures, history, suites
-from probe_core.accounts import Permission
+from probe_core import suites
 from probe_core.bayestrex import (
     TEST_IMAGE_VERDICTS,
     best_samples,
     label_test_image,
     page_sampler_defaults,
-    recipes,
-    summary_rows,
 )
 from probe_core.bayestrex import queries as sample_queries
+from probe_core.bayestrex import recipes, summary_rows
 from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_latent_map, submit_latent_map
-from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
+from probe_core.data.catalog import dataset_entry
 from probe_core.errors import ProbeError
-from probe_core.export import npz_bytes, sample_arrays
 from probe_core.models import ModelSpec
-from probe_core.runconfig import result_of, submit_training
-from probe_core.requests import SAMPLE_RANGES
+from probe_core.reporting import figures
+from probe_core.reporting.export import npz_bytes, sample_arrays
+from probe_core.runs import history
+from probe_core.runs.requests import SAMPLE_RANGES
+from probe_core.runs.runconfig import result_of, submit_training
+from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.targets import SPEC_KINDS, TargetSpec, report_classes, spec_help
+from probe_core.sampling.targets import SPEC_KINDS, TargetSpec, report_classes, spec_help
+from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
 st.title("Probe")
@@ -147,7 +149,7 @@ if spec is not None:
 
 if not differentiable and st.session_state.get("probe_sampler") != "rwm":
     st.session_state["probe_sampler"] = "rwm"
-page_defaults = page_sampler_defaults(dataset.image_shape)
+page_defaults = page_sampler_defaults(dataset.image_shape, dataset_entry(dataset.name).sized_defaults)
 with st.expander("Sampler settings", expanded=False):
     c1, c2, c3, c4 = st.columns(4)
     chains = c1.number_input("Chains per target", *SAMPLE_RANGES["chains"], page_defaults["chains"],

@@ -5,10 +5,10 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import figures
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.errors import ProbeError
-from probe_core.saliency import overlay, smoothgrad
+from probe_core.reporting import figures
+from probe_core.reporting.saliency import overlay, smoothgrad
 from probe_core.scenes.generator import SceneGenerator
 
 ws = _ui.workspace()

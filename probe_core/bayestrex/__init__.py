@@ -1,7 +1,7 @@
 """Bayes-TrEx (Booth et al., AAAI 2021): in-distribution inputs at a target confidence, with named parts.
 
 - :mod:`~probe_core.bayestrex.run`: check sampler settings and :func:`sample` targets in one batch,
-  streaming kept samples to the store (the target language is :mod:`probe_core.targets`, the
+  streaming kept samples to the store (the target language is :mod:`probe_core.sampling.targets`, the
   samplers :mod:`probe_core.sampling`);
 - :mod:`~probe_core.bayestrex.summary`: Table 2 figures, the test-set baseline, status, what to show;
 - :mod:`~probe_core.bayestrex.recipes`: the paper's use cases (misclassification, novel class,
@@ -34,7 +34,7 @@ from probe_core.bayestrex.summary import (
     target_status,
     test_set_baseline,
 )
-from probe_core.requests import (  # the sample request's defaults and checks, offered here with the sampler
+from probe_core.runs.requests import (  # the sample request's defaults and checks, offered here with the sampler
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
     MAX_CHAINS,

@@ -11,12 +11,12 @@ from typing import ClassVar
 
 from probe_core.bayestrex.results import COMPARE, ComparisonResult
 from probe_core.bayestrex.run import check_sampler_settings, sample_validated
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import run_kind, training_announcer
-from probe_core.requests import refuse_unknown
-from probe_core.targets import DEFAULT_SIGMA, TargetSpec
-from probe_core.validation import check_record, checked_models
+from probe_core.runs.lifecycle import run_kind, training_announcer
+from probe_core.runs.requests import refuse_unknown
+from probe_core.runs.validation import check_record, checked_models
+from probe_core.sampling.targets import DEFAULT_SIGMA, TargetSpec
 
 
 @run_kind(ComparisonResult)

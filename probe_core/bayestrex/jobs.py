@@ -1,4 +1,4 @@
-"""Bayes-TrEx sampling as a run kind: a :class:`~probe_core.requests.SampleRequest` runs as a job that streams
+"""Bayes-TrEx sampling as a run kind: a :class:`~probe_core.runs.requests.SampleRequest` runs as a job that streams
 samples and the live trace the Probe page draws. (The comparison's run kind is in
 :mod:`probe_core.bayestrex.compare`.)
 """
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
-from probe_core.diagnostics import effective_sample_size, split_rhat
 from probe_core.errors import CancelledError
-from probe_core.lifecycle import run_kind, training_announcer
-from probe_core.requests import SampleRequest
+from probe_core.runs.lifecycle import run_kind, training_announcer
+from probe_core.runs.requests import SampleRequest
+from probe_core.sampling.diagnostics import effective_sample_size, split_rhat
 
-run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.requests, below the domains
+run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
 
 
 class LiveTrace:
@@ -79,7 +79,7 @@ class LiveTrace:
 
 
 def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
-    """:func:`probe_target` of a :class:`~probe_core.requests.SampleRequest` as a background job that streams
+    """:func:`probe_target` of a :class:`~probe_core.runs.requests.SampleRequest` as a background job that streams
     samples and a :class:`LiveTrace` to its run.
 
     Returns a :class:`~probe_core.bayestrex.results.SamplingResult`; the run stores it without the

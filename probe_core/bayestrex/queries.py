@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.defuse.labels import HUMAN
 from probe_core.store import SampleRecord, TestImageLabelRecord
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 
 def samples(store, run_id: int, limit: int | None = None) -> list[SampleRecord]:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample_validated
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import run_now
 from probe_core.models import ModelSpec
-from probe_core.requests import SAMPLE_SETTINGS
-from probe_core.targets import TargetSpec
-from probe_core.validation import better_generator, check_record, checked_models, sample_request
+from probe_core.runs.lifecycle import run_now
+from probe_core.runs.requests import SAMPLE_SETTINGS
+from probe_core.runs.validation import better_generator, check_record, checked_models, sample_request
+from probe_core.sampling.targets import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class PreparedSample:
     classifier, generator : LoadedModel
     data : ImageDataset
     checks : dict
-        :func:`~probe_core.validation.check_record` of the checks, stored with the result.
+        :func:`~probe_core.runs.validation.check_record` of the checks, stored with the result.
     warning : str or None
         Why the generator is weak; with ``suggest_generator``, naming a trained generator that passes.
     """
@@ -214,9 +214,9 @@ def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference
 def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "cpu", **settings) -> PreparedSample:
     """Train what the plan names and is missing (explicitly, with progress announced), then prepare the
     sample request of its targets on those models: a use case runs as the same
-    :class:`~probe_core.requests.SampleRequest` as ``probe sample`` and the Probe page.
+    :class:`~probe_core.runs.requests.SampleRequest` as ``probe sample`` and the Probe page.
 
-    ``settings``: the request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`; None or left out
+    ``settings``: the request's settings (:data:`~probe_core.runs.requests.SAMPLE_SETTINGS`; None or left out
     takes the target's default).
     """
     registry = registry.remembering()  # the models trained or loaded here are the ones sampled
@@ -231,7 +231,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
 def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> SamplingResult:
     """:func:`prepare_use_case`, then sample; the result names the use case (``use_case``).
 
-    ``settings``: the sample request's settings (:data:`~probe_core.requests.SAMPLE_SETTINGS`) and
+    ``settings``: the sample request's settings (:data:`~probe_core.runs.requests.SAMPLE_SETTINGS`) and
     :func:`probe_target`'s runtime arguments.
     """
     prepared = prepare_use_case(registry, plan, dataset,

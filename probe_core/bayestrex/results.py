@@ -2,7 +2,7 @@
 :class:`ComparisonResult` and :class:`LatentMapResult`.
 
 The kept samples themselves are in the store (:func:`probe_core.bayestrex.queries.samples`); the result
-is their summary, small enough for the runs table. :func:`probe_core.runconfig.result_of` reads a stored
+is their summary, small enough for the runs table. :func:`probe_core.runs.runconfig.result_of` reads a stored
 run's result back as this type.
 """
 
@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, TypedDict
 
-from probe_core.lifecycle import StoredResult
-from probe_core.requests import SampleRequest
+from probe_core.runs.lifecycle import StoredResult
+from probe_core.runs.requests import SampleRequest
 
 COMPARE, LATENT_MAP = "compare", "latent-map"  # run kinds whose requests live above this module
 
@@ -58,7 +58,7 @@ class SamplingResult(StoredResult):
     dataset, classifier, generator : str
         The stored references of the models sampled.
     model_checks : dict
-        :func:`~probe_core.validation.check_record` of the model checks made before sampling.
+        :func:`~probe_core.runs.validation.check_record` of the model checks made before sampling.
     generator_weak : bool
         The generator failed its check: results about its samples are not to be trusted.
     executor : str

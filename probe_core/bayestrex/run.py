@@ -13,8 +13,8 @@ import torch
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
-from probe_core.protocols import StructuredPrior, is_differentiable
-from probe_core.requests import check_sampler_settings
+from probe_core.runs.requests import check_sampler_settings
+from probe_core.runs.scaleout import LocalShards, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
 from probe_core.sampling import (
     BayesTrExPosterior,
     ChainResult,
@@ -24,9 +24,9 @@ from probe_core.sampling import (
     run_pyro_nuts,
     run_rwm,
 )
+from probe_core.sampling.protocols import StructuredPrior, is_differentiable
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.scaleout import LocalShards, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
-from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec
+from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec
 
 
 def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
@@ -38,7 +38,7 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
            keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
            shard_progress: Callable | None = None, independence_moves: int = 0) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape), trusting the
-    settings: a :class:`~probe_core.requests.SampleRequest`'s were checked when it was built, a shard's by the run
+    settings: a :class:`~probe_core.runs.requests.SampleRequest`'s were checked when it was built, a shard's by the run
     that split them. Call :func:`sample`, which checks them first, with settings from anywhere else.
 
     Parameters
@@ -48,7 +48,7 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
     generator : nn.Module
         ``latent_dim``, ``decode``.
     spec : TargetSpec, str or sequence of Target
-        The targets (:mod:`probe_core.targets`); text is parsed in ``class_names``.
+        The targets (:mod:`probe_core.sampling.targets`); text is parsed in ``class_names``.
     chains : int
         Chains per target (all targets' chains run in one batch; ``nuts`` runs one chain per target).
     store, run_id : optional
@@ -63,12 +63,12 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
     target_index_offset : int
         Added to the stored ``target_index`` (to keep several calls apart in one run).
     executor : Executor, optional
-        Where the target shards run (:mod:`probe_core.scaleout`; default: here, in one batch).
+        Where the target shards run (:mod:`probe_core.runs.scaleout`; default: here, in one batch).
     shards : int or None
         None: 1 here, one per worker on Ray. Split the targets into this many shards, each sampled with its own seed
-        (:func:`~probe_core.scaleout.shard_seed`); results are equal on every executor. The per-iteration
+        (:func:`~probe_core.runs.scaleout.shard_seed`); results are equal on every executor. The per-iteration
         ``progress`` is not available from shards: ``shard_progress`` receives a
-        :class:`~probe_core.scaleout.ShardProgress` instead.
+        :class:`~probe_core.runs.scaleout.ShardProgress` instead.
     init : str
         Chain starts (see :class:`SamplerConfig`); "auto" uses tempered SMC when the batch has an
         ambiguous or vector target and an optimised start for high-confidence targets (README,
@@ -227,7 +227,7 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
 
 def sample_shard(models: dict, report: Callable[[float], None], should_stop: Callable[[], bool], *,
                  targets: list[Target], **settings) -> dict:
-    """One shard of a sharded :func:`sample` (a :mod:`probe_core.scaleout` shard function).
+    """One shard of a sharded :func:`sample` (a :mod:`probe_core.runs.scaleout` shard function).
 
     Returns ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store.
     """

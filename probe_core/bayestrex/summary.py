@@ -8,15 +8,15 @@ import math
 import torch
 
 from probe_core.data import ImageDataset
-from probe_core.diagnostics import (
+from probe_core.errors import ProbeError
+from probe_core.reporting.export import format_table
+from probe_core.sampling.diagnostics import (
     POOR_MIXING_NOTE,
     effective_sample_size,
     mixing_ok,
     split_rhat,
 )
-from probe_core.errors import ProbeError
-from probe_core.export import format_table
-from probe_core.targets import Target
+from probe_core.sampling.targets import Target
 
 
 def prior_norm_interval(latent_dim: int, mass: float = 0.98) -> tuple[float, float]:

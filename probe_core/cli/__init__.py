@@ -21,13 +21,13 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from probe_core.catalog import canonical_dataset_name
 from probe_core import __version__
 from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, team, ui
+from probe_core.data.catalog import canonical_dataset_name
 from probe_core.data.files import CACHE_ENV
-from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
-from probe_core.scaleout import check_executor
+from probe_core.models.devices import resolve_device
+from probe_core.runs.scaleout import check_executor
 
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     data.add_data_commands, models.add_model_commands, sample.add_sample_command, runs.add_runs_command,

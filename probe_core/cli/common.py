@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.workspace import Workspace, open_workspace
+from probe_core.runs.workspace import Workspace, open_workspace
 
 
 def workspace_from_args(args: argparse.Namespace) -> Workspace:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.catalog import canonical_dataset_name, list_datasets, load_dataset
+from probe_core.data.catalog import canonical_dataset_name, list_datasets, load_dataset
 from probe_core.errors import ProbeError
-from probe_core.export import format_table
+from probe_core.reporting.export import format_table
 
 
 def _data_list(args: argparse.Namespace) -> int:

@@ -6,19 +6,19 @@ import argparse
 import json
 import sys
 
-from probe_core.accounts import shell_annotator
-from probe_core.classes import with_class_map
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET
+from probe_core.data.classes import with_class_map
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.errors import ProbeError
-from probe_core.export import format_table, write_file
-from probe_core.render import image_grid, png_bytes, upscale_for_display
-from probe_core.scaleout import shard_count
+from probe_core.reporting.export import format_table, write_file
+from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
+from probe_core.runs.scaleout import shard_count
+from probe_core.team.accounts import shell_annotator
 
 
 def _run_step(args, workspace, settings, description: str) -> tuple:
@@ -38,7 +38,7 @@ def _oracle(option: str) -> str:
 
 def _identify_settings(args) -> steps.IdentifyRequest:
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
-    return steps.IdentifyRequest(
+    return steps.IdentifyRequest.build(
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
@@ -108,9 +108,9 @@ def _identify(args) -> int:
 
 
 def _distill_settings(args, identify_run: int) -> steps.DistillRequest:
-    return steps.DistillRequest(identify_run=identify_run, n_components=args.components,
-                                    weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
-                                    seed=args.seed)
+    return steps.DistillRequest.build(identify_run=identify_run, n_components=args.components,
+                                      weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
+                                      seed=args.seed)
 
 
 def _distill(args) -> int:
@@ -226,10 +226,10 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
 
 
 def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectRequest:
-    return steps.CorrectRequest(distill_run=distill_run, source=source, rho=args.rho,
-                                    lambdas=tuple(args.lambdas), epochs=args.epochs,
-                                    samples_per_region=args.samples_per_region, seed=args.seed,
-                                    executor=args.executor, baseline=args.baseline, selection=args.selection)
+    return steps.CorrectRequest.build(distill_run=distill_run, source=source, rho=args.rho,
+                                      lambdas=tuple(args.lambdas), epochs=args.epochs,
+                                      samples_per_region=args.samples_per_region, seed=args.seed,
+                                      executor=args.executor, baseline=args.baseline, selection=args.selection)
 
 
 def _correct(args) -> int:

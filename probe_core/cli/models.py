@@ -6,15 +6,15 @@ import argparse
 import json
 import sys
 
-from probe_core.catalog import load_dataset
-from probe_core.checks import check_references
-from probe_core.classes import with_class_map
 from probe_core.cli.common import format_metrics, workspace_from_args
 from probe_core.data import DEFAULT_DATASET
+from probe_core.data.catalog import load_dataset
+from probe_core.data.classes import with_class_map
 from probe_core.errors import ProbeError
-from probe_core.export import format_table
 from probe_core.models import ModelSpec
-from probe_core.progress import announce_training, progress_bar
+from probe_core.models.checks import check_references
+from probe_core.reporting.export import format_table
+from probe_core.runs.progress import announce_training, progress_bar
 
 
 def _models_train(args: argparse.Namespace) -> int:

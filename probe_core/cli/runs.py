@@ -8,7 +8,7 @@ import time
 
 from probe_core.bayestrex.latent_map import latent_map, sampling_report
 from probe_core.cli.common import workspace_from_args
-from probe_core.export import format_table, write_file
+from probe_core.reporting.export import format_table, write_file
 
 
 def _stamp(seconds: float | None) -> str:

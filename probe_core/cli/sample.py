@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from probe_core.accounts import shell_annotator
 from probe_core.bayestrex import (
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
@@ -19,21 +18,22 @@ from probe_core.bayestrex import (
 )
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.recipes import prepare_sample
-from probe_core.catalog import load_dataset
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.export import npz_bytes, sample_arrays, write_file
-from probe_core.lifecycle import run_now
-from probe_core.requests import field_defaults
+from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
+from probe_core.runs.lifecycle import run_now
+from probe_core.runs.requests import field_defaults
+from probe_core.runs.validation import sample_request
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.targets import spec_help
-from probe_core.validation import sample_request
+from probe_core.sampling.targets import spec_help
+from probe_core.team.accounts import shell_annotator
 
 
 def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> int:
     """Shared by ``probe sample`` and ``probe recipe``: the prepared request run through the one lifecycle
-    (:func:`~probe_core.lifecycle.run_now`, as the API does), with a progress bar, then the table."""
+    (:func:`~probe_core.runs.lifecycle.run_now`, as the API does), with a progress bar, then the table."""
     if prepared.warning:
         print(f"warning: {prepared.warning}", file=sys.stderr)
     # the same remembering registry: the run finds the models loaded and checked, and does not check them again
@@ -70,7 +70,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _default_help(what: str, key: str) -> str:
     """An option's help with its defaults, read from the tables the runs use (never repeated by hand)."""
-    return (f"{what} (default {SAMPLER_DEFAULTS[key]}, {REAL_SIZE_SAMPLER_DEFAULTS[key]} for images of "
+    return (f"{what} (default {SAMPLER_DEFAULTS[key]}, {REAL_SIZE_SAMPLER_DEFAULTS[key]} for your own data of "
             f"{REAL_SIZE}x{REAL_SIZE} and up; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
             f"{LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS[key]} for images of more than {SMALL_IMAGE_VALUES} values C·H·W)")
 

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from probe_core.bayestrex import best_samples
-from probe_core.classes import class_index
 from probe_core.cli.common import workspace_from_args
+from probe_core.data.classes import class_index
 from probe_core.errors import ProbeError
-from probe_core.render import image_grid, png_bytes
+from probe_core.reporting.render import image_grid, png_bytes
 from probe_core.scenes.counterfactual import object_removal, removal_table
 from probe_core.scenes.generator import SceneGenerator
 from probe_core.scenes.world import ScenePrior, describe_text

@@ -11,7 +11,7 @@ from probe_core import suites
 from probe_core.cli.common import workspace_from_args
 from probe_core.defuse.labels import HUMAN
 from probe_core.errors import ProbeError
-from probe_core.export import format_table, write_file
+from probe_core.reporting.export import format_table, write_file
 from probe_core.suites import DEFAULT_MIN_ACCURACY
 
 

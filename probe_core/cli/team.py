@@ -7,10 +7,10 @@ import datetime as dt
 import getpass
 import sys
 
-from probe_core import accounts
 from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
-from probe_core.export import LABEL_EXPORT_FORMATS, format_table, label_rows, labels_text
+from probe_core.reporting.export import LABEL_EXPORT_FORMATS, format_table, label_rows, labels_text
+from probe_core.team import accounts
 
 
 def read_password(prompt: str = "Password: ") -> str:

@@ -13,10 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-from probe_core.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
 from probe_core.cli.common import workspace_from_args
 from probe_core.errors import ProbeError
-from probe_core.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
+from probe_core.runs.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
+from probe_core.team.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
 
 SHARED_FOLDER = Path("share") / "model-probe"
 

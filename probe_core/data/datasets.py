@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from probe_core.classes import class_index
+from probe_core.data.classes import class_index
 from probe_core.data.files import load_file_arrays, parse_reference
 from probe_core.data.idx import read_idx
 from probe_core.errors import DataError, excerpt
@@ -441,6 +441,10 @@ class DatasetEntry:
         Training epochs of its zoo VAE (None: by image size).
     vae_beta : float
         The KL weight of its zoo VAE (1: the ELBO; another value: a β-VAE, chosen by measurement).
+    sized_defaults : bool
+        Whether its defaults are chosen from the data's size, channels and classes (a user's folder or
+        ``.npz``): training epochs, the real-size model recipe and generators, and the sampler's iterations.
+        The built-in sets carry their own, measured on them.
     """
 
     name: str
@@ -455,6 +459,7 @@ class DatasetEntry:
     classifier_epochs: int | None = None
     vae_epochs: int | None = None
     vae_beta: float = 1.0
+    sized_defaults: bool = False
 
 
 def _idx_loader(name: str, class_names: Sequence[str] | None, latent_dim: int) -> Callable[[Path | None], ImageDataset]:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import classifier_accuracy
-from probe_core.scaleout import ShardTask
+from probe_core.runs.scaleout import ShardTask
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def finetune_sweep(
     selection : str
         A key of :data:`SELECTION_RULES`.
     executor : Executor, optional
-        Run each λ as a shard (:mod:`probe_core.scaleout`; one task per λ on Ray). Default: one after
+        Run each λ as a shard (:mod:`probe_core.runs.scaleout`; one task per λ on Ray). Default: one after
         another here. The results are the same either way.
 
     Returns
@@ -241,7 +241,7 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
 
 
 def finetune_shard(models: dict, report, should_stop, *, lam: float, epochs: int, **arguments) -> dict:
-    """One λ of a sweep (a :mod:`probe_core.scaleout` shard function)."""
+    """One λ of a sweep (a :mod:`probe_core.runs.scaleout` shard function)."""
     def on_epoch(epoch: int, score: float) -> None:
         if should_stop():
             raise CancelledError("stopped")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.protocols import Encoder, Generator
+from probe_core.sampling.protocols import Encoder, Generator
 
 NOISE_MODES = ("paper", "centered")
 FAILURE_PREFIX = "failures/"

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.accounts import Actor, Permission, local_owner, require
-from probe_core.classes import class_index
+from probe_core.data.classes import class_index
 from probe_core.errors import ProbeError
-from probe_core.export import spreadsheet_safe
+from probe_core.reporting.export import spreadsheet_safe
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 NONE_OF_THE_ABOVE = "none"
 HUMAN = "human"

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from probe_core.accounts import Actor, Permission, local_owner, require
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.defuse.identification import FailureSet
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
@@ -25,8 +24,9 @@ from probe_core.defuse.labels import (
 )
 from probe_core.defuse.results import CORRECT, DISTILL, IDENTIFY
 from probe_core.errors import ProbeError
-from probe_core.export import npz_bytes
+from probe_core.reporting.export import npz_bytes
 from probe_core.store import ClusterRecord
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 EMBEDDING_ARRAYS = "embedding"  # the distill run's arrays holding its failure map
 

@@ -1,5 +1,5 @@
 """What the Defuse steps return and store: :class:`IdentificationResult`, :class:`DistillationResult`,
-:class:`CorrectionResult` and :class:`EmbeddingResult` (:func:`probe_core.runconfig.result_of` reads them back).
+:class:`CorrectionResult` and :class:`EmbeddingResult` (:func:`probe_core.runs.runconfig.result_of` reads them back).
 
 The failures, clusters and maps themselves are in the store (:mod:`probe_core.defuse.queries`); a result
 is their summary.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from probe_core.lifecycle import StoredResult
+from probe_core.runs.lifecycle import StoredResult
 
 IDENTIFY, DISTILL, CORRECT, EMBEDDING = "defuse-identify", "defuse-distill", "defuse-correct", "defuse-embedding"
 

@@ -17,9 +17,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from probe_core.catalog import load_dataset
-from probe_core.classes import split_class_map
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
+from probe_core.data.catalog import load_dataset
+from probe_core.data.classes import split_class_map
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
@@ -54,7 +54,8 @@ from probe_core.defuse.results import (
 )
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.lifecycle import (
+from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
+from probe_core.runs.lifecycle import (
     JobContext,
     JobFunction,
     run_inline,
@@ -63,21 +64,21 @@ from probe_core.lifecycle import (
     submit,
     training_announcer,
 )
-from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
-from probe_core.requests import record
-from probe_core.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
-from probe_core.validation import checked_models, classifier_class_names
+from probe_core.runs.requests import BuiltFromSettings, record
+from probe_core.runs.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.runs.validation import checked_models, classifier_class_names
 
 
 @run_kind(IdentificationResult)
 @dataclass(frozen=True)
-class IdentifyRequest:
+class IdentifyRequest(BuiltFromSettings):
     """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
 
     The default noise is ``centered`` with sd 0.15: on digits it found the most
     distinct failure regions an oracle could label (README, "Defuse").
     """
 
+    setting_word: ClassVar[str] = "identification"
     kind: ClassVar[str] = IDENTIFY
     builder: ClassVar[str] = "probe_core.defuse.steps:identify_job"
 
@@ -92,7 +93,7 @@ class IdentifyRequest:
     noise_scale: float = 0.15
     seed: int = 0
     max_images: int | None = None
-    executor: str = "local"  # where the image shards run (probe_core.scaleout): local, ray or ray:ADDRESS
+    executor: str = "local"  # where the image shards run (probe_core.runs.scaleout): local, ray or ray:ADDRESS
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
     allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
     # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
@@ -104,8 +105,8 @@ class IdentifyRequest:
             if not isinstance(self.distill_after, dict) or "identify_run" in self.distill_after:
                 raise ProbeError("distill_after holds distillation settings (not the identification run)")
             try:
-                DistillRequest(identify_run=0, **self.distill_after)
-            except TypeError as exc:
+                DistillRequest.build(identify_run=0, **self.distill_after)
+            except ProbeError as exc:
                 raise ProbeError(f"distill_after: {exc}") from None
         if self.shards is not None and self.shards < 1:
             raise ProbeError(f"shards must be at least 1, got {self.shards}")
@@ -171,9 +172,10 @@ def checked_identify_request(registry, settings: IdentifyRequest, device: str = 
 
 @run_kind(DistillationResult)
 @dataclass(frozen=True)
-class DistillRequest:
+class DistillRequest(BuiltFromSettings):
     """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
 
+    setting_word: ClassVar[str] = "distillation"
     kind: ClassVar[str] = DISTILL
     builder: ClassVar[str] = "probe_core.defuse.steps:distill_job"
 
@@ -203,13 +205,14 @@ BASELINES = {
 
 @run_kind(CorrectionResult)
 @dataclass(frozen=True)
-class CorrectRequest:
+class CorrectRequest(BuiltFromSettings):
     """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
 
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
     :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
     """
 
+    setting_word: ClassVar[str] = "correction"
     kind: ClassVar[str] = CORRECT
     builder: ClassVar[str] = "probe_core.defuse.steps:correct_job"
 
@@ -223,7 +226,7 @@ class CorrectRequest:
     batch_size: int = 64
     learning_rate: float = 1e-3
     seed: int = 0
-    executor: str = "local"  # where the λ sweep runs (probe_core.scaleout): local, or one Ray task per λ
+    executor: str = "local"  # where the λ sweep runs (probe_core.runs.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
     selection: str = "data"
 
@@ -327,7 +330,7 @@ def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset
 
 def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, labels: torch.Tensor, start: int,
                    **settings) -> dict:
-    """Identification over one shard of training images (a :mod:`probe_core.scaleout` shard function).
+    """Identification over one shard of training images (a :mod:`probe_core.runs.scaleout` shard function).
 
     Returns the shard's failures as arrays, with ``source_index`` counted in the whole training set.
     """
@@ -519,7 +522,7 @@ def _baseline_failures(store, vae, settings: CorrectRequest, dataset: ImageDatas
 
 def run_step(registry, store, settings, device: str = "cpu", listener=None, progress_bar: str | None = None
              ) -> tuple[int, IdentificationResult | DistillationResult | CorrectionResult]:
-    """Run one step now in this thread (CLI, scripts): :func:`probe_core.lifecycle.run_now`; returns the run id
+    """Run one step now in this thread (CLI, scripts): :func:`probe_core.runs.lifecycle.run_now`; returns the run id
     and the step's typed result (:mod:`probe_core.defuse.results`).
 
     ``store`` must be ``registry.store``; ``listener(progress, message)`` sees every progress report, and a
@@ -531,7 +534,7 @@ def run_step(registry, store, settings, device: str = "cpu", listener=None, prog
 
 
 def submit_step(manager, registry, settings, device: str = "cpu") -> int:
-    """Start one step as a background job (dashboard: a worker process): :func:`probe_core.lifecycle.submit`.
+    """Start one step as a background job (dashboard: a worker process): :func:`probe_core.runs.lifecycle.submit`.
 
     An :class:`IdentifyRequest` with ``distill_after`` runs distillation after it in the same job (the
     Failures page's one button).

@@ -1,7 +1,7 @@
 """Defuse as notebook verbs (``mp.defuse.identify``, ``distill``, ``label``, ``correct``): stored runs, result objects.
 
 Each verb builds its step's settings (validated in ``__post_init__``), runs it through the one lifecycle
-(:func:`probe_core.lifecycle.run_now`) in the workspace, so the dashboard shows it, and returns the run
+(:func:`probe_core.runs.lifecycle.run_now`) in the workspace, so the dashboard shows it, and returns the run
 read back as a result object.
 """
 
@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probe_core.catalog import load_dataset
-from probe_core.classes import with_class_map
 from probe_core.data import DEFAULT_DATASET
+from probe_core.data.catalog import load_dataset
+from probe_core.data.classes import with_class_map
 from probe_core.defuse.labels import HUMAN, label_images
 from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names
 from probe_core.defuse.results import CorrectionResult
 from probe_core.defuse.review import auto_label, review_images
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest, checked_identify_request
-from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
-from probe_core.figures import agreement_figure, confusion_figure, tradeoff_figure
-from probe_core.kept import references
-from probe_core.lifecycle import run_now
-from probe_core.workspace import open_workspace
+from probe_core.models.devices import resolve_device
+from probe_core.models.kept import references
+from probe_core.reporting.figures import agreement_figure, confusion_figure, tradeoff_figure
+from probe_core.runs.lifecycle import run_now
+from probe_core.runs.workspace import open_workspace
 
 
 def _run_id(value) -> int:
@@ -158,9 +158,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
-    request = checked_identify_request(space.registry, IdentifyRequest(dataset=dataset, classifier=reference,
-                                                                         vae=vae, **settings),
-                                        device, train_missing=True)
+    asked = IdentifyRequest.build(dataset=dataset, classifier=reference, vae=vae, **settings)
+    request = checked_identify_request(space.registry, asked, device, train_missing=True)
     run_id, outcome = run_now(space.registry, request, device=device,
                              progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)
@@ -176,8 +175,8 @@ def distill(identified, *, workspace=None, device: str = "auto", progress: bool 
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
-    run_id, _ = run_now(space.registry, DistillRequest(identify_run=_run_id(identified), **settings), device=device,
-                        progress_bar="distilling" if progress else None)
+    request = DistillRequest.build(identify_run=_run_id(identified), **settings)
+    run_id, _ = run_now(space.registry, request, device=device, progress_bar="distilling" if progress else None)
     return _report(space, run_id, HUMAN)
 
 
@@ -231,6 +230,6 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     device = str(resolve_device(device))  # "auto": CUDA when present
     source = source or getattr(distilled, "source", HUMAN)
     distill_run = _run_id(distilled)
-    correct_run, _ = run_now(space.registry, CorrectRequest(distill_run=distill_run, source=source, **settings),
-                             device=device, progress_bar="finetuning" if progress else None)
+    request = CorrectRequest.build(distill_run=distill_run, source=source, **settings)
+    correct_run, _ = run_now(space.registry, request, device=device, progress_bar="finetuning" if progress else None)
     return _report(space, distill_run, source, correct_run)

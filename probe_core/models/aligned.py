@@ -19,7 +19,7 @@ class AlignedClassifier(ProbabilityModel):
         Maps images (B, C, H, W) in [0, 1] to (B, K) logits or probabilities.
     output_kind : {"logits", "probabilities"}
     output_order : sequence of int
-        ``net``'s column for each output (:attr:`probe_core.classes.ClassMatch.output_order`). It is
+        ``net``'s column for each output (:attr:`probe_core.data.classes.ClassMatch.output_order`). It is
         not part of the state dict: ``net``'s weights save and load as they are.
     """
 

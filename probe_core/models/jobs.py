@@ -6,10 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind
 from probe_core.models.registry import ModelSpec
+from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from probe_core.accounts import Actor, Permission, refuse_unlisted
-from probe_core.catalog import (
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, is_real_size, split_view
+from probe_core.data.catalog import (
     DATASETS,
     classifier_dataset,
     dataset_entry,
@@ -34,10 +34,8 @@ from probe_core.catalog import (
     generator_source,
     load_dataset,
 )
-from probe_core.classes import ClassMatch, match_classes, split_class_map, with_class_map
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, ImageDataset, is_real_size, split_view
+from probe_core.data.classes import ClassMatch, match_classes, split_class_map, with_class_map
 from probe_core.data.files import is_file_reference, short_name
-from probe_core.devices import resolve_device
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.architectures import (
@@ -47,6 +45,7 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
+from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
 from probe_core.models.training import (
@@ -57,8 +56,9 @@ from probe_core.models.training import (
     train_gan,
     train_vae,
 )
-from probe_core.protocols import GeneratorCapabilities, generator_capabilities
+from probe_core.sampling.protocols import GeneratorCapabilities, generator_capabilities
 from probe_core.store import Store
+from probe_core.team.accounts import Actor, Permission, refuse_unlisted
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,8 @@ class ModelSpec:
         entry = dataset_entry(self.dataset)
         classifier = self.kind == "classifier"
         entry_epochs = {"classifier": entry.classifier_epochs, "vae": entry.vae_epochs}.get(self.kind)
-        users_data = is_file_reference(split_view(self.dataset)[0])
         recipe = real_size_recipe(self.kind, dataset.image_shape, dataset.num_classes,
-                                  len(dataset.train_labels)) if users_data else None
+                                  len(dataset.train_labels)) if entry.sized_defaults else None
         if recipe is not None:
             return replace(self, epochs=self.epochs or recipe["epochs"],
                            latent_dim=self.latent_dim or recipe.get("latent_dim"),
@@ -275,7 +274,7 @@ class ModelSpec:
                            beta=self.beta, architecture=self.architecture or recipe["architecture"],
                            augment=self.augment if self.augment is not None else recipe.get("augment"),
                            perceptual=self.perceptual if self.perceptual is not None else recipe.get("perceptual"))
-        if users_data:  # a user's data: epochs by its size
+        if entry.sized_defaults:  # a user's data: epochs by its size
             sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
         else:
             sized = default_epochs(self.kind, dataset.image_shape)
@@ -452,7 +451,7 @@ class ModelRegistry:
             When the actor may not load files and ``name`` is neither an embedded data set (a view of one
             included) nor one the workspace holds (:meth:`Store.known_references`); the message names no path.
         DataError
-            As :func:`~probe_core.catalog.load_dataset`.
+            As :func:`~probe_core.data.catalog.load_dataset`.
         """
         if not self._trusted():
             base, _ = split_view(name)
@@ -636,11 +635,12 @@ class ModelRegistry:
     def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
         """What the data set's defaults train: its classifier first (it scores generators), then its zoo generators.
 
-        A user's real-size data (a folder or ``.npz`` of 32x32 images and up) trains only
-        :data:`REAL_SIZE_ZOO_GENERATORS`; its images are read to know their size.
+        A user's real-size data (a folder or ``.npz`` of 32x32 images and up: an entry with ``sized_defaults``)
+        trains only :data:`REAL_SIZE_ZOO_GENERATORS`; its images are read to know their size.
         """
-        kinds = dataset_entry(dataset).zoo_generators
-        if is_file_reference(split_view(dataset)[0]) and set(kinds) - set(REAL_SIZE_ZOO_GENERATORS):
+        entry = dataset_entry(dataset)
+        kinds = entry.zoo_generators
+        if entry.sized_defaults and set(kinds) - set(REAL_SIZE_ZOO_GENERATORS):
             if is_real_size(load_dataset(generator_dataset(dataset)).image_shape):
                 kinds = tuple(kind for kind in kinds if kind in REAL_SIZE_ZOO_GENERATORS)
         generators = [ModelSpec(dataset=generator_dataset(dataset), kind=kind, seed=seed) for kind in kinds]

@@ -10,7 +10,7 @@
   ``run_hmc``, ``run_rwm`` and the Pyro NUTS reference;
 - :mod:`~probe_core.sampling.smc`: tempered SMC that finds starting points for hard targets.
 
-Diagnostics (ESS, R-hat) are in :mod:`probe_core.diagnostics`.
+Diagnostics (ESS, R-hat) are in :mod:`probe_core.sampling.diagnostics`.
 """
 
 from probe_core.sampling.posterior import BayesTrExPosterior

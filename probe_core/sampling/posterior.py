@@ -14,9 +14,8 @@ from pyro import poutine
 from torch import nn
 
 from probe_core.errors import ProbeError
-from probe_core.protocols import StructuredPrior
-from probe_core.targets import DEFAULT_SIGMA, Target, TargetBatch
-
+from probe_core.sampling.protocols import StructuredPrior
+from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetBatch
 
 # Sharpness of the smooth surrogate (cross-entropy to the target) that initialisation and SMC's
 # first stages climb before the σ-likelihood takes over: steep enough to reach the target

@@ -16,9 +16,9 @@ from typing import Callable, NamedTuple, Protocol
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.protocols import StructuredPrior
 from probe_core.sampling import adaptation, hmc, imh, rwm
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
+from probe_core.sampling.protocols import StructuredPrior
 from probe_core.sampling.smc import SMCConfig, run_smc
 
 INIT_MODES = ("smc", "optimize", "prior", "uniform")
@@ -53,7 +53,7 @@ class SamplerConfig:
         HMC leapfrog steps; each iteration draws L uniformly from [L/2, L] (jittered trajectories).
         None: ``DEFAULT_INTEGRATION_STEPS`` (25), or ``JUMPING_INTEGRATION_STEPS`` (3) when independence
         moves are asked for and the generator allows them (not a
-        :class:`~probe_core.protocols.StructuredPrior`): they make the global moves and HMC only the
+        :class:`~probe_core.sampling.protocols.StructuredPrior`): they make the global moves and HMC only the
         local ones (warm-up included, so the proposal is fitted to draws of the same kernel).
     target_accept : float
         Dual-averaging target.
@@ -395,7 +395,7 @@ class HMCWindowAdapter:
 class RWMScaleAdapter:
     """Random-walk Metropolis with per-chain proposal scales tuned by Robbins-Monro towards ``target_accept``.
 
-    A generator with a :class:`~probe_core.protocols.StructuredPrior` brings its own proposal at
+    A generator with a :class:`~probe_core.sampling.protocols.StructuredPrior` brings its own proposal at
     that scale; otherwise steps are Gaussian.
     """
 

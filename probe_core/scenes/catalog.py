@@ -9,7 +9,7 @@ colour?) is the embedded colour data set with the zoo's classifier and VAE (a GA
 from __future__ import annotations
 
 from probe_core.data.datasets import DatasetEntry
-from probe_core.protocols import GeneratorSource
+from probe_core.sampling.protocols import GeneratorSource
 from probe_core.scenes.generator import (
     CLASSIFIER_EPOCHS,
     COLOURS_VAE_BETA,

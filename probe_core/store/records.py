@@ -34,8 +34,8 @@ class Run:
     started_at: float | None
     updated_at: float
     finished_at: float | None
-    job: dict | None = None  # how a worker rebuilds it (probe_core.launchers.JobSpec), if it can
-    user: str | None = None  # who started it (probe_core.accounts.Actor.recorded_name)
+    job: dict | None = None  # how a worker rebuilds it (probe_core.runs.launchers.JobSpec), if it can
+    user: str | None = None  # who started it (probe_core.team.accounts.Actor.recorded_name)
 
     @property
     def active(self) -> bool:
@@ -133,7 +133,7 @@ class LabelChange(TypedDict):
 
 
 class UserRecord(TypedDict):
-    """An account (:mod:`probe_core.accounts` holds the rules); ``signed_out_at``: its last sign-out, before which
+    """An account (:mod:`probe_core.team.accounts` holds the rules); ``signed_out_at``: its last sign-out, before which
     no sign-in cookie of it counts."""
 
     name: str

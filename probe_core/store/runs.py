@@ -71,8 +71,8 @@ class RunTable(Database):
                    user: str | None = None) -> int:
         """Record a new run owned by this process; returns its id.
 
-        ``job`` is the JSON of a :class:`probe_core.lifecycle.JobSpec`, for a worker process to rebuild it;
-        ``user`` who started it (:attr:`probe_core.accounts.Actor.recorded_name`).
+        ``job`` is the JSON of a :class:`probe_core.runs.lifecycle.JobSpec`, for a worker process to rebuild it;
+        ``user`` who started it (:attr:`probe_core.team.accounts.Actor.recorded_name`).
         """
         now = time.time()
         with self.transaction() as connection:

@@ -118,7 +118,7 @@ MIGRATIONS: dict[int, str] = {
         UNIQUE(annotator, source, dataset, test_index)
     );
     """,
-    # Regression suites (probe_core/suites.py): named collections of checks per data set. A check keeps
+    # Regression suites (probe_core/suites): named collections of checks per data set. A check keeps
     # its evidence (decoded images, latents, human labels) so it outlives the run and the generator it
     # came from; a score is one classifier's result on one check (the newest per pair is kept).
     6: """
@@ -156,7 +156,7 @@ MIGRATIONS: dict[int, str] = {
         UNIQUE(check_id, classifier)
     );
     """,
-    # Team labelling (probe_core/accounts.py): accounts with bcrypt hashes, the secret that signs the
+    # Team labelling (probe_core/team/accounts.py): accounts with bcrypt hashes, the secret that signs the
     # dashboard's sign-in cookie, who started each run, and every change of a label (who, when, old -> new).
     7: """
     CREATE TABLE users (

@@ -1,4 +1,4 @@
-"""The team's rows: accounts and the workspace's secrets (:mod:`probe_core.accounts` holds the rules)."""
+"""The team's rows: accounts and the workspace's secrets (:mod:`probe_core.team.accounts` holds the rules)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from probe_core.cli import main
 from probe_core.errors import ProbeError
-from probe_core.targets import parse_targets
+from probe_core.sampling.targets import parse_targets
 
 CLASS_NAMES = tuple(str(i) for i in range(10))
 SPEC_ALPHABET = st.sampled_from(list("0123456789:;,.=->_ abhigmuxprs") + ["high", "ambiguous", "probs", "path",

@@ -7,10 +7,9 @@ from helpers import rerun_until
 from streamlit.testing.v1 import AppTest
 
 from probe_core.bayestrex.latent_map import latent_map
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import queries
-from probe_core.defuse import review
+from probe_core.defuse import queries, review
 from probe_core.models import ModelSpec
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -366,7 +365,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
 def test_saliency_explains_the_predicted_class_of_each_new_image(app_env):
     import torch
 
-    from probe_core.catalog import load_dataset
+    from probe_core.data.catalog import load_dataset
 
     classifier = app_env.registry.resolve("default", "classifier", "digits").module
     test_images = load_dataset("digits").test_images
@@ -401,8 +400,8 @@ def test_the_cli_the_probe_page_and_the_api_store_the_same_request(app_env, caps
 
     import probe_core as mp
     from probe_core.cli import main
-    from probe_core.requests import SampleRequest
-    from probe_core.runconfig import config_of
+    from probe_core.runs.requests import SampleRequest
+    from probe_core.runs.runconfig import config_of
 
     store = app_env.store
     at = open_page("pages/views/probe.py")

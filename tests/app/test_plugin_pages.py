@@ -65,7 +65,7 @@ def test_defuse_pages_work_end_to_end_with_plugin_models(workspace, monkeypatch,
 def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_path):
     """Probe, Ambiguity matrix, Interpolation, Compare and Saliency on a plugin classifier and generator."""
     from probe_core.models import ModelSpec
-    from probe_core.runconfig import config_of
+    from probe_core.runs.runconfig import config_of
 
     monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
     model = str(write_tiny_plugin(tmp_path, "model.py"))

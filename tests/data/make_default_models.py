@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_scene_classifier import _code_digest  # noqa: E402
 
 from probe_core.models.registry import ModelSpec  # noqa: E402
-from probe_core.workspace import Workspace  # noqa: E402
+from probe_core.runs.workspace import Workspace  # noqa: E402
 
 SEED = 0
 #: The flawed classifier of ``tests/integration/test_colour.py``: 40 % of the reds nearest green labelled green.
@@ -75,7 +75,7 @@ def folder(name: str) -> Path:
 def recipe_fingerprint(name: str) -> dict:
     """What a shipped set depends on: its model ids (the zoo specs), the data sets' arrays, the architectures
     and the training code (syntax-tree digests: comments and layout do not count)."""
-    from probe_core.catalog import load_dataset
+    from probe_core.data.catalog import load_dataset
     from probe_core.models import architectures, training
 
     specs = shipped_specs(name)

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from probe_core.models import ModelSpec  # noqa: E402
-from probe_core.workspace import Workspace  # noqa: E402
+from probe_core.runs.workspace import Workspace  # noqa: E402
 
 WEIGHTS = Path(__file__).with_name("scenes-classifier.pt")
 FINGERPRINT = Path(__file__).with_name("scenes-classifier.json")
@@ -47,7 +47,7 @@ def recipe_fingerprint() -> dict:
     Each part is a digest of its code's syntax tree (comments and formatting do not count),
     plus the zoo spec the weights stand for (seed 0).
     """
-    from probe_core.catalog import load_dataset
+    from probe_core.data.catalog import load_dataset
     from probe_core.models import architectures, training
     from probe_core.scenes import render, world
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import probe_core as mp
-from probe_core.classes import ClassMismatchError
+from probe_core.data.classes import ClassMismatchError
 from probe_core.errors import ProbeError
 
 
@@ -71,10 +71,10 @@ class _FirstLogits(torch.nn.Module):
 def test_in_memory_models_and_arrays_are_kept_as_files_that_resolve_in_another_process(trained_workspace, tmp_path):
     """mp.sample and mp.matrix on modules and (x, y) arrays in a new workspace: nothing trained, all stored."""
     import plotly.graph_objects as go
-
     from helpers import resolve_elsewhere
-    from probe_core.catalog import load_dataset
-    from probe_core.kept import keep_classifier, keep_generator
+
+    from probe_core.data.catalog import load_dataset
+    from probe_core.models.kept import keep_classifier, keep_generator
 
     digits = load_dataset("digits")
     three = digits.train_labels < 3  # a three-class problem, so the matrix has three pairs

@@ -17,8 +17,8 @@ def test_every_chain_count_from_1_to_40_samples_ambiguous_vector_and_path_target
     plugin = str(write_tiny_plugin(tmp_path))
     common = ["--workspace", str(tmp_path / "ws"), "--device", "cpu", "sample", "--classifier", plugin,
               "--generator", plugin, "--warmup", "2", "--samples", "2"]
-    from probe_core.runconfig import result_of
-    from probe_core.workspace import Workspace
+    from probe_core.runs.runconfig import result_of
+    from probe_core.runs.workspace import Workspace
 
     store = Workspace(tmp_path / "ws").store
     for chains in range(1, 41):

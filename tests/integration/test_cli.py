@@ -72,8 +72,8 @@ def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     # the map of the hits among prior draws (Bayes-Probe Fig. 5) as the page starts it: a job (here on the
     # tests-only thread executor, which builds it from its JobSpec as a worker does), then the HTML report
     from probe_core.bayestrex.latent_map import LATENT_MAP, submit_latent_map
-    from probe_core.launchers import ThreadLauncher
-    from probe_core.jobs import JobManager
+    from probe_core.runs.jobs import JobManager
+    from probe_core.runs.launchers import ThreadLauncher
 
     run_id = trained_workspace.store.list_runs(kind="sample", limit=1)[0].id
     manager = JobManager(trained_workspace.store, ThreadLauncher())
@@ -98,8 +98,8 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
     assert main(base + ["recipe", "misclassification", "--exclude", "5"] + short + ["--out", str(tmp_path / "m.json")]) == 0
     result = json.loads((tmp_path / "m.json").read_text())
     assert result["use_case"]["excluded_class"] == "5"
-    from probe_core.requests import SampleRequest
-    from probe_core.runconfig import config_of
+    from probe_core.runs.requests import SampleRequest
+    from probe_core.runs.runconfig import config_of
 
     # a use case runs as the same typed request as `probe sample` and the Probe page
     request = config_of(trained_workspace.store.list_runs(kind="sample", limit=1)[0])

@@ -11,15 +11,15 @@ import pytest
 import torch
 from helpers import MISLABELLED
 
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
-from probe_core.requests import record
 from probe_core.defuse.cluster import embed_2d
 from probe_core.defuse.identification import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.runs.requests import record
 
 # --- identification ---------------------------------------------------------------------------
 
@@ -51,7 +51,7 @@ def test_identification_keeps_only_misclassified_decodings_smallest_noise_first(
 
 
 def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_workspace):
-    from probe_core.lifecycle import run_inline
+    from probe_core.runs.lifecycle import run_inline
 
     store = trained_workspace.store
     settings = steps.IdentifyRequest(samples_per_image=100, noise_scale=0.5, max_images=200)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from helpers import write_tiny_plugin
 
-from probe_core.accounts import Actor, PermissionDenied
 from probe_core.errors import ProbeError
+from probe_core.team.accounts import Actor, PermissionDenied
 
 ANNOTATOR = Actor("ann", "annotator", signed_in=True)
 MARKER_CODE = """

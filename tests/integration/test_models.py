@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models import (
     FD_METRIC,
@@ -75,7 +75,7 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
     assert record["spec"]["seed"] == 1 and record["spec"]["epochs"] == 2
     assert record["metrics"]["test_accuracy"] == second.metrics["test_accuracy"] > 0.5
     # A fresh registry over the same folder (a new process) finds it too.
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     assert Workspace(workspace.root).registry.exists(first.id)
 
@@ -83,7 +83,7 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
 def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace, monkeypatch):
     from probe_core.bayestrex.recipes import prepare_sample
     from probe_core.models.registry import ModelRegistry
-    from probe_core.validation import sample_request
+    from probe_core.runs.validation import sample_request
 
     loads = []
     original = ModelRegistry.load
@@ -103,9 +103,8 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
 def test_a_sharded_request_checks_its_settings_once(trained_workspace, monkeypatch):
     from probe_core.bayestrex import run
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
-    from probe_core.validation import sample_request
-
-    from probe_core import requests, validation
+    from probe_core.runs import requests, validation
+    from probe_core.runs.validation import sample_request
 
     checks = []
     original = requests.check_sampler_settings

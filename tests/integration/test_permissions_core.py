@@ -10,16 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from probe_core import accounts, suites
-from probe_core.accounts import Actor, PermissionDenied
+from probe_core import suites
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.export import labels_text, sample_arrays
-from probe_core.jobs import JobManager
-from probe_core.launchers import ThreadLauncher
-from probe_core.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
-from probe_core.saliency import MAX_SMOOTHGRAD_SAMPLES, smoothgrad
+from probe_core.reporting.export import labels_text, sample_arrays
+from probe_core.reporting.saliency import MAX_SMOOTHGRAD_SAMPLES, smoothgrad
+from probe_core.runs.jobs import JobManager
+from probe_core.runs.launchers import ThreadLauncher
+from probe_core.runs.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
+from probe_core.team import accounts
+from probe_core.team.accounts import Actor, PermissionDenied
 
 PASSWORD = "correct horse 1"
 ANNOTATOR = Actor("ann", "annotator", signed_in=True)

@@ -57,7 +57,7 @@ def test_the_whole_defuse_cli_works_with_plugin_classifier_generator_and_oracle(
                "1", "--samples-per-region", "16", "--out", "correct.json") == 0
     result = json.loads((elsewhere / "correct.json").read_text())
     # the finetuned plugin classifier is a registered model that loads back through the same plugin
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     model = Workspace(workspace).registry.load(result["corrected_model"])
     assert model.kind == "classifier" and model.record["spec"]["architecture"]["class"] == "plugin"

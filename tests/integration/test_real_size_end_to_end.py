@@ -29,7 +29,10 @@ def colour_npz(tmp_path_factory):
 
 
 def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identification(colour_npz, tmp_path, capsys):
-    from probe_core.workspace import Workspace
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.runs.requests import REAL_SIZE_SAMPLER_DEFAULTS
+    from probe_core.runs.validation import sample_request
+    from probe_core.runs.workspace import Workspace
 
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
     for kind in ("classifier", "vae"):
@@ -38,6 +41,10 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
     assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
     assert models["vae"]["spec"]["perceptual"] == REAL_SIZE_PERCEPTUAL  # trained with a perceptual term
     assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == REAL_SIZE_VAE_LATENT
+    request = sample_request(Workspace(tmp_path / "ws").registry, canonical_dataset_name(str(colour_npz)), "high:7",
+                             models["classifier"]["id"], models["vae"]["id"])
+    assert (request.warmup, request.samples) == (REAL_SIZE_SAMPLER_DEFAULTS["warmup"],
+                                                 REAL_SIZE_SAMPLER_DEFAULTS["samples"])  # sized for real size
     capsys.readouterr()
     sample = base + ["sample", "--dataset", str(colour_npz), "--classifier", models["classifier"]["id"],
                      "--generator", models["vae"]["id"], "--target", "high:7", "--chains", "2", "--warmup", "3",
@@ -57,10 +64,10 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
 
 
 def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
-    from probe_core.catalog import canonical_dataset_name
-    from probe_core.defuse.steps import IdentifyRequest, REAL_SIZE_PERTURBATIONS, sized_identification
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.defuse.steps import REAL_SIZE_PERTURBATIONS, IdentifyRequest, sized_identification
     from probe_core.models import ModelSpec
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     reference = canonical_dataset_name(str(colour_npz))
     dataset = Workspace(tmp_path / "ws").registry.dataset(reference)
@@ -74,8 +81,8 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
 
 def test_real_size_defaults_train_the_classifier_and_the_vae_only(colour_npz, tmp_path):
     """At 32x32 and up the weak GAN is left out of the defaults; smaller user data keeps it."""
-    from probe_core.catalog import canonical_dataset_name
-    from probe_core.models.registry import ModelRegistry, REAL_SIZE_ZOO_GENERATORS
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.models.registry import REAL_SIZE_ZOO_GENERATORS, ModelRegistry
 
     reference = canonical_dataset_name(str(colour_npz))
     assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]

@@ -69,7 +69,7 @@ def test_the_cli_gate_fails_the_original_and_passes_the_corrected(trained_worksp
     failed = json.loads((tmp_path / "original.json").read_text())
     assert not failed["passed"] and regression_suite["region"] in {r["id"] for r in failed["regressions"]}
     assert "regressed: check" in capsys.readouterr().err
-    from probe_core.runconfig import config_of
+    from probe_core.runs.runconfig import config_of
 
     # scored through the one lifecycle, as the pages' Score buttons are: a run holding the typed request
     store = trained_workspace.store

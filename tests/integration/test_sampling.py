@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from probe_core.bayestrex import sample
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.sampling import BayesTrExPosterior
-from probe_core.targets import TargetBatch, parse_targets
+from probe_core.sampling.targets import TargetBatch, parse_targets
 
 MEAN = torch.tensor([1.0, -2.0, 0.5])
 SD = torch.tensor([0.5, 2.0, 1.0])

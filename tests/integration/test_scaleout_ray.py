@@ -22,10 +22,9 @@ except ImportError:  # CI installs the dev requirements, which include Ray: ther
     pytest.skip("Ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
 from probe_core.bayestrex import sample
-from probe_core.defuse import review
-from probe_core.defuse import steps
+from probe_core.defuse import review, steps
 from probe_core.defuse.queries import failures_of
-from probe_core.scaleout import LocalShards, RayShards
+from probe_core.runs.scaleout import LocalShards, RayShards
 
 PAIRS = "ambiguous:0,1;ambiguous:3,5;ambiguous:4,9;ambiguous:7,1"
 

@@ -31,8 +31,8 @@ def test_scene_generator_switches_the_sampler_to_rwm_and_reports_scenes(scene_cl
 def test_a_prior_without_squares_still_finds_confident_one_square_scenes(scene_classifier):
     """High-confidence misclassification (paper Sec. 4.6): no square can be drawn, yet the classifier sees one."""
     from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_rwm
+    from probe_core.sampling.targets import TargetBatch, parse_targets
     from probe_core.scenes.render import count_shape
-    from probe_core.targets import TargetBatch, parse_targets
 
     generator = SceneGenerator(ScenePrior.variant("no-squares"))
     [target] = parse_targets("high:1", CLASS_NAMES)
@@ -112,7 +112,7 @@ def test_cli_samples_a_scene_target_and_explains_it_by_object_removal(workspace,
 
 
 def test_scene_variants_are_data_sets_probed_with_the_scenes_classifier(workspace):
-    from probe_core.catalog import load_dataset
+    from probe_core.data.catalog import load_dataset
 
     registry = workspace.registry
     no_squares = load_dataset("scenes-no-squares")

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from probe_core import accounts
-from probe_core.accounts import Actor, PermissionDenied
 from probe_core.errors import ProbeError
 from probe_core.store import Store
+from probe_core.team import accounts
+from probe_core.team.accounts import Actor, PermissionDenied
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -28,7 +28,7 @@ def team(tmp_path, monkeypatch):
     """A workspace with the shipped digits models, two annotators and an admin; the dashboard points at it."""
     from make_default_models import install
 
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     workspace = Workspace(tmp_path / "team")
     if not install(workspace, "digits"):
@@ -113,7 +113,7 @@ def _page_actions(plugin: str, classifier: str, vae: str) -> None:
     from pages import ui as _ui
     from probe_core.errors import ProbeError
     from probe_core.models import ModelSpec
-    from probe_core.runconfig import submit_training
+    from probe_core.runs.runconfig import submit_training
 
     outcome = {}
     outcome["sampling_run"] = _ui.start_sampling("digits", "high:3", models=(classifier, vae), chains=2, warmup=2,
@@ -154,7 +154,7 @@ def test_an_annotator_cannot_start_runs_or_load_files_and_an_admin_can(team, tmp
     assert len(team.store.list_runs()) == runs_before and not marker.exists()  # nothing stored, no code ran
 
     # a crafted run recorded for an annotator (bypassing the page) is refused by the worker's lifecycle
-    from probe_core.lifecycle import execute_run
+    from probe_core.runs.lifecycle import execute_run
 
     forged = team.store.create_run("train", {}, user="ann")
     execute_run(team.store, forged, lambda context: pytest.fail("the job ran"))
@@ -254,7 +254,7 @@ def test_probe_ui_refuses_another_host_without_accounts(tmp_path):
     forced = subprocess.run(probe + ["--auth"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 2 and "would let nobody in" in forced.stderr
 
-    from probe_core.accounts import check_exposure
+    from probe_core.team.accounts import check_exposure
 
     assert check_exposure("localhost", False, False, False) is None
     assert check_exposure("0.0.0.0", True, False, False) is None
@@ -279,7 +279,7 @@ def test_users_commands_read_the_password_from_stdin(tmp_path):
 
 def test_an_annotator_may_label_but_the_actor_check_refuses_runs(workspace):
     annotator = Actor("ann", "annotator", signed_in=True)
-    from probe_core.jobs import JobManager
+    from probe_core.runs.jobs import JobManager
 
     manager = JobManager(workspace.store, launcher="thread").acting_as(annotator)
     with pytest.raises(PermissionDenied, match="may not start runs"):
@@ -361,7 +361,7 @@ def test_the_files_holding_hashes_and_the_secret_are_private_when_made_and_after
     import os
     import stat
 
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     def modes(root):
         return {path.name: stat.S_IMODE(path.stat().st_mode) for path in [root, *root.glob("probe.sqlite*")]}
@@ -379,7 +379,7 @@ def test_the_files_holding_hashes_and_the_secret_are_private_when_made_and_after
 
 
 def test_csv_exports_neutralise_formulas_and_a_shell_label_in_a_team_workspace_is_local(workspace):
-    from probe_core.export import labels_text, spreadsheet_safe
+    from probe_core.reporting.export import labels_text, spreadsheet_safe
 
     assert spreadsheet_safe("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
     assert [spreadsheet_safe(v) for v in ("+1", "-2", "@SUM(A1)", "\tx", "seven", 3)] == \

@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from probe_core.catalog import load_dataset
-from probe_core.checks import check_classifier, check_generator
-from probe_core.classes import ClassMismatchError, with_class_map
+from probe_core.data.catalog import load_dataset
+from probe_core.data.classes import ClassMismatchError, with_class_map
+from probe_core.models.checks import check_classifier, check_generator
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 PROBE = [sys.executable, "-m", "probe_core.cli"]
@@ -157,7 +157,7 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     weak = check_generator(weak_vae, classifier, data)
     assert weak.verdict == "weak" and weak.failed and "weak" in weak.warning
     assert weak.samples.shape == (16, 1, 8, 8)
-    from probe_core.validation import better_generator
+    from probe_core.runs.validation import better_generator
 
     better = better_generator(registry, classifier, data, weak_vae.id)  # what `probe sample` suggests instead
     assert better is not None and better != weak_vae.id
@@ -181,7 +181,7 @@ def test_a_stale_ray_address_starts_a_local_instance():
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
     (ray_tmp / "ray").mkdir()
     (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1\n")  # a stopped instance left its address
-    script = ("from probe_core.scaleout import RayShards\n"
+    script = ("from probe_core.runs.scaleout import RayShards\n"
               "ray = RayShards(num_cpus=1).connect()\n"
               "print(int(ray.cluster_resources()['CPU']))\nray.shutdown()\n")
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "RAY_TMPDIR": str(ray_tmp)},
@@ -210,14 +210,14 @@ def test_defuse_on_a_words_folder_finds_as_few_failures_as_on_digit_names(traine
 
 
 def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(trained_workspace, tmp_path):
-    from probe_core.launchers import ProcessLauncher
-    from probe_core.jobs import JobManager
-    from probe_core.requests import SampleRequest
-    from probe_core.lifecycle import submit
+    from probe_core.runs.jobs import JobManager
+    from probe_core.runs.launchers import ProcessLauncher
+    from probe_core.runs.lifecycle import submit
+    from probe_core.runs.requests import SampleRequest
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)
-    from probe_core.catalog import canonical_dataset_name, load_dataset
+    from probe_core.data.catalog import canonical_dataset_name, load_dataset
 
     dataset = canonical_dataset_name(str(words))
     generator = trained_workspace.registry.default_id("digits", "vae")

@@ -6,7 +6,7 @@ import pytest
 
 from probe_core.bayestrex import recipes as usecases
 from probe_core.errors import ProbeError
-from probe_core.runconfig import config_of
+from probe_core.runs.runconfig import config_of
 
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from probe_core.catalog import load_dataset
-from probe_core.checks import ModelCheckError, check_classifier, check_generator
+from probe_core.data.catalog import load_dataset
 from probe_core.models.architectures import make_vae
+from probe_core.models.checks import ModelCheckError, check_classifier, check_generator
 from probe_core.models.registry import LoadedModel, align_classifier, in_memory_classifier
-from probe_core.validation import check_record, checked_models
+from probe_core.runs.validation import check_record, checked_models
 
 
 class ConstantClassifier(nn.Module):
@@ -83,7 +83,7 @@ def test_the_cli_refuses_sampling_with_a_classifier_at_chance_and_stores_nothing
 
 
 def test_the_judge_counts_the_hits_it_puts_in_the_target_class(digits):
-    from probe_core.checks import judge_agreement
+    from probe_core.models.checks import judge_agreement
 
     judge = _constant(digits).module  # always says "1"
     images = digits.test_images[:12]

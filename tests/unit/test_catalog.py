@@ -4,14 +4,14 @@ import pytest
 import torch
 from helpers import write_tiny_plugin
 
-from probe_core.catalog import (
+from probe_core.data.catalog import (
     dataset_entry,
     generator_source,
     list_datasets,
     load_dataset,
 )
 from probe_core.errors import DataError, ModelNotFoundError, ProbeError
-from probe_core.protocols import Encoder, StructuredPrior, generator_capabilities
+from probe_core.sampling.protocols import Encoder, StructuredPrior, generator_capabilities
 
 
 def test_entries_carry_what_the_data_set_uses():

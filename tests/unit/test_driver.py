@@ -4,9 +4,13 @@ import torch
 from torch import nn
 
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
-from probe_core.sampling.runner import (DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS, HMCWindowAdapter,
-                                        RWMScaleAdapter)
-from probe_core.targets import TargetBatch, parse_targets
+from probe_core.sampling.runner import (
+    DEFAULT_INTEGRATION_STEPS,
+    JUMPING_INTEGRATION_STEPS,
+    HMCWindowAdapter,
+    RWMScaleAdapter,
+)
+from probe_core.sampling.targets import TargetBatch, parse_targets
 
 
 class _Decoder(nn.Module):

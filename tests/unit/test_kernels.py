@@ -69,7 +69,7 @@ def test_categorical_resampling_keeps_a_flat_prior_uniform():
 
 def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
     from probe_core.bayestrex import summary_rows, table2
-    from probe_core.diagnostics import POOR_MIXING_NOTE, mixing_ok
+    from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
     def entry(rhat, ess, failed=False):
         return {"spec": "ambiguous:4,9", "description": "ambiguous 4/9", "failed": failed, "hit_rate": 0.5,

@@ -124,7 +124,7 @@ def test_the_real_size_vae_is_trained_with_a_perceptual_term_in_a_frozen_network
 
 def test_sampler_defaults_follow_the_image_size():
     """Real-size images take the real-size iterations; the matrix keeps its own; the page halves either."""
-    from probe_core.requests import (
+    from probe_core.runs.requests import (
         LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
         PAGE_SAMPLER_DEFAULTS,
         REAL_SIZE_SAMPLER_DEFAULTS,
@@ -132,18 +132,21 @@ def test_sampler_defaults_follow_the_image_size():
         page_sampler_defaults,
         sampler_defaults,
     )
-    from probe_core.targets import TargetSpec
+    from probe_core.sampling.targets import TargetSpec
 
     names = tuple(str(digit) for digit in range(10))
     high = TargetSpec.parse("high:7", names)
-    assert sampler_defaults(high, (3, 32, 32)) == REAL_SIZE_SAMPLER_DEFAULTS
-    assert sampler_defaults(high, (3, 64, 48)) == REAL_SIZE_SAMPLER_DEFAULTS
-    assert sampler_defaults(high, (1, 28, 28)) == SAMPLER_DEFAULTS
-    assert sampler_defaults(high, (3, 32, 16)) == SAMPLER_DEFAULTS  # one side below real size
+    assert sampler_defaults(high, (3, 32, 32), sized=True) == REAL_SIZE_SAMPLER_DEFAULTS
+    assert sampler_defaults(high, (3, 64, 48), sized=True) == REAL_SIZE_SAMPLER_DEFAULTS
+    assert sampler_defaults(high, (1, 28, 28), sized=True) == SAMPLER_DEFAULTS
+    assert sampler_defaults(high, (3, 32, 16), sized=True) == SAMPLER_DEFAULTS  # one side below real size
+    assert sampler_defaults(high, (3, 32, 32)) == SAMPLER_DEFAULTS  # a built-in set (colours, scenes) keeps its own
     assert sampler_defaults(None) == SAMPLER_DEFAULTS
     assert REAL_SIZE_SAMPLER_DEFAULTS["warmup"] < SAMPLER_DEFAULTS["warmup"]
-    assert sampler_defaults(TargetSpec.parse("ambiguous-matrix", names), (3, 32, 32)) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
+    matrix = TargetSpec.parse("ambiguous-matrix", names)
+    assert sampler_defaults(matrix, (3, 32, 32), sized=True) == LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS
     assert page_sampler_defaults((1, 8, 8)) == PAGE_SAMPLER_DEFAULTS
-    page = page_sampler_defaults((3, 32, 32))
+    assert page_sampler_defaults((3, 32, 32)) == PAGE_SAMPLER_DEFAULTS
+    page = page_sampler_defaults((3, 32, 32), sized=True)
     assert (page["warmup"], page["samples"]) == (REAL_SIZE_SAMPLER_DEFAULTS["warmup"] // 2,
                                                  REAL_SIZE_SAMPLER_DEFAULTS["samples"] // 2)

@@ -5,15 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe_core.defuse.steps import CorrectRequest, IdentifyRequest
-from probe_core.requests import SampleRequest
-from probe_core.lifecycle import JobSpec, job_spec
-from probe_core.errors import ProbeError
-from probe_core.requests import from_record, record, refuse_unknown
 from probe_core.bayestrex.compare import CompareRequest
+from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
+from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.models.jobs import TrainRequest
-from probe_core.runconfig import config_of
+from probe_core.runs.lifecycle import JobSpec, job_spec
+from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
+from probe_core.runs.runconfig import config_of
 
 DIGITS = tuple(str(i) for i in range(10))
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -38,9 +37,8 @@ def test_every_run_kind_has_a_typed_result_that_reads_back_from_its_record():
 
     from probe_core.bayestrex.results import ComparisonResult, SamplingResult
     from probe_core.defuse.results import CorrectionResult, DistillationResult, IdentificationResult
-    from probe_core.lifecycle import stored_result
-    from probe_core.lifecycle import RUN_KINDS
-    from probe_core.runconfig import result_of
+    from probe_core.runs.lifecycle import RUN_KINDS, stored_result
+    from probe_core.runs.runconfig import result_of
 
     assert {"sample", "compare", "train", "defuse-identify", "defuse-distill", "defuse-correct", "defuse-embedding",
             "suite-score", "latent-map"} <= set(RUN_KINDS)
@@ -97,8 +95,8 @@ TOY_RUN_KIND = '''
 from dataclasses import dataclass
 from typing import ClassVar
 
-from probe_core.catalog import load_dataset
-from probe_core.lifecycle import StoredResult, run_kind
+from probe_core.data.catalog import load_dataset
+from probe_core.runs.lifecycle import StoredResult, run_kind
 
 
 @dataclass(frozen=True)
@@ -132,10 +130,10 @@ def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_pat
     import importlib
     import sys
 
-    from probe_core.catalog import load_dataset
-    from probe_core.lifecycle import RUN_KINDS, run_kind, run_now
-    from probe_core.runconfig import result_of
-    from probe_core.workspace import Workspace
+    from probe_core.data.catalog import load_dataset
+    from probe_core.runs.lifecycle import RUN_KINDS, run_kind, run_now
+    from probe_core.runs.runconfig import result_of
+    from probe_core.runs.workspace import Workspace
 
     (tmp_path / "toy_run_kind.py").write_text(TOY_RUN_KIND)
     monkeypatch.syspath_prepend(str(tmp_path))  # a worker process imports the job's module by its name
@@ -161,7 +159,7 @@ def _cli_request(registry, *argv):
     """The request ``probe sample`` builds from ``argv`` (nothing trained: the defaults keep their name)."""
     from probe_core.cli import build_parser
     from probe_core.cli.sample import _given_settings
-    from probe_core.validation import sample_request
+    from probe_core.runs.validation import sample_request
 
     args = build_parser().parse_args(["sample", *argv])
     return sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
@@ -170,7 +168,7 @@ def _cli_request(registry, *argv):
 
 def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line(tmp_path):
     from probe_core.bayestrex import MATRIX_SAMPLER_DEFAULTS, SAMPLER_DEFAULTS
-    from probe_core.workspace import Workspace
+    from probe_core.runs.workspace import Workspace
 
     registry = Workspace(tmp_path / "ws").registry
 
@@ -192,9 +190,8 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
 
     from probe_core.bayestrex import LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS, MATRIX_SAMPLER_DEFAULTS, sampler_defaults
     from probe_core.errors import ProbeError
-    from probe_core.workspace import Workspace
-
-    from probe_core.targets import TargetSpec
+    from probe_core.runs.workspace import Workspace
+    from probe_core.sampling.targets import TargetSpec
 
     matrix = TargetSpec.matrix(DIGITS)
     assert sampler_defaults(matrix, (1, 8, 8)) == MATRIX_SAMPLER_DEFAULTS
@@ -215,7 +212,7 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
 
 def test_the_api_documents_every_sample_setting_with_the_request_types_default():
     import probe_core as mp
-    from probe_core.requests import SAMPLE_SETTINGS
+    from probe_core.runs.requests import SAMPLE_SETTINGS
 
     for name in SAMPLE_SETTINGS:
         assert f"{name}={getattr(SampleRequest, name)!r}" in mp.sample.__doc__
@@ -242,3 +239,21 @@ def test_a_training_request_checks_its_specs_before_any_run_is_stored():
     with pytest.raises(ProbeError, match="say why"):
         TrainRequest.build("digits", [{"kind": "vae"}], purpose=" ")
     assert TrainRequest.build("digits", [{"kind": "vae"}], purpose="benchmark").purpose == "benchmark"
+
+
+@pytest.mark.parametrize("request_type, required, number", [(IdentifyRequest, {}, "samples_per_image"),
+                                                            (DistillRequest, {"identify_run": 1}, "n_components"),
+                                                            (CorrectRequest, {"distill_run": 1}, "epochs")])
+def test_defuse_requests_are_built_with_one_clear_message_for_bad_settings(request_type, required, number):
+    """build() keeps the defaults, refuses a name the request lacks (naming it) and a wrong type as ProbeError."""
+    assert request_type.build(**required) == request_type(**required)
+    with pytest.raises(ProbeError, match=f"unknown {request_type.setting_word} setting.*bogus"):
+        request_type.build(**required, bogus=1)
+    with pytest.raises(ProbeError):
+        request_type.build(**required, **{number: "many"})
+
+
+def test_distill_after_names_an_unknown_distillation_setting():
+    with pytest.raises(ProbeError, match="distill_after: unknown distillation setting.*clusters"):
+        IdentifyRequest.build(distill_after={"clusters": 3})
+    assert IdentifyRequest.build(distill_after={"tau": 0.5}).distill_after == {"tau": 0.5}

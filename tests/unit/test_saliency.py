@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.saliency import overlay, smoothgrad
+from probe_core.reporting.saliency import overlay, smoothgrad
 
 
 class OnePixelModel(torch.nn.Module):

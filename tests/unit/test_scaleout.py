@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from probe_core.errors import ProbeError
-from probe_core.launchers import WORKER_THREADS_ENV, worker_threads
-from probe_core.scaleout import (
+from probe_core.runs.launchers import WORKER_THREADS_ENV, worker_threads
+from probe_core.runs.scaleout import (
     LocalShards,
     RayShards,
     ShardTask,

@@ -6,7 +6,7 @@ from helpers import toy_target_kind
 from torch import nn
 
 from probe_core.errors import ProbeError
-from probe_core.targets import SPEC_KINDS, AmbiguousTarget, TargetSpec, spec_help
+from probe_core.sampling.targets import SPEC_KINDS, AmbiguousTarget, TargetSpec, spec_help
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 DIGITS = tuple(str(i) for i in range(10))
@@ -29,9 +29,10 @@ def test_constructors_make_the_spec_that_parsing_its_text_makes():
 
 
 def test_high_seven_stays_high_seven_through_a_request_and_its_stored_record():
-    from probe_core.requests import SampleRequest, record
-    from probe_core.runconfig import config_of
     from types import SimpleNamespace
+
+    from probe_core.runs.requests import SampleRequest, record
+    from probe_core.runs.runconfig import config_of
 
     for typed in ("high:7", "HIGH: Seven", "high:seven"):
         request = SampleRequest(dataset="words", target=TargetSpec.parse(typed, WORDS), class_names=WORDS)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.targets import TargetBatch, parse_targets
+from probe_core.sampling.targets import TargetBatch, parse_targets
 
 NAMES = tuple(str(i) for i in range(4))
 FASHION = ("T-shirt/top", "Trouser", "Bag")

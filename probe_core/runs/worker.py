@@ -1,6 +1,6 @@
-"""A worker process: ``python -m probe_core.worker WORKSPACE RUN_ID`` does one stored run and exits.
+"""A worker process: ``python -m probe_core.runs.worker WORKSPACE RUN_ID`` does one stored run and exits.
 
-Started by :class:`probe_core.launchers.ProcessLauncher`. It rebuilds the job from the run's
+Started by :class:`probe_core.runs.launchers.ProcessLauncher`. It rebuilds the job from the run's
 stored :class:`JobSpec`, runs it with the usual lifecycle (running, progress, done / failed /
 cancelled) and exits 0; the run's outcome is in the database, not in the exit status.
 """
@@ -13,24 +13,24 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probe_core.launchers import die_with_parent, worker_threads
-    from probe_core.lifecycle import JobSpec
+    from probe_core.runs.launchers import die_with_parent, worker_threads
+    from probe_core.runs.lifecycle import JobSpec
 
     die_with_parent()
     import torch
 
-    import probe_core.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds
-    from probe_core.lifecycle import execute_run
+    import probe_core.runs.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds
+    from probe_core.runs.lifecycle import execute_run
     from probe_core.store import Store
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m probe_core.worker WORKSPACE RUN_ID", file=sys.stderr)
+        print("usage: python -m probe_core.runs.worker WORKSPACE RUN_ID", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root, run_id = args[0], int(args[1])
     torch.set_num_threads(worker_threads())  # the starter's choice, passed in the environment
-    logging.getLogger("probe_core.worker").info(
+    logging.getLogger("probe_core.runs.worker").info(
         "run %d: worker %d with %d torch thread(s) (OpenMP %s, numba %s)", run_id, os.getpid(),
         torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS", "default"),
         os.environ.get("NUMBA_NUM_THREADS", "default"))

@@ -16,25 +16,25 @@ import numpy as np
 from probe_core import suites
 from probe_core.bayestrex import best_hit_per_target, table2
 from probe_core.bayestrex.recipes import prepare_sample
-from probe_core.catalog import load_dataset
-from probe_core.checks import check_classifier, check_generator
-from probe_core.classes import parse_class_map, with_class_map
 from probe_core.data import DEFAULT_DATASET
+from probe_core.data.catalog import load_dataset
+from probe_core.data.classes import parse_class_map, with_class_map
 from probe_core.defuse.labels import HUMAN
-from probe_core.devices import resolve_device
 from probe_core.errors import ProbeError
-from probe_core.export import sample_arrays
-from probe_core.figures import accuracy_bars, achieved_violin, matrix_figure
-from probe_core.kept import dataset_reference, model_reference, references
-from probe_core.lifecycle import run_now
 from probe_core.models import ModelSpec
+from probe_core.models.checks import check_classifier, check_generator
+from probe_core.models.devices import resolve_device
+from probe_core.models.kept import dataset_reference, model_reference, references
 from probe_core.models.registry import align_classifier, in_memory_classifier
-from probe_core.progress import progress_bar
-from probe_core.requests import SAMPLE_SETTINGS, SampleRequest
-from probe_core.runconfig import config_of, result_of
-from probe_core.targets import MATRIX_SPEC, TargetSpec, report_classes
-from probe_core.validation import sample_request
-from probe_core.workspace import Workspace, open_workspace
+from probe_core.reporting.export import sample_arrays
+from probe_core.reporting.figures import accuracy_bars, achieved_violin, matrix_figure
+from probe_core.runs.lifecycle import run_now
+from probe_core.runs.progress import progress_bar
+from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
+from probe_core.runs.runconfig import config_of, result_of
+from probe_core.runs.validation import sample_request
+from probe_core.runs.workspace import Workspace, open_workspace
+from probe_core.sampling.targets import MATRIX_SPEC, TargetSpec, report_classes
 
 
 @dataclass
@@ -139,12 +139,12 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     target : str or TargetSpec
         ``high:3``, ``ambiguous:4,9``, ``uniform``, ``probs:8=0.7,9=0.3``, ``path:8->9:11`` or
         ``ambiguous-matrix``, in the classifier's class names (or indices); or a
-        :class:`~probe_core.targets.TargetSpec` made with its constructors (``TargetSpec.high(names, 7)``).
+        :class:`~probe_core.sampling.targets.TargetSpec` made with its constructors (``TargetSpec.high(names, 7)``).
     classifier, generator : str or torch.nn.Module
         ``default`` (the data set's; trained first if missing, with a progress bar), a model id, a plugin
         ``.py`` or a model file (``.pt``/``.pt2`` with its ``.json`` sidecar); or an in-memory module (a
         classifier maps images (B, C, H, W) to logits (B, K); a generator has ``latent_dim`` and
-        ``decode``), kept in the workspace as a model file (:mod:`probe_core.kept`).
+        ``decode``), kept in the workspace as a model file (:mod:`probe_core.models.kept`).
     dataset : str or (x, y)
         ``digits``, ``mnist``, ``folder:PATH``, ``arrays:PATH.npz`` ..., or arrays: images x (N, C, H, W)
         and labels y (N,), kept as an ``.npz``.
@@ -156,7 +156,7 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
         ``MODEL=DATA,...`` where the classifier's class names differ from the data set's.
     workspace : str, Path or Workspace, optional
     **settings
-        The request's settings, with these defaults (:class:`~probe_core.requests.SampleRequest`; the
+        The request's settings, with these defaults (:class:`~probe_core.runs.requests.SampleRequest`; the
         ambiguity matrix has its own): {settings}.
 
     Returns
@@ -269,7 +269,7 @@ def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET
     """The ambiguity matrix: ``ambiguous:i,j`` for every class pair in one batched run (as the Ambiguity page).
 
     Takes :func:`sample`'s arguments without the target; the settings default to the matrix's own, which
-    depend on the image size (:func:`~probe_core.requests.matrix_sampler_defaults`).
+    depend on the image size (:func:`~probe_core.runs.requests.matrix_sampler_defaults`).
 
     Returns
     -------
@@ -282,7 +282,7 @@ def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET
 
 @dataclass
 class ModelCheck:
-    """Whether a classifier (and a generator) can be trusted on a data set; see :mod:`probe_core.checks`.
+    """Whether a classifier (and a generator) can be trusted on a data set; see :mod:`probe_core.models.checks`.
 
     Attributes
     ----------

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from probe_core.catalog import canonical_dataset_name, load_dataset
+from probe_core.data.catalog import canonical_dataset_name, load_dataset
 from probe_core.data.files import ARRAYS_SCHEME, load_file_arrays
 from probe_core.errors import ProbeError
 from probe_core.models.files import model_file_reference
-from probe_core.protocols import Encoder, StructuredPrior, generator_capabilities, is_differentiable
+from probe_core.sampling.protocols import Encoder, StructuredPrior, generator_capabilities, is_differentiable
 
 KEPT_FOLDER = "kept"
 EXAMPLE_BATCH = 4  # export traces with this batch and declares the batch dimension dynamic
@@ -237,7 +237,7 @@ def dataset_reference(workspace_root: str | Path, data, class_names: Sequence[st
 
 def references(space, dataset, classifier, generator, class_names=None, input_shape=None) -> tuple:
     """``(dataset, classifier, generator)`` references for what a notebook verb was given: references as they
-    are, in-memory objects kept as files. ``space`` is the :class:`~probe_core.workspace.Workspace`; the
+    are, in-memory objects kept as files. ``space`` is the :class:`~probe_core.runs.workspace.Workspace`; the
     classifier's input shape defaults to the data's image shape; a None generator stays None."""
     dataset = dataset_reference(space.root, dataset, class_names)
     if input_shape is None and not isinstance(classifier, str):

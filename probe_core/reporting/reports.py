@@ -6,7 +6,7 @@ import base64
 import html
 import time
 
-from probe_core.render import image_grid, png_bytes, upscale_for_display
+from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
 
 
 def _image_tag(images, columns: int = 10) -> str:

@@ -8,7 +8,7 @@ The spec is stored with the run, so any process can rebuild the job from the dat
 Launchers:
 
 ``process`` (:class:`ProcessLauncher`, the dashboard's default)
-    One worker process per run (``python -m probe_core.worker``). The dashboard server never
+    One worker process per run (``python -m probe_core.runs.worker``). The dashboard server never
     runs a job's torch work, so watching a run cannot slow it (no shared interpreter lock, no
     shared garbage collection). Progress, previews and cancellation go through the database.
     A worker dies with the server; a worker that dies (killed, out of memory) leaves its run
@@ -18,7 +18,7 @@ Launchers:
     closures rather than specs.
 
 Inside the run, its shards (sampling targets, identification images, the λ sweep) go to the run's
-*executor*, ``local`` or Ray: :mod:`probe_core.scaleout`, the one executor seam.
+*executor*, ``local`` or Ray: :mod:`probe_core.runs.scaleout`, the one executor seam.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-import probe_core.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds here too
+import probe_core.runs.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds here too
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobSpec, execute_run
+from probe_core.runs.lifecycle import JobSpec, execute_run
 from probe_core.store import Store
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def die_with_parent() -> None:
 
 
 class ProcessLauncher:
-    """Runs each job in its own worker process (``python -m probe_core.worker WORKSPACE RUN_ID``).
+    """Runs each job in its own worker process (``python -m probe_core.runs.worker WORKSPACE RUN_ID``).
 
     Workers are started by one long-lived launcher thread: Linux delivers the "parent died"
     signal (:func:`die_with_parent`) when the *thread* that started a child ends, and the
@@ -180,7 +180,7 @@ class ProcessLauncher:
                                                            os.environ.get("PYTHONPATH")]))}
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(
-                [self.python, "-m", "probe_core.worker", str(root), str(run_id)], stdin=subprocess.DEVNULL,
+                [self.python, "-m", "probe_core.runs.worker", str(root), str(run_id)], stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._processes[run_id] = process
         threading.Thread(target=self._reap, args=(store, run_id, process), name=f"probe-reap-{run_id}",

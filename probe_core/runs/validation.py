@@ -7,19 +7,19 @@ uses prove themselves on the data (:func:`checked_models`).
 
 from __future__ import annotations
 
-from probe_core.catalog import classifier_dataset, load_dataset
-from probe_core.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
-from probe_core.classes import split_class_map, with_class_map
+from probe_core.data.catalog import classifier_dataset, dataset_entry, load_dataset
+from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError
-from probe_core.requests import (
+from probe_core.models.checks import ClassifierCheck, GeneratorCheck, check_classifier, check_generator, require_usable
+from probe_core.runs.requests import (
     SAMPLE_SETTINGS,
     SampleRequest,
     check_sampler_settings,
     refuse_unknown,
     sampler_defaults,
 )
-from probe_core.scaleout import check_executor
-from probe_core.targets import TargetSpec
+from probe_core.runs.scaleout import check_executor
+from probe_core.sampling.targets import TargetSpec
 
 
 def _resolved(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
@@ -55,7 +55,7 @@ def classifier_class_names(registry, reference: str | None, dataset: str) -> tup
 def sample_request(registry, dataset: str, target: str | TargetSpec, classifier: str = "default",
                    generator: str = "default",
                    *, class_map: str | None = None, **settings) -> SampleRequest:
-    """The one way to make a :class:`~probe_core.requests.SampleRequest`: defaults, checks, references, targets.
+    """The one way to make a :class:`~probe_core.runs.requests.SampleRequest`: defaults, checks, references, targets.
 
     Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
     size). Every setting, the executor and shards, the data set, the classifier's classes (matched to
@@ -73,7 +73,7 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
         models already resolved for ``dataset`` (:meth:`ModelRegistry.resolve`; not loaded again).
     class_map : str, optional
     **settings
-        Any of :data:`~probe_core.requests.SAMPLE_SETTINGS`.
+        Any of :data:`~probe_core.runs.requests.SAMPLE_SETTINGS`.
 
     Raises
     ------
@@ -98,7 +98,7 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
         spec = target
     given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                           "anneal_sigma_from")}
-    given = {**sampler_defaults(spec, data.image_shape), **given}
+    given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
     allow_weak = given.pop("allow_weak_classifier", False)
     check_sampler_settings(**given)
     given["allow_weak_classifier"] = bool(allow_weak)
@@ -116,7 +116,7 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
 def checked_models(classifier, dataset, generator=None,
                    allow_weak_classifier: bool = False) -> tuple[ClassifierCheck, GeneratorCheck | None]:
     """Check the models a run is about to use on its data: a classifier whose classes look matched wrongly
-    is refused (:class:`~probe_core.checks.ModelCheckError`), and so is one near chance unless
+    is refused (:class:`~probe_core.models.checks.ModelCheckError`), and so is one near chance unless
     ``allow_weak_classifier`` (then the record flags it); a weak generator is returned flagged.
 
     Parameters

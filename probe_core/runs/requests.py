@@ -1,7 +1,7 @@
 """Run requests: what a run is asked to do, validated, stored with the run and rebuilt from it.
 
-:class:`SampleRequest` is built by :func:`probe_core.validation.sample_request` alone; the other run
-kinds' requests are in :mod:`probe_core.runconfig`, :mod:`probe_core.defuse.steps` and :mod:`probe_core.suites`.
+:class:`SampleRequest` is built by :func:`probe_core.runs.validation.sample_request` alone; the other run
+kinds' requests are in :mod:`probe_core.runs.runconfig`, :mod:`probe_core.defuse.steps` and :mod:`probe_core.suites`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import ClassVar
 from probe_core.data import is_real_size
 from probe_core.errors import ProbeError
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.targets import DEFAULT_SIGMA, Target, TargetSpec
+from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 
 # The whole numbers a sample request's settings may take, inclusive (checked by
 # :func:`check_sampler_settings`; the pages' widgets take their bounds from here).
@@ -34,10 +34,10 @@ MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
 MAX_ITERATIONS = SAMPLE_RANGES["samples"][1]
 MAX_INDEPENDENCE_MOVES = SAMPLE_RANGES["independence_moves"][1]
 SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": DEFAULT_WARMUP, "samples": DEFAULT_SAMPLES, "keep_every": 1}
-# Real-size images (32x32 and up): a gradient costs about 30 times the digits' one, and the optimised start
-# already places the chains near the target, so a third of the iterations reach it (SVHN-like 32x32 set with
-# its default models, benchmarks/real_size.py: high:7 hit by 16 of 16 chains in about 2 minutes on 2 cores,
-# where 300 + 300 took about 6).
+# A user's real-size data (32x32 and up): a gradient of the default models costs about 30 times the digits'
+# one, and the optimised start already places the chains near the target, so a third of the iterations reach
+# it (SVHN-like 32x32 set with its default models, benchmarks/real_size.py: high:7 hit by 16 of 16 chains in
+# about 2 minutes on 2 cores, where 300 + 300 took about 6).
 REAL_SIZE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS, "warmup": 100, "samples": 100, "keep_every": 1}
 # The ambiguity matrix runs K(K-1)/2 targets at once (45 on digits): fewer chains and iterations per pair
 # reach as many pairs (benchmarks/matrix_defaults.py: 40 of 45 on digits in about 2 minutes on 2 cores,
@@ -77,6 +77,32 @@ def refuse_unknown(given, allowed, what: str) -> None:
         raise ProbeError(f"unknown {what} setting(s) {', '.join(unknown)}; use {', '.join(allowed)}")
 
 
+class BuiltFromSettings:
+    """A request dataclass whose one constructor for front ends is :meth:`build`.
+
+    Its fields' defaults are its defaults table and its ``__post_init__`` checks the values; ``build`` adds
+    the check for names the request does not have and turns a wrong type into the project's error, so a
+    front end (CLI, page, API verb) gets one clear message for any bad input, before a run is stored.
+    """
+
+    setting_word: ClassVar[str] = "request"  # the message's word: "unknown <word> setting(s)"
+
+    @classmethod
+    def build(cls, **settings):
+        """The request from settings named as its fields; those left out take the defaults.
+
+        Raises
+        ------
+        ProbeError
+            For a name the request does not have, or a value it cannot use.
+        """
+        refuse_unknown(settings, [field.name for field in dataclasses.fields(cls)], cls.setting_word)
+        try:
+            return cls(**settings)
+        except TypeError as exc:  # e.g. a text where a number goes: the comparisons in __post_init__
+            raise ProbeError(f"bad {cls.setting_word} settings: {exc}") from None
+
+
 def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
     """The ambiguity matrix's chains per pair, warm-up, samples and storage stride for images of (C, H, W)."""
     channels, height, width = image_shape
@@ -84,26 +110,29 @@ def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
     return dict(MATRIX_SAMPLER_DEFAULTS if small else LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS)
 
 
-def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] | None = None) -> dict:
+def sampler_defaults(spec: TargetSpec | None, image_shape: tuple[int, int, int] | None = None,
+                     sized: bool = False) -> dict:
     """Chains per target, warm-up, samples and storage stride for a target spec, where none are given.
 
-    ``image_shape`` is the data set's (C, H, W): the ambiguity matrix's defaults depend on it, and real-size
-    images (:func:`~probe_core.data.is_real_size`) take :data:`REAL_SIZE_SAMPLER_DEFAULTS`.
+    ``image_shape`` is the data set's (C, H, W): the ambiguity matrix's defaults depend on it, and with
+    ``sized`` (the data set's entry chooses its defaults from its size: a user's data) real-size images
+    (:func:`~probe_core.data.is_real_size`) take :data:`REAL_SIZE_SAMPLER_DEFAULTS`. The built-in colour sets
+    keep the general ones (the scene world's renderer is sampled with random-walk Metropolis, which needs them).
     """
     if spec is not None and spec.is_matrix:
         if image_shape is None:
             raise ProbeError("the ambiguity matrix's defaults depend on the image size: give the data set's "
                              "image_shape")
         return matrix_sampler_defaults(image_shape)
-    if image_shape is not None and is_real_size(image_shape):
+    if sized and image_shape is not None and is_real_size(image_shape):
         return dict(REAL_SIZE_SAMPLER_DEFAULTS)
     return dict(SAMPLER_DEFAULTS)
 
 
-def page_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
+def page_sampler_defaults(image_shape: tuple[int, int, int], sized: bool = False) -> dict:
     """The Probe page's starting values for images of (C, H, W): half of :func:`sampler_defaults`' chains and
-    iterations, every 5th sample stored (:data:`PAGE_SAMPLER_DEFAULTS` for images below real size)."""
-    general = sampler_defaults(None, image_shape)
+    iterations, every 5th sample stored (:data:`PAGE_SAMPLER_DEFAULTS` where the general defaults apply)."""
+    general = sampler_defaults(None, image_shape, sized)
     return {"chains": general["chains"] // 2, "warmup": general["warmup"] // 2, "samples": general["samples"] // 2,
             "keep_every": PAGE_SAMPLER_DEFAULTS["keep_every"]}
 
@@ -133,7 +162,7 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 class SampleRequest:
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
-    Build it with :func:`probe_core.validation.sample_request`, the one function that fills the
+    Build it with :func:`probe_core.runs.validation.sample_request`, the one function that fills the
     target's defaults, checks every setting, resolves the model references and parses the target
     (the CLI, the dashboard, the API and the use cases all call it). A worker rebuilds the same
     request from the stored run (:func:`config_of`).
@@ -157,7 +186,7 @@ class SampleRequest:
     seed : int
     anneal_sigma_from : float, None or "auto"
     executor : str
-        Where the target shards run: ``local``, ``ray`` or ``ray:ADDRESS`` (:mod:`probe_core.scaleout`).
+        Where the target shards run: ``local``, ``ray`` or ``ray:ADDRESS`` (:mod:`probe_core.runs.scaleout`).
     shards : int or None
         None: one per worker of the executor (decided where the run runs).
     independence_moves : int

@@ -1,12 +1,12 @@
 """The job manager: records runs and starts them in the background; their state lives in the database.
 
-A job is a function ``fn(context) -> typed result`` (:mod:`probe_core.lifecycle`; the run stores its
-record). It reports through :meth:`~probe_core.lifecycle.JobContext.report`, which writes progress to the ``runs``
+A job is a function ``fn(context) -> typed result`` (:mod:`probe_core.runs.lifecycle`; the run stores its
+record). It reports through :meth:`~probe_core.runs.lifecycle.JobContext.report`, which writes progress to the ``runs``
 table (so any page, tab or process can show it) and raises :class:`CancelledError` once
 someone asked the run to stop. :class:`JobManager` records a run and starts it with a launcher
-(:mod:`probe_core.launchers`: a worker process by default); jobs never touch the UI, and the
+(:mod:`probe_core.runs.launchers`: a worker process by default); jobs never touch the UI, and the
 dashboard only reads the database. Runs are usually started from a typed request
-(:func:`probe_core.lifecycle.submit`).
+(:func:`probe_core.runs.lifecycle.submit`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import copy
 import json
 import threading
 
-from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
-from probe_core.launchers import ThreadLauncher, make_launcher
-from probe_core.limits import ServerLimits
-from probe_core.lifecycle import JobSpec
+from probe_core.runs.launchers import ThreadLauncher, make_launcher
+from probe_core.runs.lifecycle import JobSpec
+from probe_core.runs.limits import ServerLimits
 from probe_core.store import Run, Store
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 
 class JobManager:
@@ -30,7 +30,7 @@ class JobManager:
     ----------
     store : Store
     launcher : str or RunLauncher, optional
-        ``process`` (default, or ``$PROBE_LAUNCHER``) or ``thread``; see :mod:`probe_core.launchers`.
+        ``process`` (default, or ``$PROBE_LAUNCHER``) or ``thread``; see :mod:`probe_core.runs.launchers`.
         A job given as a plain function (not a :class:`JobSpec`) always runs in a thread.
     actor : Actor, optional
         Who starts the runs (default the local owner). The dashboard shares one manager and gives
@@ -59,7 +59,7 @@ class JobManager:
         (runs in a thread). With ``dedupe``, an active run of the same kind and config is
         reused instead of starting a second one (e.g. two tabs asking for the same training).
 
-        A signed-in person's run is held to the server's :class:`~probe_core.limits.ServerLimits`: settings
+        A signed-in person's run is held to the server's :class:`~probe_core.runs.limits.ServerLimits`: settings
         over their bounds and a run beyond the person's waiting ones are refused; a run beyond the working
         limits is stored queued and starts when a slot frees.
 

@@ -27,7 +27,7 @@ from probe_core.data.datasets import (
 )
 from probe_core.data.files import is_file_reference, looks_like_path, reference_for
 from probe_core.errors import DataError
-from probe_core.protocols import GeneratorSource
+from probe_core.sampling.protocols import GeneratorSource
 from probe_core.scenes.catalog import SCENE_DATASETS, SCENE_SOURCE
 
 DATASETS: dict[str, DatasetEntry] = {entry.name: entry for entry in (*BUILTIN_DATASETS, *SCENE_DATASETS)}
@@ -64,7 +64,7 @@ def dataset_entry(name: str) -> DatasetEntry:
 
 @functools.lru_cache(maxsize=32)
 def _file_entry(reference: str) -> DatasetEntry:
-    return DatasetEntry(reference, f"your data: {reference}", lambda _dir: file_dataset(reference))
+    return DatasetEntry(reference, f"your data: {reference}", lambda _dir: file_dataset(reference), sized_defaults=True)
 
 
 def canonical_dataset_name(name: str, image_size: int | None = None, skip_bad: bool = False) -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from probe_core.accounts import Actor, Permission, require
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelRegistry, TrainingAnnouncer
-from probe_core.progress import announce_training
+from probe_core.runs.progress import announce_training
 from probe_core.store import Store
+from probe_core.team.accounts import Actor, Permission, require
 
 WORKSPACE_ENV = "PROBE_WORKSPACE"
 DATABASE_NAME = "probe.sqlite"

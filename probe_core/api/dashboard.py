@@ -1,7 +1,7 @@
 """The dashboard from Python: :func:`show` keeps in-memory models and arrays in the workspace and serves them.
 
 ``mp.show(classifier=net, generator=vae, data=(x, y), class_names=[...])`` writes the objects as files
-that resolve again (:mod:`probe_core.kept`), starts ``probe ui`` on the workspace in a worker process
+that resolve again (:mod:`probe_core.models.kept`), starts ``probe ui`` on the workspace in a worker process
 (or reuses the one already serving it), prints its address and returns a :class:`Dashboard` handle.
 In a Jupyter notebook the dashboard is shown inline as well. The address names the data set and the
 models (``?dataset=…&classifier=…&generator=…``), so it opens on them and a bookmark keeps them.
@@ -22,10 +22,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.kept import references as references_of
-from probe_core.workspace import open_workspace
+from probe_core.models.kept import references as references_of
+from probe_core.runs.workspace import open_workspace
 
 SERVER_FILE = "dashboard.json"  # in the workspace: the server serving it (pid, port), for reuse
 LOG_FILE = "dashboard.log"

@@ -1,7 +1,7 @@
 """Everything that leaves Model Probe as a file or as text: plain-text tables and ``.npz`` archives.
 
 One place for each format, shared by the CLI and the pages (HTML reports are in
-:mod:`probe_core.reports`, a Defuse run's label CSV in :mod:`probe_core.defuse.labels`).
+:mod:`probe_core.reporting.reports`, a Defuse run's label CSV in :mod:`probe_core.defuse.labels`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from probe_core.targets import report_classes
+from probe_core.sampling.targets import report_classes
 
 MISSING_CELL_GREY = 0.35
 

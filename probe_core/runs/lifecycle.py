@@ -1,7 +1,7 @@
 """A run's life in one place: how it starts, its context (progress, cancellation) and how it ends.
 
 Every run kind is declared with :func:`run_kind` next to its domain code: a typed request (:class:`RunRequest`:
-:class:`~probe_core.requests.SampleRequest`, the Defuse steps' requests,
+:class:`~probe_core.runs.requests.SampleRequest`, the Defuse steps' requests,
 :class:`~probe_core.bayestrex.compare.CompareRequest`, ...) and the typed result its job returns. A run starts
 one of two ways:
 
@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
-from probe_core.accounts import check_run_starter, local_owner
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.limits import ServerLimits
-from probe_core.progress import job_progress_bar
-from probe_core.requests import from_record, record
+from probe_core.runs.limits import ServerLimits
+from probe_core.runs.progress import job_progress_bar
+from probe_core.runs.requests import from_record, record
+from probe_core.runs.workspace import Workspace
 from probe_core.store import Store
-from probe_core.workspace import Workspace
+from probe_core.team.accounts import check_run_starter, local_owner
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class JobContext:
 
 class RunResult(Protocol):
     """A typed result a job returns (e.g. :class:`~probe_core.bayestrex.results.SamplingResult`); the run
-    stores ``to_record()`` and :func:`probe_core.runconfig.result_of` reads it back with ``from_record``."""
+    stores ``to_record()`` and :func:`probe_core.runs.runconfig.result_of` reads it back with ``from_record``."""
 
     kind: ClassVar[str]
 
@@ -146,7 +146,7 @@ def execute_run(store: Store, run_id: int, fn: JobFunction,
     Never raises for a job's own failure (the run records it); used by worker processes and threads.
     A run recorded for an account that may not start runs fails here without doing anything: the
     page refused it too, but a hidden control is not a permission. A run waits, queued, until the
-    server's limits (:class:`~probe_core.limits.ServerLimits`) leave it a slot; asked to stop while
+    server's limits (:class:`~probe_core.runs.limits.ServerLimits`) leave it a slot; asked to stop while
     waiting, it ends cancelled.
     """
     try:
@@ -241,7 +241,7 @@ class JobSpec:
     kind : str
         A declared run kind (:func:`run_kind`).
     request : dict
-        The request's :func:`~probe_core.requests.record`.
+        The request's :func:`~probe_core.runs.requests.record`.
     device : str
         Where the job computes (``cpu``, ``cuda``, ``auto``).
     data_dir : str, optional
@@ -313,7 +313,7 @@ class RunKind:
         The kind the runs table stores (the request's and the result's ``kind``).
     request_type : type
         The frozen request dataclass (a :class:`RunRequest`): what the run was asked, stored as its
-        :func:`~probe_core.requests.record` and rebuilt with :func:`~probe_core.requests.from_record`.
+        :func:`~probe_core.runs.requests.record` and rebuilt with :func:`~probe_core.runs.requests.from_record`.
     result_type : type
         The typed result its job returns (a :class:`StoredResult`).
     """
@@ -341,7 +341,7 @@ class RunKind:
 
 
 # Every kind declared so far, by name (filled as the modules declaring them are imported;
-# probe_core.runconfig imports all of the product's).
+# probe_core.runs.runconfig imports all of the product's).
 RUN_KINDS: dict[str, RunKind] = {}
 
 

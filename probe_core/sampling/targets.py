@@ -27,7 +27,7 @@ from typing import Callable, ClassVar, Sequence
 
 import torch
 
-from probe_core.classes import class_index
+from probe_core.data.classes import class_index
 from probe_core.errors import ProbeError, excerpt
 
 DEFAULT_SIGMA = 0.05

@@ -3,9 +3,9 @@
 A team server is shared: without limits, one person (or one forged widget value) can start a worker
 per click or ask for a million training epochs. :class:`ServerLimits` holds the bounds, read from the
 environment (``probe ui --max-runs N --max-runs-per-person N`` sets them for the server and its
-workers); :meth:`ServerLimits.check_request` is called by :class:`~probe_core.jobs.JobManager` on
+workers); :meth:`ServerLimits.check_request` is called by :class:`~probe_core.runs.jobs.JobManager` on
 every run a signed-in person starts, whatever the page offered, and the run lifecycle
-(:func:`probe_core.lifecycle.execute_run`) waits for a free slot (:meth:`~probe_core.store.Store.claim_run_slot`)
+(:func:`probe_core.runs.lifecycle.execute_run`) waits for a free slot (:meth:`~probe_core.store.Store.claim_run_slot`)
 before it starts, so runs beyond the limits wait, queued.
 """
 
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, fields
 
 from probe_core.errors import ProbeError
-from probe_core.requests import SAMPLE_RANGES, SETTING_WORDS
+from probe_core.runs.requests import SAMPLE_RANGES, SETTING_WORDS
 
 MAX_RUNS_ENV = "PROBE_MAX_RUNS"
 MAX_RUNS_PER_PERSON_ENV = "PROBE_MAX_RUNS_PER_PERSON"
@@ -86,7 +86,7 @@ class ServerLimits:
         Parameters
         ----------
         config : dict
-            The run's stored request (:func:`probe_core.requests.record`); keys it does not have are not
+            The run's stored request (:func:`probe_core.runs.requests.record`); keys it does not have are not
             bounded, values that are not numbers are left to the request's own validation.
 
         Raises

@@ -29,14 +29,14 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from probe_core.catalog import generator_dataset, load_dataset
+from probe_core.data.catalog import generator_dataset, load_dataset
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
-from probe_core.accounts import Actor, Permission, local_owner, require
 from probe_core.errors import ProbeError
-from probe_core.lifecycle import JobContext, JobFunction, StoredResult, run_kind, run_now, submit
-from probe_core.reports import suite_html_report
+from probe_core.reporting.reports import suite_html_report
+from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind, run_now, submit
+from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 REGION = "defuse-region"
 FINDING = "bayestrex-finding"

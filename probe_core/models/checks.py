@@ -3,7 +3,7 @@
 Every path by which a user brings a model proves itself here before a result is shown:
 
 - :func:`check_classifier` runs the classifier (its classes already matched to the data set's by
-  name, :func:`probe_core.classes.match_classes`) on the data set's labelled test images:
+  name, :func:`probe_core.data.classes.match_classes`) on the data set's labelled test images:
   accuracy, per-class accuracy, the class map used. Near-chance accuracy where some permutation of
   the classes would score far better means the classes are matched wrongly: it is refused, naming
   that permutation.
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from probe_core.catalog import load_dataset
+from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.training import _features, frechet_distance
 

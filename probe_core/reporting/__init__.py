@@ -1,0 +1,1 @@
+"""What results are shown as: figures, reports, exports, renders and saliency maps."""

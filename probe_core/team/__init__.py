@@ -1,0 +1,1 @@
+"""The team server: accounts, roles and permissions."""
