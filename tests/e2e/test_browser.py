@@ -376,6 +376,25 @@ def _sign_in(page, server, name: str) -> None:
     except Exception as exc:
         raise AssertionError(f"{name} is not signed in: {page.inner_text('body')[:1500]!r}; server log: "
                              f"{server.log.read_text()[-2000:]}") from exc
+    # The sign-in cookie is written by a browser component of the page drawn after the form; a reload before it
+    # has run finds no cookie and shows the form again (as it would to a person who reloads at once), so a test
+    # that opens other addresses next waits for the cookie first.
+    from pages.ui.auth import COOKIE_NAME
+
+    for _ in range(240):
+        if any(cookie["name"] == COOKIE_NAME for cookie in page.context.cookies()):
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{name} signed in but the browser never got the sign-in cookie {COOKIE_NAME!r}")
+
+
+def _wait_for_text(page, server, text: str, timeout_ms: int) -> None:
+    """Wait for ``text`` on the page; if it does not come, say what the page and the server showed instead."""
+    try:
+        page.get_by_text(text).first.wait_for(timeout=timeout_ms)
+    except Exception as exc:
+        raise AssertionError(f"{text!r} not on the page: {page.inner_text('body')[:2000]!r}; server log: "
+                             f"{server.log.read_text()[-3000:]}") from exc
 
 
 def _label_three_clusters_with_hotkeys(page, keys: list[str]) -> None:
@@ -553,11 +572,10 @@ def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or
                         page.wait_for_timeout(500)
                         assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
             page.goto(f"{server.url}/label")
-            # still signed in, as the annotator; the Label page loads the run's models first, while the server
-            # may still finish the script runs the hostile visits started: over a minute on a loaded 2-core
-            # machine (a fresh check with OMP_NUM_THREADS=1) and over three in a suite run beside training tests
-            page.get_by_text("Signed in as ann-hostile (annotator)").wait_for(timeout=360_000)
-            page.get_by_text("Labelling as ann-hostile").wait_for(timeout=360_000)
+            # still signed in, as the annotator (the cookie, read at each visit); the Label page loads the run's
+            # models first, while the server may still finish the script runs the hostile visits started
+            _wait_for_text(page, server, "Signed in as ann-hostile (annotator)", 240_000)
+            _wait_for_text(page, server, "Labelling as ann-hostile", 120_000)
         assert not marker.exists()
         # the bait is real: the local owner's registry does import it
         trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
