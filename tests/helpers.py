@@ -159,9 +159,9 @@ def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
     return path
 
 
-def echo_shard(models, report, should_stop, value):
+def echo_shard(models, reporter, value):
     """A shard function (probe_core.runs.scaleout) that reports half-way and returns its value."""
-    report(0.5)
+    reporter.report(0.5)
     return value
 
 

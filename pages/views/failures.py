@@ -35,23 +35,26 @@ with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
     c1, c2, c3, c4 = st.columns(4)
     identify_defaults, distill_defaults = field_defaults(steps.IdentifyRequest), field_defaults(steps.DistillRequest)
-    per_image = c1.number_input("Perturbations per image (Q)", 10, 5000, identify_defaults["samples_per_image"],
-                                key="defuse_q")
-    keep = c2.number_input("Failures kept per image (M)", 1, 1000, identify_defaults["max_per_image"],
-                           key="defuse_m")
+    identify_ranges, distill_ranges = steps.IdentifyRequest.ranges, steps.DistillRequest.ranges
+    per_image = c1.number_input("Perturbations per image (Q)", *identify_ranges["samples_per_image"],
+                                identify_defaults["samples_per_image"], key="defuse_q")
+    keep = c2.number_input("Failures kept per image (M)", *identify_ranges["max_per_image"],
+                           identify_defaults["max_per_image"], key="defuse_m")
     noise = c3.selectbox("Noise", ["centered", "paper"], key="defuse_noise",
                          index=["centered", "paper"].index(identify_defaults["noise"]),
                          help="centered: Beta noise centred, sd = scale (default, finds more labelable clusters); "
                               "paper: μ + ε with ε ~ Beta(a, b), exactly Algorithm 1")
-    scale = c4.number_input("Noise scale (sd)", 0.01, 3.0, identify_defaults["noise_scale"], 0.01, key="defuse_scale")
+    scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
+                            key="defuse_scale")
     st.markdown("**Distillation**")
     d1, d2, d3, d4 = st.columns(4)
-    components = d1.number_input("Max clusters (K)", 2, 500, distill_defaults["n_components"], key="defuse_k")
-    threshold = d2.number_input("Weight threshold (ε)", 0.0, 0.5, distill_defaults["weight_threshold"], 0.005,
-                                format="%.3f", key="defuse_eps")
-    max_samples = d3.number_input("Fit on at most", 100, 100_000, distill_defaults["max_samples"],
+    components = d1.number_input("Max clusters (K)", *distill_ranges["n_components"], distill_defaults["n_components"],
+                                 key="defuse_k")
+    threshold = d2.number_input("Weight threshold (ε)", *distill_ranges["weight_threshold"],
+                                distill_defaults["weight_threshold"], 0.005, format="%.3f", key="defuse_eps")
+    max_samples = d3.number_input("Fit on at most", *distill_ranges["max_samples"], distill_defaults["max_samples"],
                                   key="defuse_max_samples")
-    tau = d4.number_input("Review spread (τ)", 0.01, 2.0, distill_defaults["tau"], 0.05, key="defuse_tau")
+    tau = d4.number_input("Review spread (τ)", *distill_ranges["tau"], distill_defaults["tau"], 0.05, key="defuse_tau")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models and settings are checked (and references resolved) before a run is stored

@@ -40,8 +40,10 @@ correct_defaults = field_defaults(steps.CorrectRequest)
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
     lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in correct_defaults["lambdas"]), key="finetune_lambdas")
-    epochs = c2.number_input("Epochs per λ", 1, 50, correct_defaults["epochs"], key="finetune_epochs")
-    per_region = c3.number_input("Samples per failure region", 16, 4096, correct_defaults["samples_per_region"],
+    correct_ranges = steps.CorrectRequest.ranges
+    epochs = c2.number_input("Epochs per λ", *correct_ranges["epochs"], correct_defaults["epochs"], key="finetune_epochs")
+    per_region = c3.number_input("Samples per failure region", *correct_ranges["samples_per_region"],
+                                 correct_defaults["samples_per_region"],
                                  key="finetune_per_region")
     c4, c5 = st.columns(2)
     baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",

@@ -92,25 +92,24 @@ def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
                                   suggest_generator=False)
         chains = 1 if request.sampler == "nuts" else request.chains
         trace = LiveTrace(prepared.request.targets, chains)
-        stop = {"requested": False}
+
+        def report(*arguments) -> None:
+            try:
+                context.report(*arguments)
+            except CancelledError:  # the chains stop at the sampler's next check; what they kept is summarised
+                pass
 
         def on_progress(progress) -> None:
             trace.update(progress)
-            try:
-                context.report(progress.iteration / max(progress.total, 1),
-                               f"{progress.stage} {progress.iteration}/{progress.total}", trace.details())
-            except CancelledError:  # stop at the next check and still summarise what was kept
-                stop["requested"] = True
+            report(progress.iteration / max(progress.total, 1), f"{progress.stage} {progress.iteration}/{progress.total}",
+                   trace.details())
 
         def on_shards(progress) -> None:  # a sharded run: one bar over all shards, no per-chain trace
-            try:
-                context.report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
-                               {"shards_done": progress.done, "shards": progress.total})
-            except CancelledError:
-                stop["requested"] = True
+            report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
+                   {"shards_done": progress.done, "shards": progress.total})
 
         result = probe_target(prepared, store=context.store, run_id=context.run_id, progress=on_progress,
-                              should_stop=lambda: stop["requested"], shard_progress=on_shards)
+                              should_stop=lambda: context.cancelled, shard_progress=on_shards)
         # written directly: after a stop request, context.report would raise instead of recording the summary
         context.store.update_run(context.run_id, 1.0, "stopped early; summary of what was kept"
                                  if result.cancelled else "done", trace.details())

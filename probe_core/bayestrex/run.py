@@ -12,9 +12,17 @@ import torch
 
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.runs.requests import check_sampler_settings
-from probe_core.runs.scaleout import LocalShards, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.runs.scaleout import (
+    LocalShards,
+    Reporter,
+    ShardTask,
+    parse_executor,
+    shard_count,
+    shard_seed,
+    split_evenly,
+)
 from probe_core.sampling import (
     BayesTrExPosterior,
     ChainResult,
@@ -225,15 +233,22 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
     return sample_validated(classifier, generator, spec, class_names=class_names, **settings)
 
 
-def sample_shard(models: dict, report: Callable[[float], None], should_stop: Callable[[], bool], *,
-                 targets: list[Target], **settings) -> dict:
+def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **settings) -> dict:
     """One shard of a sharded :func:`sample` (a :mod:`probe_core.runs.scaleout` shard function).
 
     Returns ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store.
+    A stopped run ends the shard's chains at the sampler's next check, with the samples they have.
     """
     kept = _CollectedSamples()
+
+    def on_progress(progress) -> None:
+        try:
+            reporter.report(progress.iteration / max(progress.total, 1))
+        except CancelledError:  # not raised through the sampler: it stops below and keeps its samples
+            pass
+
     result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
-                    progress=lambda p: report(p.iteration / max(p.total, 1)), should_stop=should_stop, **settings)
+                              progress=on_progress, should_stop=reporter.stop_requested, **settings)
     return {"result": result, "rows": kept.rows}
 
 

@@ -30,8 +30,9 @@ FASHION_MNIST_CLASSES = (
 )
 
 
-# Images of this side and up are "real size" (SVHN's 32x32, the German signs' 64x64 and larger): a user's data
-# of that size gets the real-size model recipe, sampler settings and identification budget.
+# Images of this side and up are "real size" (SVHN's 32x32, the German signs' 64x64 and larger). A user's data of
+# that size (an entry with ``sized_defaults``) gets the real-size model recipe, generators and sampler settings;
+# Defuse's identification budget is capped for any data of that size, since its cost follows the image size.
 REAL_SIZE = 32
 
 

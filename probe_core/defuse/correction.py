@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import classifier_accuracy
-from probe_core.runs.scaleout import ShardTask
+from probe_core.runs.scaleout import Reporter, ShardTask
 
 log = logging.getLogger(__name__)
 
@@ -240,14 +240,10 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
     return best
 
 
-def finetune_shard(models: dict, report, should_stop, *, lam: float, epochs: int, **arguments) -> dict:
+def finetune_shard(models: dict, reporter: Reporter, *, lam: float, epochs: int, **arguments) -> dict:
     """One λ of a sweep (a :mod:`probe_core.runs.scaleout` shard function)."""
-    def on_epoch(epoch: int, score: float) -> None:
-        if should_stop():
-            raise CancelledError("stopped")
-        report(epoch / epochs)
-
-    return finetune_one_lambda(models["classifier"], lam, epochs=epochs, on_epoch=on_epoch, **arguments)
+    return finetune_one_lambda(models["classifier"], lam, epochs=epochs,
+                               on_epoch=lambda epoch, score: reporter.report(epoch / epochs), **arguments)
 
 
 def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, phase: str, progress) -> list[dict]:

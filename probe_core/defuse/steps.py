@@ -65,7 +65,7 @@ from probe_core.runs.lifecycle import (
     training_announcer,
 )
 from probe_core.runs.requests import BuiltFromSettings, record
-from probe_core.runs.scaleout import ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.runs.scaleout import Reporter, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
 from probe_core.runs.validation import checked_models, classifier_class_names
 
 
@@ -79,6 +79,8 @@ class IdentifyRequest(BuiltFromSettings):
     """
 
     setting_word: ClassVar[str] = "identification"
+    ranges: ClassVar[dict] = {"samples_per_image": (1, 100_000), "max_per_image": (1, 100_000),
+                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": (1, 1024)}
     kind: ClassVar[str] = IDENTIFY
     builder: ClassVar[str] = "probe_core.defuse.steps:identify_job"
 
@@ -108,16 +110,11 @@ class IdentifyRequest(BuiltFromSettings):
                 DistillRequest.build(identify_run=0, **self.distill_after)
             except ProbeError as exc:
                 raise ProbeError(f"distill_after: {exc}") from None
-        if self.shards is not None and self.shards < 1:
-            raise ProbeError(f"shards must be at least 1, got {self.shards}")
-        if self.samples_per_image < 1 or self.max_per_image < 1:
-            raise ProbeError("samples per image (Q) and failures kept per image (M) must be >= 1")
+        self.check_ranges()
         if self.noise not in ("centered", "paper"):
             raise ProbeError(f"noise must be 'centered' or 'paper', got {self.noise!r}")
-        if not (self.a > 0 and self.b > 0 and self.noise_scale > 0):
-            raise ProbeError("the Beta noise's a and b and the noise scale must be positive")
-        if self.max_images is not None and self.max_images < 1:
-            raise ProbeError("max images must be >= 1")
+        if not (self.a > 0 and self.b > 0):
+            raise ProbeError("the Beta noise's a and b must be positive")
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
@@ -176,6 +173,8 @@ class DistillRequest(BuiltFromSettings):
     """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
 
     setting_word: ClassVar[str] = "distillation"
+    ranges: ClassVar[dict] = {"n_components": (1, 1000), "weight_threshold": (0.0, 0.99),
+                              "max_samples": (2, 1_000_000), "tau": (0.001, 10.0)}
     kind: ClassVar[str] = DISTILL
     builder: ClassVar[str] = "probe_core.defuse.steps:distill_job"
 
@@ -187,10 +186,7 @@ class DistillRequest(BuiltFromSettings):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.n_components < 1 or self.max_samples < 2:
-            raise ProbeError("the mixture needs at least 1 component and 2 failures to fit")
-        if not (0 <= self.weight_threshold < 1 and self.tau > 0):
-            raise ProbeError("the weight threshold ε must be in [0, 1) and τ positive")
+        self.check_ranges()
 
 
 log = logging.getLogger(__name__)
@@ -213,6 +209,9 @@ class CorrectRequest(BuiltFromSettings):
     """
 
     setting_word: ClassVar[str] = "correction"
+    ranges: ClassVar[dict] = {"rho": (0.0, 1.0), "epochs": (1, 1000), "samples_per_region": (1, 100_000),
+                              "validation_fraction": (0.01, 0.9), "batch_size": (1, 4096),
+                              "learning_rate": (1e-6, 1.0)}
     kind: ClassVar[str] = CORRECT
     builder: ClassVar[str] = "probe_core.defuse.steps:correct_job"
 
@@ -237,10 +236,7 @@ class CorrectRequest(BuiltFromSettings):
         if bad:
             raise ProbeError(f"every λ must be a finite number >= 0 (it weighs the failure loss), got "
                              f"{', '.join(map(str, bad))}")
-        if self.epochs < 1 or self.samples_per_region < 1 or self.batch_size < 1:
-            raise ProbeError("epochs, samples per region and batch size must be >= 1")
-        if not (0 < self.validation_fraction < 1) or not self.learning_rate > 0 or not 0 <= self.rho <= 1:
-            raise ProbeError("the validation fraction must be in (0, 1), the learning rate positive and ρ in [0, 1]")
+        self.check_ranges()
         if self.baseline not in BASELINES:
             raise ProbeError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
         if self.selection not in SELECTION_RULES:
@@ -328,18 +324,14 @@ def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset
         seconds=round(time.perf_counter() - started, 2), not_done=not_done or [])
 
 
-def identify_shard(models: dict, report, should_stop, *, images: torch.Tensor, labels: torch.Tensor, start: int,
+def identify_shard(models: dict, reporter: Reporter, *, images: torch.Tensor, labels: torch.Tensor, start: int,
                    **settings) -> dict:
     """Identification over one shard of training images (a :mod:`probe_core.runs.scaleout` shard function).
 
     Returns the shard's failures as arrays, with ``source_index`` counted in the whole training set.
     """
-    def on_progress(progress) -> None:
-        if should_stop():
-            raise CancelledError("stopped")
-        report(progress.fraction)
-
-    found = identify_failures(models["classifier"], models["vae"], images, labels, progress=on_progress, **settings)
+    found = identify_failures(models["classifier"], models["vae"], images, labels,
+                              progress=lambda progress: reporter.report(progress.fraction), **settings)
     found.source_index = found.source_index + start
     return found.as_arrays()
 
@@ -364,17 +356,15 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
             context.store.put_arrays(context.run_id, f"failures/{index:04d}-000000", arrays)
         parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS})
 
-    stop = {"requested": False}
-
     def on_progress(progress) -> None:
         failures = sum(len(p) for p in parts.values())
         try:
             context.report(progress.fraction, f"{progress.done}/{progress.total} shards, {failures} failures so far",
                            {**ids, "failures": failures, "shards_done": progress.done, "shards": progress.total})
-        except CancelledError:  # Stop: cancel the outstanding shards, keep what was stored
-            stop["requested"] = True
+        except CancelledError:  # Stop: the outstanding shards are cancelled, what was stored is kept
+            pass
 
-    outcome = executor.map(tasks, on_result, on_progress, lambda: stop["requested"])
+    outcome = executor.map(tasks, on_result, on_progress, lambda: context.cancelled)
     if outcome.cancelled:
         raise CancelledError(f"run {context.run_id} cancelled")
     found = concatenate_failures([parts[i] for i in sorted(parts)], vae.latent_dim, tuple(images.shape[1:]))

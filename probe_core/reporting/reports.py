@@ -6,6 +6,8 @@ import base64
 import html
 import time
 
+import numpy as np
+
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
 
 
@@ -36,8 +38,6 @@ MAP_COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 def scatter_svg(groups: list[tuple[str, object, str]], size: int = 480) -> str:
     """A small self-contained SVG scatter plot of 2-D point groups: ``(name, xy (N, 2), colour)`` each,
     drawn in order (the first underneath), with a legend."""
-    import numpy as np
-
     points = [np.asarray(xy, dtype=float) for _, xy, _ in groups if len(xy)]
     if not points:
         return ""

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 class JobContext:
-    """Handed to a running job: progress reporting and cancellation.
+    """Handed to a running job: progress reporting and cancellation (a :class:`~probe_core.runs.scaleout.Reporter`,
+    the protocol its shards' reporters follow too).
 
     Parameters
     ----------
@@ -84,12 +85,11 @@ class JobContext:
         if self._cancelled:
             raise CancelledError(f"run {self.run_id} cancelled")
 
-    def check_cancelled(self) -> None:
-        """Raise :class:`CancelledError` if cancellation was requested (reads the database)."""
+    def stop_requested(self) -> bool:
+        """Whether the run was asked to stop (reads the database), without raising."""
         run = self.store.get_run(self.run_id)
-        if run is not None and run.cancel_requested:
-            self._cancelled = True
-            raise CancelledError(f"run {self.run_id} cancelled")
+        self._cancelled = self._cancelled or bool(run is not None and run.cancel_requested)
+        return self._cancelled
 
 
 class RunResult(Protocol):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,7 +28,11 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "samples": "samples per chain", "keep_every": "keep-every",
                  "independence_moves": "independence moves per iteration", "epochs": "training epochs",
                  "samples_per_image": "perturbations per image", "samples_per_region": "samples per failure region",
-                 "max_images": "images"}
+                 "max_images": "images", "max_per_image": "failures kept per image", "noise_scale": "the noise scale",
+                 "shards": "shards", "n_components": "clusters (K)", "weight_threshold": "the weight threshold ε",
+                 "max_samples": "failures fitted", "tau": "the review spread τ", "batch_size": "the batch size",
+                 "learning_rate": "the learning rate", "validation_fraction": "the validation fraction",
+                 "rho": "ρ"}
 
 SAMPLERS = ("hmc", "nuts", "rwm")
 MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
@@ -86,6 +91,22 @@ class BuiltFromSettings:
     """
 
     setting_word: ClassVar[str] = "request"  # the message's word: "unknown <word> setting(s)"
+    # The inclusive bounds of its number settings (both bounds whole: a whole number), checked by
+    # check_ranges() in __post_init__; the pages' widgets take their bounds from here. None is left to the type.
+    ranges: ClassVar[dict[str, tuple[float, float]]] = {}
+
+    def check_ranges(self) -> None:
+        """Refuse a number setting outside :attr:`ranges` (or not a number) with the project's error."""
+        for name, (low, high) in self.ranges.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            whole = isinstance(low, int) and isinstance(high, int)
+            is_number = not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
+            if not (is_number and math.isfinite(value) and low <= value <= high):
+                word = SETTING_WORDS.get(name, name.replace("_", " "))
+                bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
+                raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {value!r}")
 
     @classmethod
     def build(cls, **settings):

@@ -19,10 +19,12 @@ arguments and the models it needs) and hands them to a :class:`Executor`:
 Seeds are derived per shard (:func:`shard_seed`), and the shard layout is a setting of the run,
 not of the executor, so a run gives the same results on ``local`` and on ``ray``.
 
-A shard function is called as ``function(models, report, should_stop, **arguments)``:
-``models`` maps names to the modules given in the task, ``report(fraction)`` tells progress in
-[0, 1] and ``should_stop()`` says whether the run was stopped (local shards only; Ray shards are
-cancelled instead). Its return value must pickle.
+A shard function is called as ``function(models, reporter, **arguments)``: ``models`` maps names to
+the modules given in the task and ``reporter`` is a :class:`Reporter`, the protocol a job's
+:class:`~probe_core.runs.lifecycle.JobContext` follows too: ``reporter.report(fraction)`` tells progress
+in [0, 1] and raises :class:`~probe_core.errors.CancelledError` once the run was stopped, and
+``reporter.stop_requested()`` asks without raising (local shards only; Ray shards are cancelled
+instead). Its return value must pickle.
 """
 
 from __future__ import annotations
@@ -38,12 +40,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 
 log = logging.getLogger(__name__)
 
 EXECUTOR_CHOICES = ("local", "ray", "ray:ADDRESS")
 _SEED_STRIDE = 7919  # shard i of a run with seed s uses s + i * stride: shard 0 keeps the run's own seed
+
+
+class Reporter(Protocol):
+    """How long work tells its progress and learns that it should stop: the one protocol of jobs and shards.
+
+    A job's :class:`~probe_core.runs.lifecycle.JobContext` and a shard's :class:`ShardReporter` follow it.
+    ``report`` records progress in [0, 1] (a job also a message and JSON details) and raises
+    :class:`~probe_core.errors.CancelledError` once the run was asked to stop, so work that may simply end
+    calls it between steps. ``stop_requested()`` asks without raising, for work that ends gracefully and
+    keeps what it has (the sampler ends its chains and their samples are stored).
+    """
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        """Record progress; raise :class:`~probe_core.errors.CancelledError` if the run was asked to stop."""
+
+    def stop_requested(self) -> bool:
+        """Whether the run was asked to stop."""
+
+
+@dataclass
+class ShardReporter:
+    """A shard's :class:`Reporter`: its fraction goes to ``on_fraction``; ``should_stop`` says when the run was
+    stopped (a Ray shard's never says so: the run cancels its task instead). Messages and details are the
+    run's to write, so a shard's are dropped."""
+
+    on_fraction: Callable[[float], None]
+    should_stop: Callable[[], bool] = field(default=lambda: False)
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        if progress is not None:
+            self.on_fraction(min(max(float(progress), 0.0), 1.0))
+        if self.should_stop():
+            raise CancelledError("stopped")
+
+    def stop_requested(self) -> bool:
+        return self.should_stop()
 
 
 @dataclass(frozen=True)
@@ -53,7 +93,7 @@ class ShardTask:
     Parameters
     ----------
     function : str
-        ``"package.module:function"``, called as ``function(models, report, should_stop, **arguments)``.
+        ``"package.module:function"``, called as ``function(models, reporter, **arguments)``.
     arguments : dict
         Keyword arguments (tensors and arrays allowed; they travel through Ray's object store).
     models : dict
@@ -160,11 +200,10 @@ class LocalShards:
 
             def report(fraction: float, index: int = index) -> None:
                 if on_progress is not None:
-                    on_progress(ShardProgress((index + min(max(fraction, 0.0), 1.0)) / len(tasks), index, len(tasks),
-                                              {index: os.getpid()}))
+                    on_progress(ShardProgress((index + fraction) / len(tasks), index, len(tasks), {index: os.getpid()}))
 
             function = _shard_function(task.function)
-            on_result(index, function(task.models, report, stop, **task.arguments))
+            on_result(index, function(task.models, ShardReporter(report, stop), **task.arguments))
             outcome.done.append(index)
             report(1.0)
         outcome.cancelled = outcome.cancelled or (stop() and len(outcome.done) < len(tasks))
@@ -204,7 +243,7 @@ def _run_ray_shard(function: str, arguments: dict, models_holder: list, board, i
             last[0] = now
             board.report.remote(index, float(fraction))
 
-    result = _shard_function(function)(_WORKER_MODELS[key], report, lambda: False, **arguments)
+    result = _shard_function(function)(_WORKER_MODELS[key], ShardReporter(report), **arguments)
     board.report.remote(index, 1.0)
     return result
 

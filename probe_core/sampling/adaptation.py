@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from probe_core.sampling import imh
@@ -125,7 +126,6 @@ def fit_mixture_proposal(draws: torch.Tensor, groups: torch.Tensor, prior_weight
         Per-chain mixtures, (B, K, ...) with K the largest count over groups plus the prior; None
         when the draws are too few for even one full-covariance component.
     """
-    import numpy as np
     from sklearn.mixture import GaussianMixture
 
     chains, _, dim = draws.shape

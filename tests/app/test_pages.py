@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from probe_core.bayestrex.latent_map import latent_map
 from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import queries, review
+from probe_core.defuse import queries, review, steps
 from probe_core.models import ModelSpec
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -107,6 +107,13 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     at = open_page("pages/views/failures.py")
     assert any(m.label == "Clusters kept" for m in at.metric)
     assert len(at.image) >= 3
+    # the widgets offer exactly what the requests accept
+    for key, request_type, name in (("defuse_q", steps.IdentifyRequest, "samples_per_image"),
+                                    ("defuse_scale", steps.IdentifyRequest, "noise_scale"),
+                                    ("defuse_k", steps.DistillRequest, "n_components"),
+                                    ("defuse_tau", steps.DistillRequest, "tau")):
+        widget = at.number_input(key=key)
+        assert (widget.min, widget.max) == request_type.ranges[name], key
     before = {r.id for r in app_env.store.list_runs(kind=queries.DISTILL)}
     at.number_input(key="defuse_q").set_value(10)
     at.number_input(key="defuse_m").set_value(2)
@@ -208,6 +215,9 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     at.selectbox(key="finetune_run_pick").set_value(flawed_run["distill_run"]).run()
     at.selectbox(key="finetune_source").select(source).run()
     at.text_input(key="finetune_lambdas").input("1")
+    for key, name in (("finetune_epochs", "epochs"), ("finetune_per_region", "samples_per_region")):
+        widget = at.number_input(key=key)
+        assert (widget.min, widget.max) == steps.CorrectRequest.ranges[name], key
     at.number_input(key="finetune_epochs").set_value(1)
     at.number_input(key="finetune_per_region").set_value(32)
     submit = next(b for b in at.button if b.label == "Finetune")

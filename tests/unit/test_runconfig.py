@@ -253,6 +253,25 @@ def test_defuse_requests_are_built_with_one_clear_message_for_bad_settings(reque
         request_type.build(**required, **{number: "many"})
 
 
+@pytest.mark.parametrize("request_type, required", [(IdentifyRequest, {}), (DistillRequest, {"identify_run": 1}),
+                                                    (CorrectRequest, {"distill_run": 1})])
+def test_defuse_requests_accept_their_declared_ranges_and_refuse_beyond_them(request_type, required):
+    """Every bound a request declares (what the pages' widgets offer) is accepted, and a step past it refused
+    with the setting's name; a whole-number setting refuses a fraction."""
+    assert request_type.ranges
+    for name, (low, high) in request_type.ranges.items():
+        whole = isinstance(low, int) and isinstance(high, int)
+        step = 1 if whole else max(abs(high - low) * 1e-3, 1e-9)
+        for inside in (low, high):
+            assert getattr(request_type.build(**required, **{name: inside}), name) == inside
+        for outside in (low - step, high + step):
+            with pytest.raises(ProbeError, match=r"must be a (whole )?number from \S+ to \S+, got"):
+                request_type.build(**required, **{name: outside})
+        if whole:
+            with pytest.raises(ProbeError, match="whole number"):
+                request_type.build(**required, **{name: low + 0.5})
+
+
 def test_distill_after_names_an_unknown_distillation_setting():
     with pytest.raises(ProbeError, match="distill_after: unknown distillation setting.*clusters"):
         IdentifyRequest.build(distill_after={"clusters": 3})
