@@ -9,9 +9,9 @@ from pages import ui as _ui
 from probe_core.bayestrex import best_samples
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.runs import history
-from probe_core.runs.requests import SAMPLE_RANGES
+from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES
 from probe_core.runs.runconfig import config_of, result_of
-from probe_core.sampling.targets import TargetSpec
+from probe_core.sampling.targets import PathKind, TargetSpec
 
 ws = _ui.workspace()
 st.title("Interpolation")
@@ -24,16 +24,19 @@ with st.form("path-form", enter_to_submit=False):
     c1, c2, c3, c4, c5 = st.columns(5)
     source = c1.selectbox("From class", names, index=min(8, len(names) - 2), key="path_from")
     destination = c2.selectbox("To class", names, index=len(names) - 1, key="path_to")
-    steps = c3.number_input("Steps", 3, 21, 11, key="path_steps")
-    chains = c4.number_input("Chains per step", *SAMPLE_RANGES["chains"], 16, key="path_chains")
-    iterations = c5.number_input("Warm-up = samples", *SAMPLE_RANGES["samples"], 100, key="path_iterations")
+    steps = c3.number_input("Steps", *PathKind.steps_range, PATH_PAGE_DEFAULTS["steps"], key="path_steps")
+    chains = c4.number_input("Chains per step", *SAMPLE_RANGES["chains"], PATH_PAGE_DEFAULTS["chains"],
+                             key="path_chains")
+    iterations = c5.number_input("Warm-up = samples", *SAMPLE_RANGES["samples"], PATH_PAGE_DEFAULTS["iterations"],
+                                 key="path_iterations")
     start = st.form_submit_button("Sample the path", type="primary")
 if start:
     if source == destination:
         st.error("Pick two different classes.")
     else:
         spec = TargetSpec.path_between(names, names.index(source), names.index(destination), int(steps))
-        kwargs = {"chains": int(chains), "warmup": int(iterations), "samples": int(iterations), "keep_every": 5}
+        kwargs = {"chains": int(chains), "warmup": int(iterations), "samples": int(iterations),
+                  "keep_every": PATH_PAGE_DEFAULTS["keep_every"]}
         _ui.start_sampling(dataset.name, spec, **kwargs)
 
 

@@ -23,11 +23,11 @@ from probe_core.models import ModelSpec
 from probe_core.reporting import figures
 from probe_core.reporting.export import npz_bytes, sample_arrays
 from probe_core.runs import history
-from probe_core.runs.requests import SAMPLE_RANGES
+from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.runs.runconfig import result_of, submit_training
 from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.sampling.targets import SPEC_KINDS, TargetSpec, report_classes, spec_help
+from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help
 from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
@@ -75,7 +75,7 @@ def _path() -> TargetSpec | None:
     first, second, third = st.columns(3)
     a = first.selectbox("From class", names, index=min(8, len(names) - 1), key="probe_path_a")
     b = second.selectbox("To class", names, index=len(names) - 1, key="probe_path_b")
-    steps = third.number_input("Steps", 3, 21, 11, key="probe_path_steps")
+    steps = third.number_input("Steps", *PathKind.steps_range, PATH_PAGE_DEFAULTS["steps"], key="probe_path_steps")
     if a == b:
         st.warning("Pick two different classes.")
         return None
@@ -158,7 +158,8 @@ with st.expander("Sampler settings", expanded=False):
                              key="probe_warmup")
     samples = c3.number_input("Samples per chain", *SAMPLE_RANGES["samples"], page_defaults["samples"],
                               key="probe_samples")
-    sigma = c4.number_input("σ (likelihood width)", 0.005, 1.0, 0.05, 0.005, format="%.3f", key="probe_sigma")
+    sigma = c4.number_input("σ (likelihood width)", *SIGMA_RANGE, DEFAULT_SIGMA, 0.005, format="%.3f",
+                            key="probe_sigma")
     c5, c6, c7, c8 = st.columns(4)
     sampler = c5.selectbox("Sampler", ["hmc", "rwm", "nuts"] if differentiable else ["rwm"], key="probe_sampler",
                            help="hmc: batched HMC (differentiable generators); rwm: random-walk Metropolis "

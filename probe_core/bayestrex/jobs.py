@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
-from probe_core.errors import CancelledError
 from probe_core.runs.lifecycle import run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
+from probe_core.runs.scaleout import report_gracefully
 from probe_core.sampling.diagnostics import effective_sample_size, split_rhat
 
 run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
@@ -93,11 +93,8 @@ def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
         chains = 1 if request.sampler == "nuts" else request.chains
         trace = LiveTrace(prepared.request.targets, chains)
 
-        def report(*arguments) -> None:
-            try:
-                context.report(*arguments)
-            except CancelledError:  # the chains stop at the sampler's next check; what they kept is summarised
-                pass
+        def report(*arguments) -> None:  # the chains stop at the sampler's next check; what they kept is summarised
+            report_gracefully(context, *arguments)
 
         def on_progress(progress) -> None:
             trace.update(progress)

@@ -12,13 +12,14 @@ import torch
 
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
-from probe_core.errors import CancelledError, ProbeError
+from probe_core.errors import ProbeError
 from probe_core.runs.requests import check_sampler_settings
 from probe_core.runs.scaleout import (
     LocalShards,
     Reporter,
     ShardTask,
     parse_executor,
+    report_gracefully,
     shard_count,
     shard_seed,
     split_evenly,
@@ -241,11 +242,8 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **s
     """
     kept = _CollectedSamples()
 
-    def on_progress(progress) -> None:
-        try:
-            reporter.report(progress.iteration / max(progress.total, 1))
-        except CancelledError:  # not raised through the sampler: it stops below and keeps its samples
-            pass
+    def on_progress(progress) -> None:  # not raised through the sampler: it stops below and keeps its samples
+        report_gracefully(reporter, progress.iteration / max(progress.total, 1))
 
     result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
                               progress=on_progress, should_stop=reporter.stop_requested, **settings)

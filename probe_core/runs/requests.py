@@ -22,6 +22,8 @@ from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 # :func:`check_sampler_settings`; the pages' widgets take their bounds from here).
 SAMPLE_RANGES = {"chains": (1, 1024), "warmup": (0, 100_000), "samples": (1, 100_000), "keep_every": (1, 10_000),
                  "independence_moves": (0, 64)}
+# The likelihood's width σ (the paper's 0.05): below 0.001 no chain moves, above 10 the target no longer matters.
+SIGMA_RANGE = (0.001, 10.0)
 
 # How messages name the runs' bounded settings (the sampler's checks and a shared server's limits).
 SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations per chain",
@@ -32,7 +34,31 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "shards": "shards", "n_components": "clusters (K)", "weight_threshold": "the weight threshold ε",
                  "max_samples": "failures fitted", "tau": "the review spread τ", "batch_size": "the batch size",
                  "learning_rate": "the learning rate", "validation_fraction": "the validation fraction",
-                 "rho": "ρ"}
+                 "rho": "ρ", "sigma": "sigma (the paper uses 0.05)",
+                 "steps_per_epoch": "batches of the training data per epoch"}
+
+
+def check_number_ranges(values: dict, ranges: dict) -> None:
+    """Refuse a value outside its inclusive range, or not a number, with the project's error.
+
+    Parameters
+    ----------
+    values : dict
+        Setting name -> value; ``None`` means "not given" and is not checked.
+    ranges : dict
+        Setting name -> (low, high). Whole-number bounds ask for a whole number; others for a finite number.
+    """
+    for name, value in values.items():
+        if value is None:
+            continue
+        low, high = ranges[name]
+        whole = isinstance(low, int) and isinstance(high, int)
+        is_number = not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
+        if not (is_number and math.isfinite(value) and low <= value <= high):
+            word = SETTING_WORDS.get(name, name.replace("_", " "))
+            bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
+            raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {value!r}")
+
 
 SAMPLERS = ("hmc", "nuts", "rwm")
 MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
@@ -58,6 +84,9 @@ SMALL_IMAGE_VALUES = 16 * 16  # values per image (C·H·W) up to which the digit
 # (:func:`page_sampler_defaults` halves the real-size ones in the same way).
 PAGE_SAMPLER_DEFAULTS = {"chains": DEFAULT_CHAINS // 2, "warmup": DEFAULT_WARMUP // 2, "samples": DEFAULT_SAMPLES // 2,
                          "keep_every": 5}
+# The Interpolation page's starting values: a path of 11 steps is 11 targets, so a quarter of the chains and a
+# third of the iterations keep one run near a single target's cost.
+PATH_PAGE_DEFAULTS = {"steps": 11, "chains": DEFAULT_CHAINS // 4, "iterations": DEFAULT_WARMUP // 3, "keep_every": 5}
 
 
 def refuse_unknown(given, allowed, what: str) -> None:
@@ -97,16 +126,7 @@ class BuiltFromSettings:
 
     def check_ranges(self) -> None:
         """Refuse a number setting outside :attr:`ranges` (or not a number) with the project's error."""
-        for name, (low, high) in self.ranges.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            whole = isinstance(low, int) and isinstance(high, int)
-            is_number = not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
-            if not (is_number and math.isfinite(value) and low <= value <= high):
-                word = SETTING_WORDS.get(name, name.replace("_", " "))
-                bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
-                raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {value!r}")
+        check_number_ranges({name: getattr(self, name) for name in self.ranges}, self.ranges)
 
     @classmethod
     def build(cls, **settings):
@@ -169,14 +189,9 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
     """
     if sampler not in SAMPLERS:
         raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
-    given = {"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
-             "independence_moves": independence_moves}
-    for name, value in given.items():
-        low, high = SAMPLE_RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ProbeError(f"{SETTING_WORDS[name]} must be a whole number from {low} to {high}, got {value!r}")
-    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
-        raise ProbeError(f"sigma must be a positive number (the paper uses 0.05), got {sigma!r}")
+    check_number_ranges({"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
+                         "independence_moves": independence_moves}, SAMPLE_RANGES)
+    check_number_ranges({"sigma": sigma}, {"sigma": SIGMA_RANGE})
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,15 @@ class Reporter(Protocol):
         """Whether the run was asked to stop."""
 
 
+def report_gracefully(reporter: Reporter, *arguments) -> None:
+    """``reporter.report(*arguments)`` for work that ends by asking :meth:`Reporter.stop_requested`: a stop is
+    not raised through it, so the work ends at its own next check and keeps what it has (the sampler's chains)."""
+    try:
+        reporter.report(*arguments)
+    except CancelledError:
+        pass
+
+
 @dataclass
 class ShardReporter:
     """A shard's :class:`Reporter`: its fraction goes to ``on_fraction``; ``should_stop`` says when the run was

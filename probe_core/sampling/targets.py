@@ -417,13 +417,16 @@ class ProbsKind(SpecKind):
 @spec_kind
 class PathKind(SpecKind):
     name, syntax, label = "path", "path:A->B:N", "Interpolation path"
+    steps_range = (2, 101)  # inclusive; the Interpolation page's widget takes its bounds from here
 
     @classmethod
     def make(cls, a: int, b: int, steps: int, class_names: Sequence[str]) -> SpecPart:
         if a == b:
             raise ProbeError("a path needs two different classes")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-            raise ProbeError("the number of steps must be an integer >= 2")
+        low, high = cls.steps_range
+        if isinstance(steps, bool) or not isinstance(steps, int) or not low <= steps <= high:
+            raise ProbeError(f"the number of steps must be a whole number from {low} to {high}, "
+                             f"got {steps if isinstance(steps, int) else excerpt(steps)}")
         targets = []
         for i in range(steps):
             t = round(i / (steps - 1), 10)
@@ -441,7 +444,9 @@ class PathKind(SpecKind):
             raise ProbeError("write path:A->B:STEPS, e.g. path:8->9:11")
         a, b = class_index(source, class_names), class_index(destination, class_names)
         if not steps_text.strip().isdigit():
-            raise ProbeError("the number of steps must be an integer >= 2")
+            low, high = cls.steps_range
+            raise ProbeError(f"the number of steps must be a whole number from {low} to {high}, "
+                             f"got {excerpt(steps_text)}")
         return cls.make(a, b, int(steps_text), class_names)
 
 

@@ -11,6 +11,8 @@ from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries, review, steps
 from probe_core.models import ModelSpec
+from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
+from probe_core.sampling.targets import DEFAULT_SIGMA, PathKind
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -101,6 +103,11 @@ def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
     assert not at.exception
     assert any("sum to 1" in e.value for e in at.error)
     assert at.button(key="probe_start").disabled
+    # the sampler widgets' bounds are the request module's ranges, not the page's
+    for key, name in (("probe_chains", "chains"), ("probe_warmup", "warmup"), ("probe_samples", "samples")):
+        assert (at.number_input(key=key).min, at.number_input(key=key).max) == SAMPLE_RANGES[name], key
+    sigma = at.number_input(key="probe_sigma")
+    assert (sigma.min, sigma.max, sigma.value) == (*SIGMA_RANGE, DEFAULT_SIGMA)
 
 
 def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_run, monkeypatch):
@@ -293,6 +300,9 @@ def test_ambiguity_matrix_builds_in_the_background_and_opens_a_pair(app_env):
 
 def test_interpolation_samples_a_path_and_draws_the_strip(app_env):
     at = open_page("pages/views/interpolation.py")
+    # the widgets' bounds and starting values are the path kind's and the request module's, not the page's
+    assert (at.number_input(key="path_steps").min, at.number_input(key="path_steps").max) == PathKind.steps_range
+    assert at.number_input(key="path_chains").value == PATH_PAGE_DEFAULTS["chains"]
     at.selectbox(key="path_from").select("1")
     at.selectbox(key="path_to").select("7")
     at.number_input(key="path_steps").set_value(3)

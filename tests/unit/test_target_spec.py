@@ -54,7 +54,7 @@ def test_typed_fields_answer_what_callers_used_to_slice_out_of_the_text():
 
 @pytest.mark.parametrize("make, message", [
     (lambda: TargetSpec.ambiguous(DIGITS, 2, 2), "must differ"),
-    (lambda: TargetSpec.path_between(DIGITS, 1, 2, 1), "integer >= 2"),
+    (lambda: TargetSpec.path_between(DIGITS, 1, 2, 1), "a whole number from 2 to 101"),
     (lambda: TargetSpec.vector(DIGITS, [0.5] * 10), "sum to 1"),
     (lambda: TargetSpec.vector(DIGITS, [1.0]), "needs 10 probabilities"),
     (lambda: TargetSpec.high(DIGITS, "eleven"), "unknown class"),

@@ -75,7 +75,8 @@ def test_spec_language():
     ("probs:0=abc", "not a number"),
     ("probs:0", "CLASS=PROBABILITY"),
     ("path:0-1:3", "path:A->B:STEPS"),
-    ("path:0->1:1", "integer >= 2"),
+    ("path:0->1:1", "a whole number from 2 to 101"),
+    ("path:0->1:102", "a whole number from 2 to 101"),
     ("sideways:1", "unknown target kind"),
     ("", "unknown target kind"),
 ])
