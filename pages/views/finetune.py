@@ -31,15 +31,18 @@ if distill_run is None:
 sources = queries.label_sources(ws.store, distill_run.id)
 source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
                       help="human labels, or an oracle's automatic labels (demos)")
-class_names = queries.run_class_names(ws.store, distill_run.id, ws.registry.data_dir)
+run_data = queries.run_dataset(ws.store, distill_run.id, ws.registry.data_dir)
+class_names = run_data.class_names
 table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, source)
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
 correct_defaults = field_defaults(steps.CorrectRequest)
+data_lambdas, _, budget = steps.correction_budget(steps.CorrectRequest(distill_run.id), run_data.image_shape)
+st.caption(f"Defaults for this data: {budget}.")
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
-    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in correct_defaults["lambdas"]), key="finetune_lambdas")
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in data_lambdas), key="finetune_lambdas")
     correct_ranges = steps.CorrectRequest.ranges
     epochs = c2.number_input("Epochs per λ", *correct_ranges["epochs"], correct_defaults["epochs"], key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", *correct_ranges["samples_per_region"],
@@ -106,7 +109,7 @@ percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, f
            for k in ("test accuracy", "failure-region accuracy")}
 st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
 st.caption(f"Selected: {result.selection['description']}. Baseline: "
-           f"{result.results['baseline']['description']}.")
+           f"{result.results['baseline']['description']}." + (f" Swept: {result.budget}." if result.budget else ""))
 before, after = result.results["before"], result.results["defuse"]
 test_drop = before["test_accuracy"] - after["test_accuracy"]
 allowed = st.number_input("Warn when test accuracy falls by more than (points)", 0.0, 100.0, 1.0, 0.5,

@@ -92,6 +92,8 @@ def _print_results(result) -> None:
         rows.append([title, f"{entry['test_accuracy'] * 100:.1f}%", f"{entry['failure_accuracy'] * 100:.1f}%", chosen])
     print(format_table(rows, ["classifier", "test accuracy", "failure-region accuracy", "selected"]))
     print(f"selected: {result.selection['description']}")
+    if result.budget:
+        print(f"swept: {result.budget}")
     print(f"corrected classifier registered as {result.corrected_model} (the original "
           f"{result.original_model} is kept); {len(result.regions)} failure regions, {result.seconds:.1f} s")
 
@@ -227,7 +229,8 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
 
 def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectRequest:
     return steps.CorrectRequest.build(distill_run=distill_run, source=source, rho=args.rho,
-                                      lambdas=tuple(args.lambdas), epochs=args.epochs,
+                                      lambdas=None if args.lambdas is None else tuple(args.lambdas),
+                                      epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                                       samples_per_region=args.samples_per_region, seed=args.seed,
                                       executor=args.executor, baseline=args.baseline, selection=args.selection)
 
@@ -340,9 +343,13 @@ def _lambda_list(text: str) -> list[float]:
 
 
 def _add_correct_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lambdas", type=_lambda_list, default=list(correction.PAPER_LAMBDAS),
-                        help="comma-separated λ grid (default: the paper's 1e-10 … 1000)")
+    parser.add_argument("--lambdas", type=_lambda_list, default=None,
+                        help="comma-separated λ grid (default: the paper's 17 from 1e-10 to 1000; on images of "
+                             "32x32 and up " + ",".join(f"{lam:g}" for lam in correction.REAL_SIZE_LAMBDAS) + ")")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--steps-per-epoch", type=int, default=None,
+                        help="at most this many batches of the training data per epoch (default: a full pass; on "
+                             f"images of 32x32 and up {correction.REAL_SIZE_STEPS_PER_EPOCH})")
     parser.add_argument("--samples-per-region", type=int, default=256)
     parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "

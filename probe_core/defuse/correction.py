@@ -31,6 +31,13 @@ from probe_core.runs.scaleout import Reporter, ShardTask
 log = logging.getLogger(__name__)
 
 PAPER_LAMBDAS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 2.0, 5.0, 10.0, 20.0, 100.0, 1000.0)
+# Real-size images (32x32 and up): a finetuning step of the real-size classifier costs tens of times a digits
+# step on CPU, so the paper's 17 λ with full passes over D would take over half an hour per sweep. Five λ
+# spanning the paper's grid (its smallest, which leaves the failures out in effect, through 100) and a capped
+# number of D batches per epoch (each with a batch of failure samples beside it) keep a sweep to minutes; both
+# are disclosed in the result and overridable (:func:`probe_core.defuse.steps.correction_budget`).
+REAL_SIZE_LAMBDAS = (1e-10, 1e-2, 1.0, 10.0, 100.0)
+REAL_SIZE_STEPS_PER_EPOCH = 50
 SPLITS = ("finetune", "validation", "test")
 SELECTION_RULES = {
     "data": "the best epoch of the best λ by accuracy on the validation slice of the original data (the paper's)",
@@ -134,6 +141,7 @@ def finetune_sweep(
     epochs: int = 3,
     batch_size: int = 64,
     learning_rate: float = 1e-3,
+    steps_per_epoch: int | None = None,
     seed: int = 0,
     phase: str = "defuse",
     selection: str = "data",
@@ -153,6 +161,9 @@ def finetune_sweep(
         D_f, and held-out failure samples (used for selection only under ``"data-and-failures"``).
     test, failure_test : LabelledImages
         Reported for every λ (the trade-off curve); never used for selection.
+    steps_per_epoch : int, optional
+        At most this many batches of D per epoch (a random subset of D, drawn anew each epoch; each batch with a
+        batch of failure samples beside it). Default: a full pass over D.
     selection : str
         A key of :data:`SELECTION_RULES`.
     executor : Executor, optional
@@ -177,8 +188,10 @@ def finetune_sweep(
         raise ProbeError("no failure samples to finetune on")
     if selection not in SELECTION_RULES:
         raise ProbeError(f"unknown selection rule {selection!r}; choose one of {', '.join(SELECTION_RULES)}")
+    if steps_per_epoch is not None and steps_per_epoch < 1:
+        raise ProbeError(f"steps per epoch must be at least 1, got {steps_per_epoch}")
     options = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
-               "selection": selection}
+               "selection": selection, "steps_per_epoch": steps_per_epoch}
     data = {"train": train, "validation": validation, "failures": failures, "failure_validation": failure_validation,
             "test": test, "failure_test": failure_test}
     if executor is None:
@@ -203,11 +216,13 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
                         validation: LabelledImages, failures: LabelledImages, failure_validation: LabelledImages,
                         test: LabelledImages, failure_test: LabelledImages, epochs: int, batch_size: int,
                         learning_rate: float, seed: int, selection: str = "data",
+                        steps_per_epoch: int | None = None,
                         on_epoch: Callable[[int, float], None] | None = None) -> dict:
     """Finetune a copy of ``classifier`` with one λ; the best epoch's scores, test figures and ``state`` (weights).
 
     Every λ starts from the original weights with the same seed, so a λ's result does not depend on the
-    others or on where it runs.
+    others or on where it runs. ``steps_per_epoch`` caps the batches of D an epoch takes (see
+    :func:`finetune_sweep`).
     """
     device = next(classifier.parameters()).device
     generator = torch.Generator().manual_seed(seed)
@@ -216,7 +231,7 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
     best = None
     for epoch in range(1, epochs + 1):
         model.train()
-        for index in torch.randperm(len(train), generator=generator).split(batch_size):
+        for index in torch.randperm(len(train), generator=generator).split(batch_size)[:steps_per_epoch]:
             failure_index = torch.randint(len(failures), (batch_size,), generator=generator)
             loss = _loss(model, train.images[index].to(device), train.labels[index].to(device))
             loss = loss + lam * _loss(model, failures.images[failure_index].to(device),

@@ -87,9 +87,14 @@ def run_models(store, run_id: int) -> dict:
     return {"dataset": info["dataset"], "classifier": info["classifier"], "vae": info["vae"]}
 
 
+def run_dataset(store, run_id: int, data_dir=None):
+    """The :class:`~probe_core.data.ImageDataset` a Defuse run was made on."""
+    return load_dataset(run_models(store, run_id)["dataset"], data_dir)
+
+
 def run_class_names(store, run_id: int, data_dir=None) -> tuple[str, ...]:
     """The class names of a Defuse run's data set (labels are stored by class name)."""
-    return load_dataset(run_models(store, run_id)["dataset"], data_dir).class_names
+    return run_dataset(store, run_id, data_dir).class_names
 
 
 def load_run_models(registry, store, run_id: int, device: str = "cpu"):

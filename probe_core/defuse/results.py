@@ -118,6 +118,10 @@ class CorrectionResult(StoredResult):
     corrected_model, original_model : str
         The corrected classifier, registered next to the original (kept).
     seconds : float
+    steps_per_epoch : int or None
+        The batches of D each epoch took (None: a full pass).
+    budget : str
+        The λ grid and epochs it ran with, and why (:func:`~probe_core.defuse.steps.correction_budget`).
     """
 
     kind: ClassVar[str] = CORRECT
@@ -134,6 +138,8 @@ class CorrectionResult(StoredResult):
     corrected_model: str
     original_model: str
     seconds: float
+    steps_per_epoch: int | None = None
+    budget: str = ""
 
 
 @dataclass(frozen=True)

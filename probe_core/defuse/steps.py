@@ -23,6 +23,8 @@ from probe_core.data.classes import split_class_map
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
+    REAL_SIZE_LAMBDAS,
+    REAL_SIZE_STEPS_PER_EPOCH,
     SELECTION_RULES,
     FailureRegion,
     LabelledImages,
@@ -206,42 +208,84 @@ class CorrectRequest(BuiltFromSettings):
 
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
     :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
+    ``lambdas`` and ``steps_per_epoch`` left as None are chosen from the data's size by
+    :func:`correction_budget` (the paper's grid and full passes over D, or a smaller budget at real size).
     """
 
     setting_word: ClassVar[str] = "correction"
     ranges: ClassVar[dict] = {"rho": (0.0, 1.0), "epochs": (1, 1000), "samples_per_region": (1, 100_000),
                               "validation_fraction": (0.01, 0.9), "batch_size": (1, 4096),
-                              "learning_rate": (1e-6, 1.0)}
+                              "learning_rate": (1e-6, 1.0), "steps_per_epoch": (1, 1_000_000)}
     kind: ClassVar[str] = CORRECT
     builder: ClassVar[str] = "probe_core.defuse.steps:correct_job"
 
     distill_run: int
     source: str = HUMAN
     rho: float = DEFAULT_RHO
-    lambdas: tuple[float, ...] = PAPER_LAMBDAS
+    lambdas: tuple[float, ...] | None = None
     epochs: int = 3
     samples_per_region: int = 256
     validation_fraction: float = 0.1
     batch_size: int = 64
     learning_rate: float = 1e-3
+    steps_per_epoch: int | None = None
     seed: int = 0
     executor: str = "local"  # where the λ sweep runs (probe_core.runs.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
     selection: str = "data"
 
     def __post_init__(self) -> None:
-        if not self.lambdas:
-            raise ProbeError("give at least one λ")
-        bad = [lam for lam in self.lambdas if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0)]
-        if bad:
-            raise ProbeError(f"every λ must be a finite number >= 0 (it weighs the failure loss), got "
-                             f"{', '.join(map(str, bad))}")
+        if self.lambdas is not None:
+            self._check_lambdas()
         self.check_ranges()
         if self.baseline not in BASELINES:
             raise ProbeError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
         if self.selection not in SELECTION_RULES:
             raise ProbeError(f"unknown selection rule {self.selection!r}; choose one of "
                              f"{', '.join(SELECTION_RULES)}")
+
+    def _check_lambdas(self) -> None:
+        if not self.lambdas:
+            raise ProbeError("give at least one λ")
+        bad = [lam for lam in self.lambdas if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0)]
+        if bad:
+            raise ProbeError(f"every λ must be a finite number >= 0 (it weighs the failure loss), got "
+                             f"{', '.join(map(str, bad))}")
+
+
+def correction_budget(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> tuple[tuple, int | None, str]:
+    """The λ grid and the batches of D per epoch a correction runs with, and a note saying where they come from.
+
+    What the request gives is kept. Left as None, they are chosen from the data's size: the paper's 17 λ with
+    full passes over D for images below 32x32; at real size (:func:`~probe_core.data.is_real_size`)
+    :data:`~probe_core.defuse.correction.REAL_SIZE_LAMBDAS` and
+    :data:`~probe_core.defuse.correction.REAL_SIZE_STEPS_PER_EPOCH` batches per epoch.
+
+    Parameters
+    ----------
+    settings : CorrectRequest
+    image_shape : tuple of int
+        The data set's (C, H, W).
+
+    Returns
+    -------
+    lambdas : tuple of float
+    steps_per_epoch : int or None
+        None: a full pass over D each epoch.
+    note : str
+    """
+    real_size = is_real_size(image_shape)
+    lambdas = settings.lambdas or (REAL_SIZE_LAMBDAS if real_size else PAPER_LAMBDAS)
+    steps_per_epoch = settings.steps_per_epoch or (REAL_SIZE_STEPS_PER_EPOCH if real_size else None)
+    chosen = [what for what, given in (("λ grid", settings.lambdas), ("batches per epoch", settings.steps_per_epoch))
+              if given is None]
+    note = (f"{len(lambdas)} λ ({', '.join(f'{lam:g}' for lam in lambdas)}), {settings.epochs} epochs of "
+            f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}")
+    if chosen and real_size:
+        note += (f"; {' and '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
+                 f"the paper's 17 λ over full passes would take over half an hour on CPU "
+                 f"(--lambdas and --steps-per-epoch choose otherwise)")
+    return lambdas, steps_per_epoch, note
 
 
 def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
@@ -420,8 +464,10 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         clusters = {c["id"]: c for c in store.get_clusters(settings.distill_run)}
         regions = [FailureRegion(r["id"], clusters[r["id"]]["mean"], clusters[r["id"]]["covariance"],
                                  dataset.class_names.index(r["label"])) for r in usable]
+        lambdas, steps_per_epoch, budget = correction_budget(settings, dataset.image_shape)
+        log.info("correction: %s", budget)
         rng = np.random.default_rng(settings.seed)
-        context.report(0.0, f"sampling {len(regions)} failure regions", force=True)
+        context.report(0.0, f"sampling {len(regions)} failure regions; {budget}", force=True)
         sets = sample_regions(vae.module, regions, distill_tau(store, settings.distill_run),
                               settings.samples_per_region, rng)
         train, validation = split_validation(dataset.train_images, dataset.train_labels,
@@ -430,8 +476,9 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         before = evaluate(classifier.module, test, sets["test"])
         baseline_set = _baseline_failures(store, vae, settings, dataset)
         executor = parse_executor(settings.executor)
-        sweep_args = {"lambdas": tuple(settings.lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
-                      "learning_rate": settings.learning_rate, "seed": settings.seed, "selection": settings.selection,
+        sweep_args = {"lambdas": tuple(lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
+                      "learning_rate": settings.learning_rate, "steps_per_epoch": steps_per_epoch,
+                      "seed": settings.seed, "selection": settings.selection,
                       "executor": executor if executor.distributed else None}
 
         def on_progress(p, offset: float) -> None:
@@ -461,10 +508,10 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
                                   "description": BASELINES[settings.baseline]}},
             selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection]},
             sweep=sweep, baseline_sweep=baseline_sweep, baseline_failures=len(baseline_set),
-            lambdas_not_done={phase: sorted(set(settings.lambdas) - {entry["lambda"] for entry in entries})
+            lambdas_not_done={phase: sorted(set(lambdas) - {entry["lambda"] for entry in entries})
                               for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
             corrected_model=corrected_id, original_model=classifier.id,
-            seconds=round(time.perf_counter() - started, 2))
+            seconds=round(time.perf_counter() - started, 2), steps_per_epoch=steps_per_epoch, budget=budget)
 
     return run
 

@@ -153,8 +153,9 @@ def test_paper_selection_and_the_cluster_label_baseline(trained_workspace, flawe
     source, _ = defuse_review.auto_label(registry, store, flawed_run["distill_run"], "default")
     _, result = steps.run_step(registry, store, steps.CorrectRequest(
         distill_run=flawed_run["distill_run"], source=source, lambdas=(0.1, 1.0), epochs=1, samples_per_region=32,
-        baseline="cluster-labels"))
+        baseline="cluster-labels", steps_per_epoch=5))
     assert result.selection["rule"] == "data"  # the paper's: accuracy on the original data alone
+    assert result.steps_per_epoch == 5 and "2 λ (0.1, 1), 1 epochs of 5 batches of D" in result.budget
     assert all(entry["score"] == entry["validation_accuracy"] for entry in result.sweep + result.baseline_sweep)
     assert result.results["defuse"]["score"] == max(entry["score"] for entry in result.sweep)
     names = tuple(str(c) for c in range(10))
@@ -262,6 +263,11 @@ def test_cli_defuse_errors_are_one_line(trained_workspace, flawed_run, capsys):
     root = ["--workspace", str(trained_workspace.root), "defuse"]
     assert main([*root, "distill", "--run", str(flawed_run["distill_run"])]) == 2
     assert "expected a 'defuse-identify' run" in capsys.readouterr().err
+    runs_before = len(trained_workspace.store.list_runs())
+    assert main([*root, "correct", "--run", str(flawed_run["distill_run"]), "--steps-per-epoch", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "must be a whole number from 1 to 1,000,000, got 0" in error and error.count("\n") == 1
+    assert len(trained_workspace.store.list_runs()) == runs_before  # nothing stored for bad input
     assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--auto-label", "human"]) == 2
     assert "oracle:MODEL" in capsys.readouterr().err
     cluster_id = trained_workspace.store.get_clusters(flawed_run["distill_run"])[0]["id"]

@@ -1,0 +1,85 @@
+"""The correction's λ grid and batches per epoch: the paper's on small images, a disclosed budget at real size."""
+
+import pytest
+import torch
+
+from probe_core.defuse.correction import (
+    PAPER_LAMBDAS,
+    REAL_SIZE_LAMBDAS,
+    REAL_SIZE_STEPS_PER_EPOCH,
+    LabelledImages,
+    finetune_one_lambda,
+)
+from probe_core.defuse.steps import CorrectRequest, correction_budget
+from probe_core.errors import ProbeError
+
+
+def test_small_images_keep_the_papers_grid_and_full_passes():
+    lambdas, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1), (1, 8, 8))
+    assert lambdas == PAPER_LAMBDAS and steps_per_epoch is None
+    assert "full pass" in note and "real-size" not in note
+
+
+def test_real_size_images_get_a_smaller_budget_and_say_so():
+    lambdas, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))
+    assert lambdas == REAL_SIZE_LAMBDAS and steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH
+    assert set(REAL_SIZE_LAMBDAS) <= set(PAPER_LAMBDAS) and len(REAL_SIZE_LAMBDAS) < len(PAPER_LAMBDAS)
+    assert "real-size images (32x32)" in note and "--steps-per-epoch" in note
+
+
+def test_what_the_user_gives_is_kept_at_real_size():
+    asked = CorrectRequest(distill_run=1, lambdas=(0.5, 2.0), steps_per_epoch=7)
+    lambdas, steps_per_epoch, note = correction_budget(asked, (3, 64, 64))
+    assert lambdas == (0.5, 2.0) and steps_per_epoch == 7
+    assert "chosen for real-size" not in note and "7 batches of D" in note
+    # one left out is still chosen from the data, and the note names only that one
+    _, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1, lambdas=(1.0,)), (3, 64, 64))
+    assert steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH and "batches per epoch chosen" in note
+    assert "λ grid" not in note.split(";")[1]
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_a_steps_per_epoch_that_is_not_a_positive_whole_number_is_refused(bad):
+    with pytest.raises(ProbeError, match="steps per epoch|whole number"):
+        CorrectRequest.build(distill_run=1, steps_per_epoch=bad)
+
+
+class _CountingClassifier(torch.nn.Module):
+    """Logits from a linear layer. It counts training batches on the class, because finetuning trains a deep
+    copy of the model it is given."""
+
+    output_kind = "logits"
+    batches_scored = 0
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+
+    def scores(self, images):
+        type(self).batches_scored += 1
+        return self.net(images)
+
+    def forward(self, images):
+        return torch.softmax(self.net(images), dim=1)
+
+
+def _labelled(count: int, seed: int) -> LabelledImages:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(count, 1, 2, 2, generator=generator)
+    labels = (images.flatten(1).sum(1) > 0).long()
+    return LabelledImages(images, labels, torch.full((count,), -1))
+
+
+@pytest.mark.parametrize("steps_per_epoch, batches_per_epoch", [(None, 10), (3, 3), (50, 10)])
+def test_steps_per_epoch_caps_the_batches_of_d_each_epoch_takes(monkeypatch, steps_per_epoch, batches_per_epoch):
+    monkeypatch.setattr(_CountingClassifier, "batches_scored", 0)
+    original = _CountingClassifier()
+    before = {name: value.clone() for name, value in original.state_dict().items()}
+    result = finetune_one_lambda(original, 1.0, train=_labelled(40, 0), validation=_labelled(8, 2),
+                                 failures=_labelled(12, 1), failure_validation=_labelled(4, 3),
+                                 test=_labelled(8, 4), failure_test=_labelled(4, 5), epochs=2, batch_size=4,
+                                 learning_rate=1e-2, seed=0, steps_per_epoch=steps_per_epoch)
+    # 40 images in batches of 4 are 10 batches; each step scores one batch of D and one of failures, 2 epochs
+    assert _CountingClassifier.batches_scored == 2 * 2 * batches_per_epoch
+    assert result["epoch"] in (1, 2)
+    assert all(torch.equal(value, before[name]) for name, value in original.state_dict().items())  # a copy trains
