@@ -2,6 +2,7 @@
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -18,9 +19,20 @@ if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
     pytest.skip("Ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
 RAY = str(Path(sys.executable).parent / "ray")
-# Ray 2.59+ starts clusters with token authentication; a client joins with the token (~/.ray/auth_token) when
-# it is told to use it, as the README says.
-TOKEN_AUTH = {"RAY_AUTH_MODE": "token"}
+
+
+@pytest.fixture
+def token_auth(tmp_path) -> dict:
+    """The environment of a cluster with token authentication (Ray 2.59+ starts clusters so) and its clients.
+
+    The token is this test's own file (``RAY_AUTH_TOKEN_PATH``), so the test neither needs nor touches
+    ``~/.ray/auth_token``: Ray 2.60's ``ray start`` refuses to start without a token, and whether another test
+    had already written the default one depended on the order the tests ran in.
+    """
+    token = tmp_path / "ray-auth-token"
+    token.write_text(secrets.token_hex(32))  # the form of Ray's own tokens (256 random bits, hex)
+    token.chmod(0o600)
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
 
 
 def _free_port() -> int:
@@ -29,14 +41,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_head(log_path: Path) -> tuple[subprocess.Popen, int]:
+def _start_head(log_path: Path, token_auth: dict) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     with open(log_path, "ab") as log:
         head = subprocess.Popen([RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
                                  str(port), "--num-cpus", "2", "--object-store-memory", str(200 * 1024**2),
                                  "--include-dashboard", "false", "--disable-usage-stats"],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **TOKEN_AUTH})
+                                env={**os.environ, **token_auth})
     return head, port
 
 
@@ -59,7 +71,7 @@ def _stop(head: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def head_node(tmp_path):
+def head_node(tmp_path, token_auth):
     """A head node in its own process group (``--block``), listening before the test starts.
 
     A head that exits while starting (another process took one of the ports Ray picks) is
@@ -67,7 +79,7 @@ def head_node(tmp_path):
     """
     log_path = tmp_path / "ray-head.log"
     for _attempt in range(3):
-        head, port = _start_head(log_path)
+        head, port = _start_head(log_path, token_auth)
         deadline = time.time() + 120
         while time.time() < deadline and head.poll() is None and not _listening(port):
             time.sleep(0.5)
@@ -80,9 +92,9 @@ def head_node(tmp_path):
     _stop(head)
 
 
-def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_node, tmp_path):
+def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_node, token_auth, tmp_path):
     out = tmp_path / "result.json"
-    env = {**os.environ, **TOKEN_AUTH, "PROBE_WORKSPACE": str(trained_workspace.root), "RAY_ADDRESS": ""}
+    env = {**os.environ, **token_auth, "PROBE_WORKSPACE": str(trained_workspace.root), "RAY_ADDRESS": ""}
     command = [sys.executable, "-m", "probe_core.cli", "--executor", f"ray:{head_node}", "sample",
                "--target", "ambiguous:3,5;high:2", "--chains", "2", "--warmup", "10", "--samples", "5",
                "--shards", "2", "--out", str(out)]
