@@ -7,8 +7,8 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import dataset_entry, list_datasets
 from probe_core.errors import ProbeError
 from probe_core.models import GENERATOR_KINDS, ModelSpec
+from probe_core.models.jobs import start_default_training, submit_training
 from probe_core.runs import history
-from probe_core.runs.runconfig import start_default_training, submit_training
 
 ws = _ui.workspace()
 manager = _ui.job_manager()

@@ -6,10 +6,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
-from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind
+from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind, submit
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,16 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
         return TrainingResult(list(models))
 
     return run
+
+
+def submit_training(manager, registry, specs: list, dataset: str, purpose: str = "custom",
+                    device: str = "cpu") -> int:
+    """Train :class:`~probe_core.models.ModelSpec` s in the background; a second identical request joins the first."""
+    return submit(manager, TrainRequest.build(dataset, specs, purpose, device), registry.data_dir, dedupe=True)
+
+
+def start_default_training(manager, registry, dataset: str = DEFAULT_DATASET, device: str = "cpu") -> int | None:
+    """Start training a data set's missing default models; returns the run id, or None if all exist."""
+    if not registry.missing_defaults(dataset):
+        return None
+    return submit_training(manager, registry, registry.default_specs(dataset), dataset, "defaults", device)

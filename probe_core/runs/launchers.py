@@ -34,7 +34,6 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-import probe_core.runs.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds here too
 from probe_core.errors import ProbeError
 from probe_core.runs.lifecycle import JobSpec, execute_run
 from probe_core.store import Store

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import logging
 import threading
@@ -276,9 +277,10 @@ class JobSpec:
         ProbeError
             For a kind this process has not declared, or a record its request type does not read.
         """
-        kind = RUN_KINDS.get(self.kind)
+        kind = kind_named(self.kind)
         if kind is None:
-            raise ProbeError(f"unknown run kind {self.kind!r}; known: {', '.join(sorted(RUN_KINDS)) or 'none'}")
+            known = sorted(all_run_kinds())
+            raise ProbeError(f"unknown run kind {self.kind!r}; known: {', '.join(known) or 'none'}")
         request = from_record(kind.request_type, self.request)
         module_name, _, function_name = kind.request_type.builder.partition(":")
         builder = getattr(importlib.import_module(module_name), function_name)
@@ -340,9 +342,31 @@ class RunKind:
             return None
 
 
-# Every kind declared so far, by name (filled as the modules declaring them are imported;
-# probe_core.runs.runconfig imports all of the product's).
+# Every kind declared so far, by name (filled as the modules declaring them are imported: :func:`kind_named`
+# imports a kind's module on first use, found through the package's entry points).
 RUN_KINDS: dict[str, RunKind] = {}
+RUN_KIND_ENTRY_POINTS = "model_probe.run_kinds"  # the entry-point group naming each kind's module (pyproject.toml)
+
+
+def _kind_modules() -> dict:
+    """Kind name -> its entry point, from the installed packages' metadata."""
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=RUN_KIND_ENTRY_POINTS)}
+
+
+def kind_named(name: str) -> RunKind | None:
+    """The run kind ``name``, importing the module that declares it on first use; None for an unknown kind."""
+    if name not in RUN_KINDS:
+        entry = _kind_modules().get(name)
+        if entry is not None:
+            entry.load()  # the module declares the kind as it is imported
+    return RUN_KINDS.get(name)
+
+
+def all_run_kinds() -> dict[str, RunKind]:
+    """Every run kind the installed packages declare, by name (their modules imported)."""
+    for name in _kind_modules():
+        kind_named(name)
+    return dict(RUN_KINDS)
 
 
 def run_kind(result_type: type) -> Callable[[type], type]:

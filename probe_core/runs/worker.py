@@ -19,7 +19,6 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     import torch
 
-    import probe_core.runs.runconfig  # noqa: F401 - declares every run kind, so a stored job's kind builds
     from probe_core.runs.lifecycle import execute_run
     from probe_core.store import Store
 

@@ -209,3 +209,39 @@ def test_the_late_import_finder_finds_a_planted_one():
 def test_the_top_level_holds_packages_and_a_handful_of_modules():
     """The folder listing reads as the architecture page does: concerns are packages (runs/, models/, ...)."""
     assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py", "pyfixes.py"]
+
+
+# The layers of probe_core, lowest first: a module imports only from its own layer and those below (the longest
+# prefix decides a module's layer). The runs layer never imports a domain: a stored run's kind is found through
+# the package's entry points (probe_core.runs.lifecycle.kind_named). A domain's job module (models.jobs) sits
+# with the domains, above the runs layer whose lifecycle it declares its kind with.
+LAYERS = (
+    ("probe_core.errors", "probe_core.pyfixes", "probe_core.store", "probe_core.team"),
+    ("probe_core.data", "probe_core.sampling", "probe_core.scenes"),
+    ("probe_core.models",),
+    ("probe_core.runs", "probe_core.reporting"),
+    ("probe_core.bayestrex", "probe_core.defuse", "probe_core.suites", "probe_core.models.jobs"),
+    ("probe_core.api", "probe_core.cli", "probe_core"),
+)
+
+
+def _layer(module: str) -> int:
+    matches = [(len(prefix), level) for level, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1]
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if _layer(target) > _layer(module))
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = _upward_imports(_graph())
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    planted = {"probe_core.runs.lifecycle": {"probe_core.defuse.steps"}, "probe_core.defuse.steps": {"probe_core.runs"}}
+    assert _upward_imports(planted) == ["probe_core.runs.lifecycle -> probe_core.defuse.steps"]
+    assert _layer("probe_core.models.jobs") > _layer("probe_core.runs.lifecycle") > _layer("probe_core.models.registry")

@@ -37,12 +37,13 @@ def test_every_run_kind_has_a_typed_result_that_reads_back_from_its_record():
 
     from probe_core.bayestrex.results import ComparisonResult, SamplingResult
     from probe_core.defuse.results import CorrectionResult, DistillationResult, IdentificationResult
-    from probe_core.runs.lifecycle import RUN_KINDS, stored_result
+    from probe_core.runs.lifecycle import all_run_kinds, stored_result
     from probe_core.runs.runconfig import result_of
 
+    kinds = all_run_kinds()
     assert {"sample", "compare", "train", "defuse-identify", "defuse-distill", "defuse-correct", "defuse-embedding",
-            "suite-score", "latent-map"} <= set(RUN_KINDS)
-    for name, kind in RUN_KINDS.items():  # each run kind returns a typed result, not a dict
+            "suite-score", "latent-map"} <= set(kinds)
+    for name, kind in kinds.items():  # each run kind returns a typed result, not a dict
         assert kind.request_type.kind == kind.result_type.kind == name
     target = {"spec": "high:3", "description": "high confidence in 3", "failed": False, "hit_rate": 0.5,
               "summary": {"hits": 5, "kept": 10}, "samples": [{"z": [0.0]}]}
@@ -276,3 +277,46 @@ def test_distill_after_names_an_unknown_distillation_setting():
     with pytest.raises(ProbeError, match="distill_after: unknown distillation setting.*clusters"):
         IdentifyRequest.build(distill_after={"clusters": 3})
     assert IdentifyRequest.build(distill_after={"tau": 0.5}).distill_after == {"tau": 0.5}
+
+
+def test_a_stored_kind_is_found_through_the_entry_points_and_the_runs_layer_imports_no_domain():
+    """A fresh process reads a stored run of any kind: reading runs back imports no domain, and the kind's
+    module is imported (through the package's entry points) when a run of that kind is first read."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from types import SimpleNamespace
+import probe_core.runs.runconfig as runconfig
+import probe_core.runs.launchers
+domains = ("probe_core.bayestrex", "probe_core.defuse", "probe_core.suites", "probe_core.models.jobs")
+assert not [m for m in sys.modules if m.startswith(domains)], sorted(m for m in sys.modules if m.startswith(domains))
+run = SimpleNamespace(kind="defuse-correct", config={"distill_run": 4, "lambdas": [0.5], "steps_per_epoch": 7})
+request = runconfig.config_of(run)
+assert "probe_core.defuse.steps" in sys.modules and type(request).__name__ == "CorrectRequest"
+assert request.lambdas == (0.5,) and request.steps_per_epoch == 7
+assert runconfig.config_of(SimpleNamespace(kind="no-such-kind", config={})) is None
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_every_declared_run_kind_is_named_in_the_entry_points():
+    """pyproject.toml's model_probe.run_kinds names each kind's module: a kind left out would never be read back
+    in a process that had not imported its module."""
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    from probe_core.runs.lifecycle import RUN_KIND_ENTRY_POINTS, all_run_kinds
+
+    declared = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    listed = declared["project"]["entry-points"][RUN_KIND_ENTRY_POINTS]
+    installed = {entry.name: entry.value for entry in importlib.metadata.entry_points(group=RUN_KIND_ENTRY_POINTS)}
+    assert installed == listed  # the installed metadata is this checkout's (pip install -e . after a change)
+    kinds = all_run_kinds()  # imports every listed module: each must declare the kind it is listed for
+    assert set(listed) <= set(kinds)
+    assert set(listed) == {name for name, kind in kinds.items() if kind.request_type.__module__.startswith("probe_core.")}
+
