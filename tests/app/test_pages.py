@@ -10,6 +10,7 @@ from probe_core.bayestrex.latent_map import latent_map
 from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries, review, steps
+from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.sampling.targets import DEFAULT_SIGMA, PathKind
@@ -221,6 +222,10 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     at = open_page("pages/views/finetune.py")
     at.selectbox(key="finetune_run_pick").set_value(flawed_run["distill_run"]).run()
     at.selectbox(key="finetune_source").select(source).run()
+    # digits are small images: the λ grid offered is the paper's, and the page says so before anything runs
+    assert at.text_input(key="finetune_lambdas").value == ",".join(f"{lam:g}" for lam in PAPER_LAMBDAS)
+    assert any(c.value.startswith("Defaults for this data: 17 λ") and "a full pass over D" in c.value
+               for c in at.caption)
     at.text_input(key="finetune_lambdas").input("1")
     for key, name in (("finetune_epochs", "epochs"), ("finetune_per_region", "samples_per_region")):
         widget = at.number_input(key=key)
@@ -233,6 +238,7 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     run = app_env.store.list_runs(kind=queries.CORRECT)[0]
     assert run.config["distill_run"] == flawed_run["distill_run"] and run.config["lambdas"] == [1.0]
     rerun_until(at, lambda a: any(s.value.startswith(f"Results (run {run.id},") for s in a.subheader))
+    assert any("Swept: 1 λ (1), 1 epochs of a full pass over D" in c.value for c in at.caption)
     table = at.dataframe[-1].value
     assert list(table["classifier"]) == ["before", "Defuse", "baseline: labelled individual failures"]
     assert run.config["baseline"] == "labelled-images" and run.config["selection"] == "data"  # the paper's
