@@ -47,7 +47,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="32,64")
     parser.add_argument("--workspace", default=".bench-workspace-defuse-real-size")
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)))
+    parser.add_argument("--flaws", default="mislabel,dropdark", help="which planted flaws to run (default: both)")
     args = parser.parse_args()
+    kinds = {kind.strip() for kind in args.flaws.split(",") if kind.strip()}
     from probe_core.data.catalog import canonical_dataset_name
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
@@ -61,7 +63,7 @@ def main() -> None:
         for spec in workspace.registry.default_specs(reference):
             if spec.kind == "vae":
                 workspace.registry.get_or_train(ModelSpec(**{**spec.__dict__, "epochs": epochs or spec.epochs}))
-        for flaw in FLAWS[size]:
+        for flaw in (flaw for flaw in FLAWS[size] if flaw.split("=")[0] in kinds):
             started = time.perf_counter()
             print(f"\n## {size}×{size}: {path.name}[{flaw}]; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
