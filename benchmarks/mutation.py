@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE_MODULES = ("probe_core/sampling/targets.py", "probe_core/sampling/hmc.py", "probe_core/sampling/rwm.py",
                 "probe_core/sampling/posterior.py", "probe_core/defuse/correction.py",
                 "probe_core/defuse/labels.py", "probe_core/data/classes.py", "probe_core/team/accounts.py")
-CORE_TESTS = ("tests/unit/", "tests/integration/test_trust.py", "tests/integration/test_permissions_core.py",
-              "tests/integration/test_team.py")
+# The unit tests and the fast integration tests of permissions and the team. tests/integration/test_trust.py,
+# which covers class matching end to end, runs the CLI from other folders, where mutmut's switch cannot follow.
+CORE_TESTS = ("tests/unit/", "tests/integration/test_permissions_core.py", "tests/integration/test_team.py")
 QUICK_MODULES = ("probe_core/sampling/hmc.py",)
 QUICK_TESTS = ("tests/unit/test_kernels.py", "tests/unit/test_driver.py")
 QUICK_MUTANTS = ("probe_core.sampling.hmc.x__kinetic__mutmut_*",)  # one function's mutants: the pipeline, quickly
@@ -46,9 +47,11 @@ QUICK_MUTANTS = ("probe_core.sampling.hmc.x__kinetic__mutmut_*",)  # one functio
 TIMEOUT_SECONDS = 20
 # Tests that start a process with an environment of their own: mutmut's switch (an environment variable) does
 # not reach it, so the mutated code there fails whatever the mutant. They are left out of the mutation run.
+ALSO_COPIED = ("app.py", "pages/", "assets/", ".streamlit/", "examples/", "requirements.txt", "requirements-ray.txt",
+               "requirements-dev.txt", "README.md", "CONTRIBUTING.md", "docs/", "benchmarks/", "Makefile", ".ci/")
+SPINNER = tuple("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")  # mutmut's progress lines, left out of a failure's output
 DESELECTED = ("tests/unit/test_user_data.py::test_a_reference_resolves_in_another_process_and_folder_and_a_view_keeps_"
               "its_classes",)
-COPIED = ("probe_core", "tests", "assets", "pyproject.toml")
 
 
 def write_config(copy: Path, modules: tuple[str, ...], tests: tuple[str, ...]) -> None:
@@ -56,6 +59,8 @@ def write_config(copy: Path, modules: tuple[str, ...], tests: tuple[str, ...]) -
     only ``modules`` are mutated, ``tests`` are the tests it runs."""
     lines = ["[mutmut]", "source_paths=probe_core/", "only_mutate=", *(f"    {module}" for module in modules),
              "pytest_add_cli_args_test_selection=", *(f"    {path}" for path in tests),
+             # what the tests read beside the package (the dashboard's pages, its assets and settings)
+             "also_copy=", *(f"    {path}" for path in ALSO_COPIED),
              "use_git_change_detection=False", f"timeout_constant={TIMEOUT_SECONDS}",
              # each mutant's process is forked from a server that has only collected the tests: a fork of a
              # process whose torch threads have run hangs in the child's first parallel operation
@@ -92,13 +97,11 @@ def main() -> None:
         sys.exit(f"no such module: {', '.join(missing)}")
     copy = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
-        for name in COPIED:
-            source = ROOT / name
-            if source.is_dir():
-                shutil.copytree(source, copy / name, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
-            else:
-                shutil.copy2(source, copy / name)
+        tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+        for name in tracked.stdout.splitlines():  # the working tree's version of every tracked file
+            if (ROOT / name).is_file():
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, copy / name)
         shared = ROOT.parent / "shared"
         if shared.is_dir() and not (copy / "shared").exists():  # the tests find ../shared beside their checkout
             (copy / "shared").symlink_to(shared)
@@ -121,7 +124,8 @@ def main() -> None:
         seconds = time.perf_counter() - started
         counts, survivors = scores(copy, modules)
         if completed.returncode != 0 and not any(sum(c[s] for s in ("killed", "survived")) for c in counts.values()):
-            output = (copy / "mutmut.log").read_text(errors="replace").replace("\r", "\n")
+            lines = (copy / "mutmut.log").read_text(errors="replace").replace("\r", "\n").splitlines()
+            output = "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(SPINNER))
             sys.exit(f"mutmut failed (exit {completed.returncode}):\n{output[-3000:]}")
         print(f"mutation score of {len(modules)} module(s), tests {', '.join(tests)} ({seconds:.0f} s, "
               f"mutmut {args.max_children} processes)\n")
