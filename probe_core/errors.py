@@ -6,6 +6,10 @@ without a traceback.
 """
 
 
+import math
+import numbers
+
+
 class ProbeError(ValueError):
     """Bad input or a failed precondition, with a message that says what to do."""
 
@@ -49,3 +53,28 @@ def listing(names: "list[str] | tuple[str, ...]", shown: int = 10, name_chars: i
     cut = [name if len(name) <= name_chars else name[: name_chars - 1] + "…" for name in map(str, names[:shown])]
     more = f", … ({len(names)} in all)" if len(names) > shown else ""
     return ", ".join(cut) + more
+
+
+def check_number_ranges(values: dict, ranges: dict, words: "dict[str, str] | None" = None) -> None:
+    """Refuse a value outside its inclusive range, or not a number, with a :class:`ProbeError`.
+
+    Parameters
+    ----------
+    values : dict
+        Setting name -> value; ``None`` means "not given" and is not checked.
+    ranges : dict
+        Setting name -> (low, high). Whole-number bounds ask for a whole number; others for a finite number.
+    words : dict, optional
+        Setting name -> how a message names it; by default the name with spaces for underscores.
+    """
+    for name, value in values.items():
+        if value is None:
+            continue
+        low, high = ranges[name]
+        whole = isinstance(low, int) and isinstance(high, int)
+        is_number = not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
+        if not (is_number and math.isfinite(value) and low <= value <= high):
+            word = (words or {}).get(name, name.replace("_", " "))
+            bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
+            shown = repr(value) if isinstance(value, numbers.Number) else excerpt(value)
+            raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {shown}")

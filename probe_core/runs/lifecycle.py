@@ -18,6 +18,7 @@ process can read it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -348,8 +349,10 @@ RUN_KINDS: dict[str, RunKind] = {}
 RUN_KIND_ENTRY_POINTS = "model_probe.run_kinds"  # the entry-point group naming each kind's module (pyproject.toml)
 
 
+@functools.cache
 def _kind_modules() -> dict:
-    """Kind name -> its entry point, from the installed packages' metadata."""
+    """Kind name -> its entry point, from the installed packages' metadata (read once a process: a stored run
+    of an unknown kind would otherwise rescan every installed package each time it is read)."""
     return {entry.name: entry for entry in importlib.metadata.entry_points(group=RUN_KIND_ENTRY_POINTS)}
 
 

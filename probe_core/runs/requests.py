@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
 from probe_core.data import is_real_size
-from probe_core.errors import ProbeError
+from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 
@@ -36,28 +34,6 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "learning_rate": "the learning rate", "validation_fraction": "the validation fraction",
                  "rho": "ρ", "sigma": "sigma (the paper uses 0.05)",
                  "steps_per_epoch": "batches of the training data per epoch"}
-
-
-def check_number_ranges(values: dict, ranges: dict) -> None:
-    """Refuse a value outside its inclusive range, or not a number, with the project's error.
-
-    Parameters
-    ----------
-    values : dict
-        Setting name -> value; ``None`` means "not given" and is not checked.
-    ranges : dict
-        Setting name -> (low, high). Whole-number bounds ask for a whole number; others for a finite number.
-    """
-    for name, value in values.items():
-        if value is None:
-            continue
-        low, high = ranges[name]
-        whole = isinstance(low, int) and isinstance(high, int)
-        is_number = not isinstance(value, bool) and isinstance(value, numbers.Integral if whole else numbers.Real)
-        if not (is_number and math.isfinite(value) and low <= value <= high):
-            word = SETTING_WORDS.get(name, name.replace("_", " "))
-            bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
-            raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {value!r}")
 
 
 SAMPLERS = ("hmc", "nuts", "rwm")
@@ -126,7 +102,7 @@ class BuiltFromSettings:
 
     def check_ranges(self) -> None:
         """Refuse a number setting outside :attr:`ranges` (or not a number) with the project's error."""
-        check_number_ranges({name: getattr(self, name) for name in self.ranges}, self.ranges)
+        check_number_ranges({name: getattr(self, name) for name in self.ranges}, self.ranges, SETTING_WORDS)
 
     @classmethod
     def build(cls, **settings):
@@ -190,8 +166,8 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
     if sampler not in SAMPLERS:
         raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
     check_number_ranges({"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
-                         "independence_moves": independence_moves}, SAMPLE_RANGES)
-    check_number_ranges({"sigma": sigma}, {"sigma": SIGMA_RANGE})
+                         "independence_moves": independence_moves, "sigma": sigma},
+                        {**SAMPLE_RANGES, "sigma": SIGMA_RANGE}, SETTING_WORDS)
 
 
 @dataclass(frozen=True)

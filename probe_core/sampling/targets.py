@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Sequence
 import torch
 
 from probe_core.data.classes import class_index
-from probe_core.errors import ProbeError, excerpt
+from probe_core.errors import ProbeError, check_number_ranges, excerpt
 
 DEFAULT_SIGMA = 0.05
 HIGH_HIT = 0.9
@@ -423,10 +423,7 @@ class PathKind(SpecKind):
     def make(cls, a: int, b: int, steps: int, class_names: Sequence[str]) -> SpecPart:
         if a == b:
             raise ProbeError("a path needs two different classes")
-        low, high = cls.steps_range
-        if isinstance(steps, bool) or not isinstance(steps, int) or not low <= steps <= high:
-            raise ProbeError(f"the number of steps must be a whole number from {low} to {high}, "
-                             f"got {steps if isinstance(steps, int) else excerpt(steps)}")
+        check_number_ranges({"steps": steps}, {"steps": cls.steps_range}, {"steps": "the number of steps"})
         targets = []
         for i in range(steps):
             t = round(i / (steps - 1), 10)
@@ -443,11 +440,8 @@ class PathKind(SpecKind):
         if not (colon and arrow):
             raise ProbeError("write path:A->B:STEPS, e.g. path:8->9:11")
         a, b = class_index(source, class_names), class_index(destination, class_names)
-        if not steps_text.strip().isdigit():
-            low, high = cls.steps_range
-            raise ProbeError(f"the number of steps must be a whole number from {low} to {high}, "
-                             f"got {excerpt(steps_text)}")
-        return cls.make(a, b, int(steps_text), class_names)
+        steps = int(steps_text) if steps_text.strip().isdigit() else steps_text
+        return cls.make(a, b, steps, class_names)
 
 
 @spec_kind
