@@ -42,15 +42,17 @@ def main() -> int:
             for kind in ("vae", "gan")]
     rows.append(("1-epoch VAE", registry.get_or_train(ModelSpec(dataset=args.dataset, kind="vae", epochs=1), **quiet)))
     print(f"thresholds: {GENERATOR_THRESHOLDS}")
-    print("| generator | verdict | FD-clf / train-vs-test | confidence ratio | reconstruction ratio | sharpness |")
-    print("|---|---|---|---|---|---|")
+    print("| generator | verdict | FD-clf / train-vs-test | confidence ratio | reconstruction ratio | class kept by "
+          "reconstructions | sharpness |")
+    print("|---|---|---|---|---|---|---|")
     failed = False
     for name, generator in rows:
         check = check_generator(generator, classifier, data)
         figures = check.figures
         reconstruction = figures.get("reconstruction_ratio", "n/a")
+        kept = figures.get("reconstruction_class_ratio", "n/a")
         print(f"| {name} | {check.verdict} | {figures['fd_clf']:.1f} / {figures['fd_train_test']:.1f} = "
-              f"{figures['fd_ratio']:.1f}x | {figures['confidence_ratio']:.2f} | {reconstruction} | "
+              f"{figures['fd_ratio']:.1f}x | {figures['confidence_ratio']:.2f} | {reconstruction} | {kept} | "
               f"{figures['sharpness_ratio']:.2f}x |")
         failed |= (check.verdict == "weak") != (name == "1-epoch VAE")
     if failed:

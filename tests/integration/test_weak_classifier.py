@@ -91,3 +91,33 @@ def test_the_judge_counts_the_hits_it_puts_in_the_target_class(digits):
     assert judge_agreement(judge, images, (7,)) == (0, 12)
     assert judge_agreement(judge, images.numpy(), (0, 1)) == (12, 12)  # a pair, and arrays as stored
     assert judge_agreement(judge, None, (1,)) == (0, 0)
+
+
+class _ShuffledCodes(nn.Module):
+    """The default VAE with its codes handed to the wrong images: each image gets its neighbour's code, so
+    prior samples are the default's but reconstructions are of other images."""
+
+    def __init__(self, vae: nn.Module) -> None:
+        super().__init__()
+        self.vae, self.latent_dim = vae, vae.latent_dim
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_variance = self.vae.encode(images)
+        return mean.roll(1, 0), log_variance.roll(1, 0)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.vae.decode(codes)
+
+
+def test_a_generator_whose_reconstructions_lose_the_class_is_weak(digits, trained_workspace):
+    registry = trained_workspace.registry
+    learned = registry.resolve("default", "classifier", "digits")
+    default = check_generator(registry.resolve("default", "generator", "digits"), learned, digits)
+    assert default.figures["reconstruction_class_ratio"] >= 0.8  # the threshold, which the default passes
+    inner = registry.resolve("default", "generator", "digits").module
+    shuffled = LoadedModel("shuffled-vae", "vae", _ShuffledCodes(inner).eval(), (), {"metrics": {}})
+    check = check_generator(shuffled, learned, digits)
+    # a neighbour's code keeps the class only where the neighbour has it: at most a few classes' share
+    assert check.figures["reconstruction_class_ratio"] < 0.5 and check.weak
+    assert any("reconstructions lose the class" in reason for reason in check.failed)
+    assert "Defuse" in check.warning and check.figures["real_accuracy"] == default.figures["real_accuracy"]

@@ -150,3 +150,19 @@ def test_sampler_defaults_follow_the_image_size():
     page = page_sampler_defaults((3, 32, 32), sized=True)
     assert (page["warmup"], page["samples"]) == (REAL_SIZE_SAMPLER_DEFAULTS["warmup"] // 2,
                                                  REAL_SIZE_SAMPLER_DEFAULTS["samples"] // 2)
+
+
+def test_class_kept_by_reconstructions_counts_only_the_classes_the_classifier_knows():
+    from types import SimpleNamespace
+
+    from probe_core.models.checks import _class_kept
+
+    # a classifier of data classes 1 and 3 (outputs in that order); the data's labels include a class 0 it
+    # does not know, which neither accuracy counts
+    classifier = SimpleNamespace(class_match=SimpleNamespace(covered=(1, 3)))
+    labels = np.array([1, 3, 3, 0, 1])
+    real = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.5, 0.5], [0.6, 0.4]])
+    reconstructed = torch.tensor([[0.9, 0.1], [0.7, 0.3], [0.3, 0.7], [0.1, 0.9], [0.1, 0.9]])
+    figures = _class_kept(classifier, real, reconstructed, labels)
+    assert figures == {"reconstruction_accuracy": 0.5, "real_accuracy": 1.0, "reconstruction_class_ratio": 0.5}
+    assert _class_kept(classifier, real[3:4], reconstructed[3:4], labels[3:4]) == {}
