@@ -12,12 +12,12 @@ from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
-from probe_core.data.files import is_file_reference
+from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device
 from probe_core.runs import lifecycle
 from probe_core.runs.jobs import JobManager
-from probe_core.runs.scaleout import check_executor
+from probe_core.runs.scaleout import SHARDS_RANGE, check_executor
 from probe_core.runs.workspace import Workspace, default_workspace_path
 from probe_core.team.accounts import Permission
 
@@ -143,7 +143,8 @@ def sidebar_settings() -> None:
             st.text_input("Folder of class sub-folders, or a .npz file", key="data_path",
                           help="DIR/<class>/*.png|jpg|bmp|webp (DIR/train and DIR/test are used as given), "
                                "or a .npz with x, y and optionally class_names, x_test, y_test")
-            st.number_input("Image size (0: the folder's most common size)", 0, 512, 0, key="data_size")
+            st.number_input("Image size (0: the folder's most common size)", 0, IMAGE_SIZE_RANGE[1], 0, key="data_size",
+                            help=f"from {IMAGE_SIZE_RANGE[0]} to {IMAGE_SIZE_RANGE[1]} pixels a side")
             st.checkbox("Skip unreadable images", key="data_skip")
             st.button("Use this data", on_click=_use_your_data, key="data_use")
             if "data_path_error" in st.session_state:
@@ -160,7 +161,7 @@ def sidebar_settings() -> None:
                           help="where sampling shards, Defuse identification shards and the λ sweep run: local, "
                                "ray (the Ray instance on the server's machine, started if none runs) or "
                                "ray:ADDRESS (a cluster started with `ray start --head`)")
-            st.number_input("Shards (0: one per worker)", 0, 10_000, key="shards",
+            st.number_input("Shards (0: one per worker)", 0, SHARDS_RANGE[1], key="shards",
                             help="the same shards and seed give the same results on every executor")
     _sync_query_params()
 

@@ -8,6 +8,7 @@ from probe_core.data.catalog import dataset_entry, list_datasets
 from probe_core.errors import ProbeError
 from probe_core.models import GENERATOR_KINDS, ModelSpec
 from probe_core.models.jobs import start_default_training, submit_training
+from probe_core.models.registry import MODEL_RANGES
 from probe_core.runs import history
 
 ws = _ui.workspace()
@@ -114,8 +115,9 @@ with st.form("train-model", enter_to_submit=False):
         list(dataset.class_names), key="train_classes")
     ambiguous = st.checkbox("Always-ambiguous variant (classifier only)", key="train_ambiguous",
                             help="KL loss to soft targets 0.5 on y and 0.5 on (y+1) mod K (Bayes-TrEx Sec. 4.5)")
-    epochs = st.number_input("Epochs (0 = default for this data set)", min_value=0, value=0, key="train_epochs")
-    seed = st.number_input("Seed", min_value=0, value=0, key="train_seed")
+    epochs = st.number_input("Epochs (0 = default for this data set)", 0, MODEL_RANGES["epochs"][1], 0,
+                             key="train_epochs")
+    seed = st.number_input("Seed", *MODEL_RANGES["seed"], 0, key="train_seed")
     submitted = st.form_submit_button("Train", key="train_submit")
 if submitted:
     try:

@@ -169,7 +169,7 @@ with st.expander("Sampler settings", expanded=False):
                           help="anneal σ down to its value during warm-up; auto: on for high-confidence targets")
     keep_every = c7.number_input("Store every n-th sample", *SAMPLE_RANGES["keep_every"], page_defaults["keep_every"],
                                  key="probe_keep")
-    seed = c8.number_input("Seed", 0, 10**6, 0, key="probe_seed")
+    seed = c8.number_input("Seed", *SAMPLE_RANGES["seed"], 0, key="probe_seed")
     jumps = st.number_input("Independence jumps per iteration (hmc)", *SAMPLE_RANGES["independence_moves"], 0,
                             key="probe_jumps",
                             disabled=sampler != "hmc",

@@ -69,9 +69,7 @@ class CompareRequest:
                       generator=generator or "default",
                       **{key: value for key, value in settings.items() if value is not None})
         check_sampler_settings(chains=request.chains, warmup=request.warmup, samples=request.samples,
-                               keep_every=request.keep_every, sigma=request.sigma)
-        if isinstance(request.seed, bool) or not isinstance(request.seed, int):
-            raise ProbeError(f"the seed must be a whole number, got {request.seed!r}")
+                               keep_every=request.keep_every, sigma=request.sigma, seed=request.seed)
         return request
 
 

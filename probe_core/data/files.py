@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.errors import DataError
+from probe_core.errors import DataError, check_number_ranges
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 FOLDER_SCHEME, ARRAYS_SCHEME = "images", "arrays"
@@ -35,6 +35,11 @@ CACHE_VERSION = 1
 def is_file_reference(name: str) -> bool:
     """Whether a data set name is a folder or array reference (``images:…``, ``arrays:…``)."""
     return name.startswith((FOLDER_SCHEME + ":", ARRAYS_SCHEME + ":"))
+
+
+# The side a folder's images may be resized to, inclusive (the sidebar's widget takes its bound from here; 0
+# there means the folder's most common size). 512x512 colour is 3 MB an image in memory.
+IMAGE_SIZE_RANGE = (4, 512)
 
 
 def looks_like_path(name: str) -> bool:
@@ -55,6 +60,8 @@ def reference_for(path: str, image_size: int | None = None, skip_bad: bool = Fal
     """
     base, bracket, view = path.partition("[")
     target = Path(base).expanduser().resolve()
+    if image_size:
+        check_number_ranges({"image_size": image_size}, {"image_size": IMAGE_SIZE_RANGE}, {"image_size": "image size"})
     if target.is_dir():
         options = [f"size={int(image_size)}"] if image_size else []
         options += ["skip_bad=1"] if skip_bad else []
@@ -302,6 +309,7 @@ def load_file_arrays(reference: str) -> dict[str, np.ndarray]:
     if scheme == ARRAYS_SCHEME:
         return load_arrays(path)
     size = options.get("size")
-    if size is not None and (not size.isdigit() or int(size) < 4):
-        raise DataError(f"image size must be a whole number >= 4, got {size!r}")
+    if size is not None:
+        check_number_ranges({"image_size": int(size) if size.isdigit() else size}, {"image_size": IMAGE_SIZE_RANGE},
+                            {"image_size": "image size"})
     return load_image_folder(path, int(size) if size else None, options.get("skip_bad") == "1")

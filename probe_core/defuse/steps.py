@@ -67,7 +67,15 @@ from probe_core.runs.lifecycle import (
     training_announcer,
 )
 from probe_core.runs.requests import BuiltFromSettings, record
-from probe_core.runs.scaleout import Reporter, ShardTask, parse_executor, shard_count, shard_seed, split_evenly
+from probe_core.runs.scaleout import (
+    SHARDS_RANGE,
+    Reporter,
+    ShardTask,
+    parse_executor,
+    shard_count,
+    shard_seed,
+    split_evenly,
+)
 from probe_core.runs.validation import checked_models, classifier_class_names
 
 
@@ -82,7 +90,7 @@ class IdentifyRequest(BuiltFromSettings):
 
     setting_word: ClassVar[str] = "identification"
     ranges: ClassVar[dict] = {"samples_per_image": (1, 100_000), "max_per_image": (1, 100_000),
-                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": (1, 1024)}
+                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": SHARDS_RANGE}
     kind: ClassVar[str] = IDENTIFY
     builder: ClassVar[str] = "probe_core.defuse.steps:identify_job"
 

@@ -36,7 +36,7 @@ from probe_core.data.catalog import (
 )
 from probe_core.data.classes import ClassMatch, match_classes, split_class_map, with_class_map
 from probe_core.data.files import is_file_reference, short_name
-from probe_core.errors import ModelNotFoundError, ProbeError
+from probe_core.errors import ModelNotFoundError, ProbeError, check_number_ranges
 from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
@@ -67,6 +67,11 @@ PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a p
 MODEL_FILE_ARCHITECTURE = "modelfile"  # ... or from a TorchScript / torch.export file with its sidecar
 MODEL_SEED_ENV = "PROBE_MODEL_SEED"
 GENERATOR_KINDS = ("vae", "gan")
+# Seeds of models and runs: what torch, numpy and Python's random all take.
+SEED_RANGE = (0, 2**31 - 1)
+# A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).
+MODEL_RANGES = {"epochs": (1, 100_000), "seed": SEED_RANGE, "latent_dim": (1, 4096), "kl_warmup": (0, 100_000)}
+MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent size", "kl_warmup": "KL warm-up epochs"}
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
@@ -224,13 +229,15 @@ class ModelSpec:
             raise ProbeError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
         if self.ambiguous and self.kind != "classifier":
             raise ProbeError("--ambiguous applies to classifiers only")
-        if self.latent_dim is not None and (self.kind == "classifier" or self.latent_dim < 1):
-            raise ProbeError("latent_dim applies to generators (vae, gan) and must be >= 1")
+        check_number_ranges({name: getattr(self, name) for name in MODEL_RANGES}, MODEL_RANGES,
+                            MODEL_SETTING_WORDS)
+        if self.latent_dim is not None and self.kind == "classifier":
+            raise ProbeError("latent_dim applies to generators (vae, gan)")
         allowed = {"classifier": tuple(CLASSIFIER_ARCHITECTURES), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
-        if self.kl_warmup is not None and (self.kind != "vae" or self.kl_warmup < 0):
-            raise ProbeError("kl_warmup applies to VAEs and must be >= 0")
+        if self.kl_warmup is not None and self.kind != "vae":
+            raise ProbeError("kl_warmup applies to VAEs")
         if self.beta is not None and (self.kind != "vae" or not self.beta > 0):
             raise ProbeError(f"beta applies to VAEs and must be > 0, got {self.beta}")
         if self.augment and self.kind != "classifier":

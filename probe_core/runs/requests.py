@@ -13,13 +13,14 @@ from typing import ClassVar
 
 from probe_core.data import is_real_size
 from probe_core.errors import ProbeError, check_number_ranges
+from probe_core.models.registry import SEED_RANGE
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 
 # The whole numbers a sample request's settings may take, inclusive (checked by
 # :func:`check_sampler_settings`; the pages' widgets take their bounds from here).
 SAMPLE_RANGES = {"chains": (1, 1024), "warmup": (0, 100_000), "samples": (1, 100_000), "keep_every": (1, 10_000),
-                 "independence_moves": (0, 64)}
+                 "independence_moves": (0, 64), "seed": SEED_RANGE}
 # The likelihood's width σ (the paper's 0.05): below 0.001 no chain moves, above 10 the target no longer matters.
 SIGMA_RANGE = (0.001, 10.0)
 
@@ -157,7 +158,7 @@ def page_sampler_defaults(image_shape: tuple[int, int, int], sized: bool = False
 def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,
                            samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
-                           **_ignored) -> None:
+                           seed: int = 0, **_ignored) -> None:
     """Raise :class:`ProbeError` with a clear message for settings the sampler
     (:func:`~probe_core.bayestrex.run.sample`) cannot run with.
 
@@ -166,7 +167,7 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
     if sampler not in SAMPLERS:
         raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
     check_number_ranges({"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
-                         "independence_moves": independence_moves, "sigma": sigma},
+                         "independence_moves": independence_moves, "seed": seed, "sigma": sigma},
                         {**SAMPLE_RANGES, "sigma": SIGMA_RANGE}, SETTING_WORDS)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from probe_core.errors import CancelledError, ProbeError
+from probe_core.errors import CancelledError, ProbeError, check_number_ranges
 
 log = logging.getLogger(__name__)
 
@@ -432,12 +432,21 @@ def parse_executor(text: str | None) -> LocalShards | RayShards:
     raise ProbeError(f"unknown executor {text!r}: use local, ray or ray:ADDRESS (e.g. ray:127.0.0.1:6379)")
 
 
+# The shards a run may be split into, inclusive (the sidebar's widget takes its bound from here; 0 there means
+# "one per worker", which a run stores as None).
+SHARDS_RANGE = (1, 1024)
+
+
+def check_shards(shards: int | None) -> None:
+    """Refuse a shard count outside :data:`SHARDS_RANGE` (None, one per worker, passes)."""
+    check_number_ranges({"shards": shards}, {"shards": SHARDS_RANGE})
+
+
 def shard_count(executor, shards: int | None) -> int:
     """The shards of a run: as given, else 1 on ``local`` and one per worker (CPU, or GPU when there are GPUs)
     of the Ray cluster. ``executor`` is a setting (``"ray"``) or a :class:`Executor`."""
     if shards is not None:
-        if not isinstance(shards, int) or shards < 1:
-            raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+        check_shards(shards)
         return shards
     return (parse_executor(executor) if executor is None or isinstance(executor, str) else executor).parallelism()
 

@@ -18,7 +18,7 @@ from probe_core.runs.requests import (
     refuse_unknown,
     sampler_defaults,
 )
-from probe_core.runs.scaleout import check_executor
+from probe_core.runs.scaleout import check_executor, check_shards
 from probe_core.sampling.targets import TargetSpec
 
 
@@ -105,9 +105,7 @@ def sample_request(registry, dataset: str, target: str | TargetSpec, classifier:
     given["executor"] = check_executor(given.get("executor", "local"), connect=False)
     if given.get("shards", 1) is None and given["executor"] == "local":
         given["shards"] = 1  # one shard here; None means one per worker of a cluster
-    shards = given.get("shards", 1)
-    if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
-        raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+    check_shards(given.get("shards", 1))
     generator_id, _ = _resolved(registry, generator or "default", "generator", dataset)
     return SampleRequest(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
                          class_names=names, **given)

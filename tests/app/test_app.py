@@ -26,6 +26,14 @@ def test_home_trains_a_model_from_the_form(app_env):
     at.selectbox(key="train_kind").select("classifier")
     assert at.multiselect(key="train_classes").label == "Classes to leave out"
     at.multiselect(key="train_classes").select("7")
+    from probe_core.models.registry import MODEL_RANGES
+    from probe_core.runs.scaleout import SHARDS_RANGE
+
+    # the widgets' bounds are the model spec's and the scale-out ranges, not the page's (0: the default)
+    assert (at.number_input(key="train_epochs").min, at.number_input(key="train_epochs").max) == (
+        0, MODEL_RANGES["epochs"][1])
+    assert (at.number_input(key="train_seed").min, at.number_input(key="train_seed").max) == MODEL_RANGES["seed"]
+    assert (at.number_input(key="shards").min, at.number_input(key="shards").max) == (0, SHARDS_RANGE[1])
     at.number_input(key="train_epochs").set_value(2)
     at.number_input(key="train_seed").set_value(5)
     at.button(key="train_submit").click().run()

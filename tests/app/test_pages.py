@@ -105,7 +105,8 @@ def test_probe_rejects_a_malformed_spec_with_a_message(app_env):
     assert any("sum to 1" in e.value for e in at.error)
     assert at.button(key="probe_start").disabled
     # the sampler widgets' bounds are the request module's ranges, not the page's
-    for key, name in (("probe_chains", "chains"), ("probe_warmup", "warmup"), ("probe_samples", "samples")):
+    for key, name in (("probe_chains", "chains"), ("probe_warmup", "warmup"), ("probe_samples", "samples"),
+                      ("probe_seed", "seed")):
         assert (at.number_input(key=key).min, at.number_input(key=key).max) == SAMPLE_RANGES[name], key
     sigma = at.number_input(key="probe_sigma")
     assert (sigma.min, sigma.max, sigma.value) == (*SIGMA_RANGE, DEFAULT_SIGMA)

@@ -170,3 +170,28 @@ def test_mislabel_view_relabels_the_training_images_nearest_the_other_class_only
         load_dataset("digits[mislabel=9:0.4]")
     with pytest.raises(DataError, match="different classes"):
         load_dataset("digits[mislabel=9->9:0.4]")
+
+
+def test_declared_ranges_refuse_out_of_range_settings_with_one_message(tmp_path):
+    from probe_core.data.files import IMAGE_SIZE_RANGE, reference_for
+    from probe_core.errors import ProbeError
+    from probe_core.models.registry import MODEL_RANGES, ModelSpec
+    from probe_core.runs.scaleout import SHARDS_RANGE, check_shards
+
+    low, high = IMAGE_SIZE_RANGE
+    assert reference_for(str(tmp_path), high).endswith(f"?size={high}")
+    for size in (low - 1, high + 1):
+        with pytest.raises(ProbeError, match=f"image size must be a whole number from {low} to {high}, got {size}"):
+            reference_for(str(tmp_path), size)
+    for settings in ({"seed": -1}, {"seed": MODEL_RANGES["seed"][1] + 1}, {"epochs": 0}, {"epochs": 2.5}):
+        with pytest.raises(ProbeError, match="must be a whole number from"):
+            ModelSpec(dataset="digits", kind="classifier", **settings)
+    with pytest.raises(ProbeError, match="the latent size must be"):
+        ModelSpec(dataset="digits", kind="vae", latent_dim=0)
+    largest_seed = MODEL_RANGES["seed"][1]
+    assert ModelSpec(dataset="digits", kind="vae", seed=largest_seed, latent_dim=1).seed == largest_seed
+    check_shards(None)
+    check_shards(SHARDS_RANGE[1])
+    for shards in (0, SHARDS_RANGE[1] + 1, True):
+        with pytest.raises(ProbeError, match="shards must be a whole number"):
+            check_shards(shards)
