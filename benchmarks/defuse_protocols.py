@@ -48,6 +48,33 @@ def main() -> None:
     run_protocols(Workspace(args.workspace), args.dataset, FLAW, quick=args.quick, max_images=args.max_images)
 
 
+def flaw_classes(flaw: str, class_names: tuple[str, ...]) -> tuple[str, str | None]:
+    """The class a planted flaw hurts and, for a mislabelling, the class its images are called instead.
+
+    ``mislabel=A->B:F`` gives (A, B); ``dropdark=A:F`` gives (A, None): any wrong prediction counts.
+    """
+    kind, _, argument = flaw.partition("=")
+    classes = argument.rpartition(":")[0]
+    if kind == "mislabel":
+        source, _, destination = classes.partition("->")
+        return source, destination
+    return classes, None
+
+
+def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[dict]) -> str:
+    """One line: how many failure regions the oracle labels with the flaw's class, and how many of their
+    review images show the flaw itself (the oracle says the flaw's class, the classifier the flaw's wrong one)."""
+    hurt, called = flaw_classes(flaw, class_names)
+    flaw_regions = [region for region in regions if region["label"] == hurt]
+    shown = sum(1 for region in flaw_regions for image in region["per_image"]
+                if image["majority"] == hurt and image["prediction"] != hurt
+                and (called is None or image["prediction"] == called))
+    wrong = f"called {called}" if called else "called another class"
+    verdict = "found" if flaw_regions and shown else "NOT found"
+    return (f"planted flaw {flaw}: {verdict}: {len(flaw_regions)} of {len(regions)} failure regions labelled "
+            f"{hurt}, {shown} of their review images are {hurt}s {wrong}")
+
+
 def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
                   oracle: str = "default", identify_settings: dict | None = None,
                   correct_settings: dict | None = None, classifier_epochs: int | None = None) -> None:
@@ -82,6 +109,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
           f"distill {distilled.seconds:.1f} s")
     print(f"labels of the failure regions: {sorted({v['label'] for v in regions})}; oracle agreement is 1 by "
           f"construction ({agreement['all']['images']} images)")
+    print(planted_flaw_found(flaw, names, regions))
 
     if not regions:
         print("no failure region to correct in this run" + (" (a --quick smoke run sees few images)" if args.quick

@@ -119,7 +119,9 @@ def run_size(size: int, args, workspace) -> None:
                  + (" — NEAR CHANCE: refused" if clf_check.near_chance else "")))
     rows.append(("generator check (VAE)", f"{gen_check.verdict}: FD-clf ratio {gen_check.figures['fd_ratio']:.1f} "
                  f"(limit 50), sharpness {gen_check.figures['sharpness_ratio']:.2f}x the real images', "
-                 f"reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}"))
+                 f"reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}, "
+                 f"class kept by reconstructions {gen_check.figures.get('reconstruction_class_ratio', float('nan')):.2f}x "
+                 f"(limit 0.8)" + "".join(f"; {reason}" for reason in gen_check.failed)))
     judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=1001,
                            epochs=QUICK_EPOCHS if args.quick else None)
     started = time.perf_counter()

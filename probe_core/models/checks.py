@@ -152,8 +152,8 @@ class GeneratorCheck:
         if self.verdict == "unjudged":
             return (f"generator {self.generator} cannot be judged on this data: {'; '.join(self.failed)}. Train a "
                     f"classifier that has learned the data first; until then its samples are not vouched for")
-        return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}): its samples are not "
-                f"like the data, so results built on it may be meaningless. Train a better one "
+        return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}), so results built on "
+                f"it may be meaningless. Train a better one "
                 f"(`probe models train --kind vae --epochs N`) or pick another generator")
 
     def to_dict(self) -> dict:
