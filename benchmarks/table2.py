@@ -18,7 +18,7 @@ import math
 import time
 
 from probe_core.bayestrex import recipes
-from probe_core.runs.validation import sample_request
+from probe_core.runs.requests import SampleRequest
 from probe_core.runs.workspace import Workspace
 
 ROWS = (  # row, what, spec or use case, the target reported, the paper's MNIST figure
@@ -61,7 +61,7 @@ def main() -> None:
         started = time.perf_counter()
         if isinstance(target, str):
             result = recipes.probe_target(recipes.prepare_sample(
-                registry, sample_request(registry, args.dataset, target, **settings), suggest_generator=False))
+                registry, SampleRequest.build(registry, args.dataset, target, **settings), suggest_generator=False))
         else:
             name, options = target
             plan = recipes.plan_use_case(registry, args.dataset, name, **options)

@@ -35,7 +35,6 @@ from probe_core.runs.jobs import JobManager  # noqa: E402
 from probe_core.runs.launchers import ProcessLauncher, worker_threads  # noqa: E402
 from probe_core.runs.lifecycle import submit  # noqa: E402
 from probe_core.runs.requests import SampleRequest  # noqa: E402
-from probe_core.runs.validation import sample_request  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -124,7 +123,7 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    config = sample_request(registry, "digits", "high:3", chains=32, warmup=60 if args.quick else 300,
+    config = SampleRequest.build(registry, "digits", "high:3", chains=32, warmup=60 if args.quick else 300,
                             samples=60 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds
     default_threads, all_cores = worker_threads(), len(os.sched_getaffinity(0))

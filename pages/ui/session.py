@@ -269,7 +269,8 @@ def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = Non
 
 
 def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **sample_kwargs) -> int:
-    from probe_core.runs.validation import checked_models, sample_request
+    from probe_core.runs.requests import SampleRequest
+    from probe_core.runs.validation import checked_models
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -281,7 +282,7 @@ def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **s
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     registry = workspace().registry
-    config = sample_request(registry, dataset_name, spec, classifier, generator, **{**scaleout(), **sample_kwargs})
+    config = SampleRequest.build(registry, dataset_name, spec, classifier, generator, **{**scaleout(), **sample_kwargs})
     checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
     run_id = lifecycle.submit(job_manager(), config, data_dir(), dedupe=True,

@@ -32,7 +32,6 @@ from probe_core.runs.lifecycle import run_now
 from probe_core.runs.progress import progress_bar
 from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
 from probe_core.runs.runconfig import config_of, result_of
-from probe_core.runs.validation import sample_request
 from probe_core.runs.workspace import Workspace, open_workspace
 from probe_core.sampling.targets import MATRIX_SPEC, TargetSpec, report_classes
 
@@ -173,7 +172,7 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, generator = references(space, dataset, classifier, generator, class_names, input_shape)
     registry = space.registry.remembering()  # validation, preparation and the run load each model once
-    request = sample_request(registry, dataset, target, classifier, generator, class_map=class_map, **settings)
+    request = SampleRequest.build(registry, dataset, target, classifier, generator, class_map=class_map, **settings)
     prepared = prepare_sample(registry, request, device)
     if prepared.warning:
         warnings.warn(prepared.warning, stacklevel=2)

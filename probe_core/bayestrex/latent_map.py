@@ -17,6 +17,7 @@ from probe_core.bayestrex.summary import best_samples, summary_rows
 from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
+from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, run_kind, submit
 from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
@@ -73,6 +74,12 @@ class LatentMapRequest:
 
     run: int
 
+    @classmethod
+    def build(cls, store, run_id: int) -> "LatentMapRequest":
+        """The request for a stored sampling run; a :class:`ProbeError` if there is none of that id."""
+        require_run(store, run_id, SamplingResult.kind)
+        return cls(run_id)
+
 
 def latent_map_job(registry, request: LatentMapRequest, device: str = "cpu") -> JobFunction:
     """:func:`latent_map` as a job (the UMAP fit takes seconds; its result is cached with the run)."""
@@ -86,7 +93,7 @@ def latent_map_job(registry, request: LatentMapRequest, device: str = "cpu") -> 
 
 def submit_latent_map(manager, registry, run_id: int) -> int:
     """Compute (and cache) a sampling run's latent map in the background; returns the job's run id."""
-    return submit(manager, LatentMapRequest(run_id), registry.data_dir)
+    return submit(manager, LatentMapRequest.build(registry.store, run_id), registry.data_dir)
 
 
 def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:

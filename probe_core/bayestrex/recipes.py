@@ -19,8 +19,8 @@ from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import SAMPLE_SETTINGS
-from probe_core.runs.validation import better_generator, check_record, checked_models, sample_request
+from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
+from probe_core.runs.validation import better_generator, check_record, checked_models
 from probe_core.sampling.targets import TargetSpec
 
 
@@ -224,7 +224,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
     models = {kind: registry.get_or_train(model, device=device) if isinstance(model, ModelSpec)
               else registry.get_or_train_reference(model, kind, dataset, device=device)
               for kind, model in kinds.items()}
-    request = sample_request(registry, dataset, plan.target, models["classifier"], models["generator"], **settings)
+    request = SampleRequest.build(registry, dataset, plan.target, models["classifier"], models["generator"], **settings)
     return prepare_sample(registry, replace(request, use_case=plan.use_case), device, suggest_generator=False)
 
 

@@ -17,6 +17,7 @@ from probe_core.defuse import steps
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table, write_file
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
+from probe_core.runs import history
 from probe_core.runs.scaleout import shard_count
 from probe_core.team.accounts import shell_annotator
 
@@ -132,7 +133,7 @@ def _label(args) -> int:
 
     workspace = workspace_from_args(args)
     store = workspace.store
-    queries.require_run(store, args.run, queries.DISTILL)
+    history.require_run(store, args.run, queries.DISTILL)
     class_names = _class_names(workspace, args.run, args.data_dir)
     source = args.source
     if args.preview:

@@ -24,8 +24,7 @@ from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import field_defaults
-from probe_core.runs.validation import sample_request
+from probe_core.runs.requests import SampleRequest, field_defaults
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.sampling.targets import spec_help
 from probe_core.team.accounts import shell_annotator
@@ -63,7 +62,7 @@ def _sample(args: argparse.Namespace) -> int:
     workspace = workspace_from_args(args)
     registry = workspace.registry.remembering()  # validation and preparation load each model once
     # every setting is checked before anything is trained or stored; then the models are checked on the data
-    request = sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
+    request = SampleRequest.build(registry, args.dataset, args.target, args.classifier, args.generator,
                              class_map=args.class_map, **_given_settings(args))
     return _run_prepared(args, workspace, registry, prepare_sample(registry, request, args.device))
 

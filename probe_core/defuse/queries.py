@@ -25,19 +25,11 @@ from probe_core.defuse.labels import (
 from probe_core.defuse.results import CORRECT, DISTILL, IDENTIFY
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import npz_bytes
+from probe_core.runs.history import require_run
 from probe_core.store import ClusterRecord
 from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 EMBEDDING_ARRAYS = "embedding"  # the distill run's arrays holding its failure map
-
-
-def require_run(store, run_id: int, kind: str):
-    """The run with this id, which must be of the given kind (clear error otherwise)."""
-    run = store.get_run(run_id)
-    if run is None or run.kind != kind:
-        found = "no run" if run is None else f"run {run_id} is a {run.kind!r} run"
-        raise ProbeError(f"{found}; expected a {kind!r} run (see `probe defuse runs`)")
-    return run
 
 
 def identify_run_of(store, distill_run):

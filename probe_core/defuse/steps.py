@@ -41,7 +41,6 @@ from probe_core.defuse.queries import (
     labelled_failure_set,
     labelled_review_failures,
     load_run_models,
-    require_run,
     run_models,
 )
 from probe_core.defuse.results import (
@@ -57,6 +56,7 @@ from probe_core.defuse.results import (
 from probe_core.defuse.review import embedding
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
+from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import (
     JobContext,
     JobFunction,
@@ -66,7 +66,7 @@ from probe_core.runs.lifecycle import (
     submit,
     training_announcer,
 )
-from probe_core.runs.requests import BuiltFromSettings, record
+from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, record
 from probe_core.runs.scaleout import (
     SHARDS_RANGE,
     Reporter,
@@ -76,7 +76,7 @@ from probe_core.runs.scaleout import (
     shard_seed,
     split_evenly,
 )
-from probe_core.runs.validation import checked_models, classifier_class_names
+from probe_core.runs.validation import checked_models
 
 
 @run_kind(IdentificationResult)
@@ -603,10 +603,16 @@ class EmbeddingRequest:
 
     distill_run: int
 
+    @classmethod
+    def build(cls, store, distill_run: int) -> "EmbeddingRequest":
+        """The request for a stored distillation run; a :class:`ProbeError` if there is none of that id."""
+        require_run(store, distill_run, DISTILL)
+        return cls(distill_run)
+
 
 def submit_embedding(manager, registry, distill_run: int) -> int:
     """Compute (and cache) a distillation run's failure map in the background."""
-    return submit(manager, EmbeddingRequest(distill_run), registry.data_dir)
+    return submit(manager, EmbeddingRequest.build(registry.store, distill_run), registry.data_dir)
 
 
 def embedding_job(registry, request: EmbeddingRequest, device: str = "cpu") -> JobFunction:

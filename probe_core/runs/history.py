@@ -7,9 +7,19 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from probe_core.errors import ProbeError
 from probe_core.store import Run
 
 RunFilter = Callable[[Run], bool]
+
+
+def require_run(store, run_id: int, kind: str) -> Run:
+    """The run with this id, which must be of the given kind (clear error otherwise)."""
+    run = store.get_run(run_id)
+    if run is None or run.kind != kind:
+        found = f"no run {run_id}" if run is None else f"run {run_id} is a {run.kind!r} run"
+        raise ProbeError(f"{found}; expected a {kind!r} run (see `probe runs`)")
+    return run
 
 
 def runs(store, kind: str | None = None, where: RunFilter | None = None, limit: int = 50) -> list[Run]:

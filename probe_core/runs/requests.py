@@ -1,6 +1,6 @@
 """Run requests: what a run is asked to do, validated, stored with the run and rebuilt from it.
 
-:class:`SampleRequest` is built by :func:`probe_core.runs.validation.sample_request` alone; the other run
+:class:`SampleRequest` is built by its :meth:`~SampleRequest.build` alone; the other run
 kinds' requests are in :mod:`probe_core.runs.runconfig`, :mod:`probe_core.defuse.steps` and :mod:`probe_core.suites`.
 """
 
@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from probe_core.data import is_real_size
+from probe_core.data.catalog import classifier_dataset, dataset_entry, load_dataset
+from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.models.registry import SEED_RANGE
+from probe_core.runs.scaleout import check_executor, check_shards
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 
@@ -175,9 +178,9 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 class SampleRequest:
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
-    Build it with :func:`probe_core.runs.validation.sample_request`, the one function that fills the
-    target's defaults, checks every setting, resolves the model references and parses the target
-    (the CLI, the dashboard, the API and the use cases all call it). A worker rebuilds the same
+    Build it with :meth:`build`, the one constructor that fills the target's defaults, checks every
+    setting, resolves the model references and parses the target (the CLI, the dashboard, the API and
+    the use cases all call it). A worker rebuilds the same
     request from the stored run (:func:`config_of`).
 
     Parameters
@@ -248,6 +251,66 @@ class SampleRequest:
                 "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
                 "independence_moves": self.independence_moves}
 
+    @classmethod
+    def build(cls, registry, dataset: str, target: "str | TargetSpec", classifier="default", generator="default",
+              *, class_map: str | None = None, **settings) -> "SampleRequest":
+        """The one way to make a sample request: defaults, checks, references, targets.
+
+        Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
+        size). Every setting, the executor and shards, the data set, the classifier's classes (matched to
+        the data set's by name; ``class_map`` gives ``MODEL=DATA,...`` where the names differ) and the
+        target are checked before any work: nothing is trained, stored or connected to.
+
+        Parameters
+        ----------
+        registry : ModelRegistry
+        dataset : str
+        target : str or TargetSpec
+            Spec text (parsed here, once, in the classifier's class names) or a spec already made in them.
+        classifier, generator : str or LoadedModel
+            References as the user gave them (``default``, a model id, a plugin or model file path), or
+            models already resolved for ``dataset`` (:meth:`ModelRegistry.resolve`; not loaded again).
+        class_map : str, optional
+        **settings
+            Any of :data:`SAMPLE_SETTINGS`.
+
+        Raises
+        ------
+        ProbeError
+            For an unknown setting or any value a run cannot use (one clear message).
+        """
+        refuse_unknown(settings, SAMPLE_SETTINGS, "sampler")
+        if not isinstance(target, TargetSpec) and (not isinstance(target, str) or not target.strip()):
+            raise ProbeError("a target spec is needed, e.g. high:3 or ambiguous:4,9")
+        data = load_dataset(dataset, registry.data_dir)
+        classifier = classifier or "default"
+        if class_map:
+            if not isinstance(classifier, str):
+                raise ProbeError("a class map goes with a classifier reference, not an already resolved "
+                                 "classifier")
+            classifier = with_class_map(classifier, class_map)
+        classifier_id, names = resolved_reference(registry, classifier, "classifier", dataset)
+        if isinstance(target, str):
+            # the one parse: a bad target stops here, in the classifier's words
+            spec = TargetSpec.parse(target, names)
+        elif target.class_names != names:  # made in other names (a plan's): its text read in the classifier's
+            spec = TargetSpec.parse(target.text, names)
+        else:
+            spec = target
+        given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
+                                                                                              "anneal_sigma_from")}
+        given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
+        allow_weak = given.pop("allow_weak_classifier", False)
+        check_sampler_settings(**given)
+        given["allow_weak_classifier"] = bool(allow_weak)
+        given["executor"] = check_executor(given.get("executor", "local"), connect=False)
+        if given.get("shards", 1) is None and given["executor"] == "local":
+            given["shards"] = 1  # one shard here; None means one per worker of a cluster
+        check_shards(given.get("shards", 1))
+        generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
+        return cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
+                   class_names=names, **given)
+
     @property
     def targets(self) -> tuple[Target, ...]:
         """The targets, in batch order."""
@@ -266,6 +329,38 @@ class SampleRequest:
 
 SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
                         if f.name not in ("dataset", "target", "classifier", "generator", "class_names", "use_case"))
+
+
+def resolved_reference(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
+    """``(stored reference, class names)`` of a model on ``dataset``, without training anything.
+
+    A model already resolved for ``dataset`` (a ``LoadedModel``, as the dashboard holds) is taken as it
+    is. A ``default`` that is not trained yet keeps its name (the run trains it, announced); a classifier's
+    names are then the data set's, which it will be trained on. Anything else is resolved, so a
+    classifier's classes are matched to the data set's by name here, and its id is what is stored.
+
+    Raises
+    ------
+    ClassMismatchError, ModelNotFoundError, PluginError
+    """
+    if not isinstance(reference, str):
+        return reference.id, tuple(reference.class_names)
+    base, _ = split_class_map(reference)
+    if base == "default":
+        spec = registry.default_spec(dataset, role)
+        if spec is not None and not registry.exists(registry.default_id(dataset, role)):
+            if role != "classifier":
+                return reference, ()
+            return reference, tuple(load_dataset(classifier_dataset(dataset), registry.data_dir).class_names)
+    loaded = registry.resolve(reference, role, dataset)
+    return loaded.id, tuple(loaded.class_names)
+
+
+def classifier_class_names(registry, reference: str | None, dataset: str) -> tuple[str, ...]:
+    """The class names a classifier's targets are written in on ``dataset``, without training anything."""
+    return resolved_reference(registry, reference or "default", "classifier", dataset)[1]
+
+
 
 
 def record(config) -> dict:

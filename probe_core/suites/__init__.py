@@ -32,9 +32,10 @@ import torch
 from probe_core.data.catalog import generator_dataset, load_dataset
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
-from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models, require_run
+from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models
 from probe_core.errors import ProbeError
 from probe_core.reporting.reports import suite_html_report
+from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind, run_now, submit
 from probe_core.team.accounts import Actor, Permission, local_owner, require
 
@@ -206,7 +207,7 @@ def regressions(score: ScoreResult, min_accuracy: float = DEFAULT_MIN_ACCURACY, 
 class ScoreRequest:
     """Score a classifier on a regression suite: its scores are stored with the suite's version.
 
-    Build it with :func:`score_request`; ``probe suite score``, the Finetune and Regressions pages and
+    Build it with :meth:`build`; ``probe suite score``, the Finetune and Regressions pages and
     :func:`probe_core.api.suite` run it through the one lifecycle.
 
     Parameters
@@ -222,20 +223,20 @@ class ScoreRequest:
     suite: str
     classifier: str
 
+    @classmethod
+    def build(cls, registry, suite: str, classifier: str) -> "ScoreRequest":
+        """The one way to make a score request: the suite must exist and the classifier resolve on its data set
+        (never trained); the request holds the classifier's stored id.
 
-def score_request(registry, suite: str, classifier: str) -> ScoreRequest:
-    """The one way to make a :class:`ScoreRequest`: the suite must exist and the classifier resolve on its
-    data set (never trained); the request holds the classifier's stored id.
-
-    Raises
-    ------
-    ProbeError
-        Before any run is stored.
-    """
-    stored = require_suite(registry.store, suite)
-    if not isinstance(classifier, str) or not classifier.strip():
-        raise ProbeError("name the classifier to score (a model id, a plugin or a model file)")
-    return ScoreRequest(suite, load_classifier(registry, stored, classifier.strip()).id)
+        Raises
+        ------
+        ProbeError
+            Before any run is stored.
+        """
+        stored = require_suite(registry.store, suite)
+        if not isinstance(classifier, str) or not classifier.strip():
+            raise ProbeError("name the classifier to score (a model id, a plugin or a model file)")
+        return cls(suite, load_classifier(registry, stored, classifier.strip()).id)
 
 
 def score_job(registry, request: ScoreRequest, device: str = "cpu") -> JobFunction:
@@ -252,12 +253,12 @@ def score_now(registry, suite: str, classifier: str, device: str = "cpu") -> Sco
     """Score a classifier on a suite in this process, recorded as a run like the page's; returns
     :func:`score_suite`'s result (``probe suite score`` and :func:`probe_core.api.suite`)."""
     registry = registry.remembering()  # checked and scored on one load
-    return run_now(registry, score_request(registry, suite, classifier), device=device)[1]
+    return run_now(registry, ScoreRequest.build(registry, suite, classifier), device=device)[1]
 
 
 def submit_score(manager, registry, suite: str, classifier: str, device: str = "cpu") -> int:
     """Score a classifier on a suite in the background; returns the job's run id."""
-    return submit(manager, score_request(registry, suite, classifier), registry.data_dir, device=device)
+    return submit(manager, ScoreRequest.build(registry, suite, classifier), registry.data_dir, device=device)
 
 
 # -- adding checks ---------------------------------------------------------------------------------

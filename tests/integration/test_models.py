@@ -83,7 +83,7 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
 def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace, monkeypatch):
     from probe_core.bayestrex.recipes import prepare_sample
     from probe_core.models.registry import ModelRegistry
-    from probe_core.runs.validation import sample_request
+    from probe_core.runs.requests import SampleRequest
 
     loads = []
     original = ModelRegistry.load
@@ -93,7 +93,7 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
     assert plain.resolve("default", "classifier", "digits") is not plain.resolve("default", "classifier", "digits")
     loads.clear()
     registry = plain.remembering()
-    request = sample_request(registry, "digits", "high:3", chains=2, warmup=2, samples=2)
+    request = SampleRequest.build(registry, "digits", "high:3", chains=2, warmup=2, samples=2)
     prepared = prepare_sample(registry, request)
     assert sorted(loads) == sorted({prepared.classifier.id, prepared.generator.id})  # validated and prepared: once
     assert registry.announcing(None).resolve(prepared.classifier.id, "classifier", "digits") is prepared.classifier
@@ -103,16 +103,16 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
 def test_a_sharded_request_checks_its_settings_once(trained_workspace, monkeypatch):
     from probe_core.bayestrex import run
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
-    from probe_core.runs import requests, validation
-    from probe_core.runs.validation import sample_request
+    from probe_core.runs import requests
+    from probe_core.runs.requests import SampleRequest
 
     checks = []
     original = requests.check_sampler_settings
-    for module in (requests, validation, run):  # wherever a layer could call it from
+    for module in (requests, run):  # wherever a layer could call it from
         monkeypatch.setattr(module, "check_sampler_settings", lambda **settings: (checks.append(settings),
                                                                                   original(**settings))[1])
     registry = trained_workspace.registry.remembering()
-    request = sample_request(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
+    request = SampleRequest.build(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
     result = probe_target(prepare_sample(registry, request))
     assert len(checks) == 1  # when the request was built; neither the run nor its two shards check again
     assert [entry["target_index"] for entry in result.targets] == [0, 1]

@@ -30,8 +30,7 @@ def colour_npz(tmp_path_factory):
 
 def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identification(colour_npz, tmp_path, capsys):
     from probe_core.data.catalog import canonical_dataset_name
-    from probe_core.runs.requests import REAL_SIZE_SAMPLER_DEFAULTS
-    from probe_core.runs.validation import sample_request
+    from probe_core.runs.requests import REAL_SIZE_SAMPLER_DEFAULTS, SampleRequest
     from probe_core.runs.workspace import Workspace
 
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
@@ -41,7 +40,7 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
     assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
     assert models["vae"]["spec"]["perceptual"] == REAL_SIZE_PERCEPTUAL  # trained with a perceptual term
     assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == REAL_SIZE_VAE_LATENT
-    request = sample_request(Workspace(tmp_path / "ws").registry, canonical_dataset_name(str(colour_npz)), "high:7",
+    request = SampleRequest.build(Workspace(tmp_path / "ws").registry, canonical_dataset_name(str(colour_npz)), "high:7",
                              models["classifier"]["id"], models["vae"]["id"])
     assert (request.warmup, request.samples) == (REAL_SIZE_SAMPLER_DEFAULTS["warmup"],
                                                  REAL_SIZE_SAMPLER_DEFAULTS["samples"])  # sized for real size

@@ -160,10 +160,10 @@ def _cli_request(registry, *argv):
     """The request ``probe sample`` builds from ``argv`` (nothing trained: the defaults keep their name)."""
     from probe_core.cli import build_parser
     from probe_core.cli.sample import _given_settings
-    from probe_core.runs.validation import sample_request
+    from probe_core.runs.requests import SampleRequest
 
     args = build_parser().parse_args(["sample", *argv])
-    return sample_request(registry, args.dataset, args.target, args.classifier, args.generator,
+    return SampleRequest.build(registry, args.dataset, args.target, args.classifier, args.generator,
                           **_given_settings(args))
 
 
@@ -320,3 +320,24 @@ def test_every_declared_run_kind_is_named_in_the_entry_points():
     assert set(listed) <= set(kinds)
     assert set(listed) == {name for name, kind in kinds.items() if kind.request_type.__module__.startswith("probe_core.")}
 
+
+
+def test_every_run_kind_builds_its_request_with_a_check_before_anything_is_stored(tmp_path):
+    from probe_core.bayestrex.latent_map import LatentMapRequest
+    from probe_core.defuse.steps import EmbeddingRequest
+    from probe_core.runs.lifecycle import all_run_kinds
+    from probe_core.store import Store
+
+    # one constructor for front ends on every kind: nothing in the lifecycle builds a request by hand
+    assert all(callable(getattr(kind.request_type, "build", None)) for kind in all_run_kinds().values())
+    store = Store(tmp_path / "probe.sqlite")
+    sampling = store.create_run("sample", {})
+    distilling = store.create_run("defuse-distill", {})
+    assert LatentMapRequest.build(store, sampling) == LatentMapRequest(sampling)
+    assert EmbeddingRequest.build(store, distilling) == EmbeddingRequest(distilling)
+    for build, wrong in ((LatentMapRequest.build, distilling), (EmbeddingRequest.build, sampling)):
+        with pytest.raises(ProbeError, match=f"run {wrong} is a"):
+            build(store, wrong)
+        with pytest.raises(ProbeError, match="no run 999; expected a"):
+            build(store, 999)
+    assert len(store.list_runs()) == 2
