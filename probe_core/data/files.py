@@ -42,6 +42,11 @@ def is_file_reference(name: str) -> bool:
 IMAGE_SIZE_RANGE = (4, 512)
 
 
+def check_image_size(size: object) -> None:
+    """Refuse an image size outside :data:`IMAGE_SIZE_RANGE`, or not a whole number, with a ProbeError."""
+    check_number_ranges({"image_size": size}, {"image_size": IMAGE_SIZE_RANGE}, {"image_size": "image size"})
+
+
 def looks_like_path(name: str) -> bool:
     """Whether what a user typed is meant as a path (it exists, or has a slash or ``.npz``)."""
     base = name.partition("[")[0]
@@ -61,7 +66,7 @@ def reference_for(path: str, image_size: int | None = None, skip_bad: bool = Fal
     base, bracket, view = path.partition("[")
     target = Path(base).expanduser().resolve()
     if image_size:
-        check_number_ranges({"image_size": image_size}, {"image_size": IMAGE_SIZE_RANGE}, {"image_size": "image size"})
+        check_image_size(image_size)
     if target.is_dir():
         options = [f"size={int(image_size)}"] if image_size else []
         options += ["skip_bad=1"] if skip_bad else []
@@ -310,6 +315,5 @@ def load_file_arrays(reference: str) -> dict[str, np.ndarray]:
         return load_arrays(path)
     size = options.get("size")
     if size is not None:
-        check_number_ranges({"image_size": int(size) if size.isdigit() else size}, {"image_size": IMAGE_SIZE_RANGE},
-                            {"image_size": "image size"})
+        check_image_size(int(size) if size.isdigit() else size)
     return load_image_folder(path, int(size) if size else None, options.get("skip_bad") == "1")
