@@ -55,8 +55,9 @@ def listing(names: "list[str] | tuple[str, ...]", shown: int = 10, name_chars: i
     return ", ".join(cut) + more
 
 
-def check_number_ranges(values: dict, ranges: dict, words: "dict[str, str] | None" = None) -> None:
-    """Refuse a value outside its inclusive range, or not a number, with a :class:`ProbeError`.
+def check_number_ranges(values: dict, ranges: dict, words: "dict[str, str] | None" = None,
+                        error: "type[ProbeError]" = ProbeError) -> None:
+    """Refuse a value outside its inclusive range, or not a number, with a :class:`ProbeError` (or ``error``).
 
     Parameters
     ----------
@@ -66,6 +67,8 @@ def check_number_ranges(values: dict, ranges: dict, words: "dict[str, str] | Non
         Setting name -> (low, high). Whole-number bounds ask for a whole number; others for a finite number.
     words : dict, optional
         Setting name -> how a message names it; by default the name with spaces for underscores.
+    error : type, optional
+        The ProbeError subclass raised (a data loader's :class:`DataError`, say).
     """
     for name, value in values.items():
         if value is None:
@@ -77,4 +80,4 @@ def check_number_ranges(values: dict, ranges: dict, words: "dict[str, str] | Non
             word = (words or {}).get(name, name.replace("_", " "))
             bounds = f"from {low:,} to {high:,}" if whole else f"from {low:g} to {high:g}"
             shown = repr(value) if isinstance(value, numbers.Number) else excerpt(value)
-            raise ProbeError(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {shown}")
+            raise error(f"{word} must be {'a whole number' if whole else 'a number'} {bounds}, got {shown}")

@@ -43,8 +43,8 @@ IMAGE_SIZE_RANGE = (4, 512)
 
 
 def check_image_size(size: object) -> None:
-    """Refuse an image size outside :data:`IMAGE_SIZE_RANGE`, or not a whole number, with a ProbeError."""
-    check_number_ranges({"image_size": size}, {"image_size": IMAGE_SIZE_RANGE}, {"image_size": "image size"})
+    """Refuse an image size outside :data:`IMAGE_SIZE_RANGE`, or not a whole number, with a DataError."""
+    check_number_ranges({"image_size": size}, {"image_size": IMAGE_SIZE_RANGE}, {"image_size": "image size"}, DataError)
 
 
 def looks_like_path(name: str) -> bool:

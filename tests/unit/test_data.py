@@ -181,8 +181,10 @@ def test_declared_ranges_refuse_out_of_range_settings_with_one_message(tmp_path)
     low, high = IMAGE_SIZE_RANGE
     assert reference_for(str(tmp_path), high).endswith(f"?size={high}")
     for size in (low - 1, high + 1):
-        with pytest.raises(ProbeError, match=f"image size must be a whole number from {low} to {high}, got {size}"):
+        with pytest.raises(DataError, match=f"image size must be a whole number from {low} to {high}, got {size}"):
             reference_for(str(tmp_path), size)
+        with pytest.raises(DataError, match=f"image size must be a whole number from {low} to {high}, got {size}"):
+            load_dataset(f"images:{tmp_path}?size={size}")  # a stored reference is checked as it is read
     for settings in ({"seed": -1}, {"seed": MODEL_RANGES["seed"][1] + 1}, {"epochs": 0}, {"epochs": 2.5}):
         with pytest.raises(ProbeError, match="must be a whole number from"):
             ModelSpec(dataset="digits", kind="classifier", **settings)
