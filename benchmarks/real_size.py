@@ -88,6 +88,17 @@ def sampler_against_ceiling(classifier, generator, target, chains: int, steps: i
     return {"ceiling": roof, "fast": fast_rate, "nuts": nuts.gradient_evaluations / nuts.wall_seconds}
 
 
+@torch.no_grad()
+def class_kept_on_training_images(classifier, generator, dataset, count: int = 1000) -> tuple[int, float, float]:
+    """(images, the classifier's accuracy on the first ``count`` training images, on their reconstructions):
+    the generator check measures held-out images; a VAE that learnt its training images keeps far more here."""
+    images, labels = dataset.train_images[:count], dataset.train_labels[:count]
+    means, _ = generator.module.encode(images)
+    reconstructions = generator.module.decode(means)
+    accuracy = [float(classifier.module(batch).argmax(1).eq(labels).float().mean()) for batch in (images, reconstructions)]
+    return len(images), accuracy[0], accuracy[1]
+
+
 def run_size(size: int, args, workspace) -> None:
     import probe_core.api as mp
     from probe_core.data.catalog import canonical_dataset_name
@@ -122,6 +133,10 @@ def run_size(size: int, args, workspace) -> None:
                  f"reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}, "
                  f"class kept by reconstructions {gen_check.figures.get('reconstruction_class_ratio', float('nan')):.2f}x "
                  f"(limit 0.8)" + "".join(f"; {reason}" for reason in gen_check.failed)))
+    train_kept = class_kept_on_training_images(classifier, generator, dataset)
+    rows.append(("class kept, training images", f"the classifier is right on {train_kept[1]:.1%} of "
+                 f"{train_kept[0]:,} training images and {train_kept[2]:.1%} of their reconstructions "
+                 f"({train_kept[2] / max(train_kept[1], 1e-6):.2f}x; Defuse perturbs these images' codes)"))
     judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=1001,
                            epochs=QUICK_EPOCHS if args.quick else None)
     started = time.perf_counter()

@@ -320,6 +320,7 @@ def train_vae(
     kl_warmup_epochs: int = 0,
     beta: float = 1.0,
     perceptual: str | None = None,
+    augment: bool = False,
 ) -> tuple[VAE, dict]:
     """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split.
 
@@ -328,7 +329,9 @@ def train_vae(
     weight rises linearly from β/W to β over the first W epochs (0: β throughout). The metrics
     are the plain ELBO's whatever β, so that VAEs of different β compare. ``perceptual``: one of
     :data:`PERCEPTUAL_NETWORKS` trains with :func:`perceptual_vae_loss` in that network's features (the
-    real-size recipe), None with the Bernoulli ELBO.
+    real-size recipe), None with the Bernoulli ELBO. ``augment``: each batch through :func:`augment_batch` (the
+    real-size recipe: on 8,000 SVHN-like images a VAE trained without it kept the class of 91 % of its training
+    images' reconstructions but 71 % of held-out ones).
     """
     latent_dim = int(latent_dim or dataset.default_latent_dim)
     features, first = None, perceptual_epochs(perceptual, epochs)
@@ -348,6 +351,8 @@ def train_vae(
             kl_weight = beta * (min(1.0, epoch / kl_warmup_epochs) if kl_warmup_epochs > 0 else 1.0)
             for index in _batches(len(images), batch_size, shuffler):
                 batch = images[index].to(device)
+                if augment:
+                    batch = augment_batch(batch, shuffler)
                 if features is None:
                     neg_elbo, _ = vae_loss(model, batch, beta=kl_weight)
                 else:
