@@ -92,11 +92,12 @@ def sampler_against_ceiling(classifier, generator, target, chains: int, steps: i
 def class_kept_on_training_images(classifier, generator, dataset, count: int = 1000) -> tuple[int, float, float]:
     """(images, the classifier's accuracy on the first ``count`` training images, on their reconstructions):
     the generator check measures held-out images; a VAE that learnt its training images keeps far more here."""
+    from probe_core.models.training import classifier_accuracy
+
     images, labels = dataset.train_images[:count], dataset.train_labels[:count]
-    means, _ = generator.module.encode(images)
-    reconstructions = generator.module.decode(means)
-    accuracy = [float(classifier.module(batch).argmax(1).eq(labels).float().mean()) for batch in (images, reconstructions)]
-    return len(images), accuracy[0], accuracy[1]
+    reconstructions = generator.module.decode(generator.module.encode(images)[0])
+    return (len(images), classifier_accuracy(classifier.module, images, labels),
+            classifier_accuracy(classifier.module, reconstructions, labels))
 
 
 def run_size(size: int, args, workspace) -> None:
