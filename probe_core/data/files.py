@@ -313,7 +313,8 @@ def load_file_arrays(reference: str) -> dict[str, np.ndarray]:
     scheme, path, options = parse_reference(reference)
     if scheme == ARRAYS_SCHEME:
         return load_arrays(path)
-    size = options.get("size")
+    size_text = options.get("size")
+    size = int(size_text) if size_text is not None and size_text.isdigit() else size_text
     if size is not None:
-        check_image_size(int(size) if size.isdigit() else size)
-    return load_image_folder(path, int(size) if size else None, options.get("skip_bad") == "1")
+        check_image_size(size)
+    return load_image_folder(path, size, options.get("skip_bad") == "1")

@@ -185,6 +185,8 @@ def test_declared_ranges_refuse_out_of_range_settings_with_one_message(tmp_path)
             reference_for(str(tmp_path), size)
         with pytest.raises(DataError, match=f"image size must be a whole number from {low} to {high}, got {size}"):
             load_dataset(f"images:{tmp_path}?size={size}")  # a stored reference is checked as it is read
+    with pytest.raises(DataError, match=f"image size must be a whole number from {low} to {high}, got 'abc'"):
+        load_dataset(f"images:{tmp_path}?size=abc")
     for settings in ({"seed": -1}, {"seed": MODEL_RANGES["seed"][1] + 1}, {"epochs": 0}, {"epochs": 2.5}):
         with pytest.raises(ProbeError, match="must be a whole number from"):
             ModelSpec(dataset="digits", kind="classifier", **settings)
