@@ -91,11 +91,10 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
                else dict(correct_settings or {}))
 
     started = time.perf_counter()
-    # the images and perturbations the data's size chooses, as the CLI, the page and the API get them
-    request, sized = steps.sized_identification(steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id,
-                                                                      **identify), registry.dataset(flawed_data))
-    if sized:
-        print(sized)
+    # checked and sized as the CLI, the page and the API check it (a warning says how the data's size chose the
+    # images and perturbations); the run records the VAE's id, never "default"
+    request = steps.checked_identify_request(
+        registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, **identify))
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle)
