@@ -12,6 +12,7 @@ from pages import ui as _ui
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
+from probe_core.defuse.cluster import review_tau
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
 from probe_core.runs import history
@@ -54,7 +55,9 @@ with st.form("defuse-find", enter_to_submit=False):
                                 distill_defaults["weight_threshold"], 0.005, format="%.3f", key="defuse_eps")
     max_samples = d3.number_input("Fit on at most", *distill_ranges["max_samples"], distill_defaults["max_samples"],
                                   key="defuse_max_samples")
-    tau = d4.number_input("Review spread (τ)", *distill_ranges["tau"], distill_defaults["tau"], 0.05, key="defuse_tau")
+    tau = d4.number_input("Review spread (τ)", *distill_ranges["tau"], review_tau(dataset.image_shape), 0.005,
+                          format="%.3f", key=f"defuse_tau_{dataset.name}", help="review and correction samples from N(μ, τΣ); the "
+                          "default comes from the image size (0.01 on 32×32 and up, the papers' colour setting)")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models and settings are checked (and references resolved) before a run is stored

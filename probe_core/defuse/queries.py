@@ -113,7 +113,15 @@ def assignments_of(store, distill_run: int) -> np.ndarray:
 
 
 def distill_tau(store, distill_run: int) -> float:
-    return float(require_run(store, distill_run, DISTILL).config.get("tau", 0.5))
+    """The review spread τ of a distillation run: the one asked for, else the one its data's size chose (in the
+    result of a finished run)."""
+    run = require_run(store, distill_run, DISTILL)
+    tau = run.config.get("tau")
+    if tau is None:
+        tau = (run.result or {}).get("tau")
+    if tau is None:
+        raise ProbeError(f"run {distill_run} has not finished: its review spread τ is chosen when it ends")
+    return float(tau)
 
 
 def labelled_failure_set(store, distill_run: int, class_names: tuple[str, ...], source: str = HUMAN,

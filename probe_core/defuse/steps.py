@@ -20,7 +20,7 @@ import torch
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
 from probe_core.data.catalog import load_dataset
 from probe_core.data.classes import split_class_map
-from probe_core.defuse.cluster import FailureClusterer, describe_clusters
+from probe_core.defuse.cluster import FailureClusterer, describe_clusters, review_tau
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
     REAL_SIZE_LAMBDAS,
@@ -180,7 +180,9 @@ def checked_identify_request(registry, settings: IdentifyRequest, device: str = 
 @run_kind(DistillationResult)
 @dataclass(frozen=True)
 class DistillRequest(BuiltFromSettings):
-    """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review samples' covariance."""
+    """Distillation settings; see :class:`FailureClusterer`. ``tau`` scales review and correction samples'
+    covariance; None chooses it from the data's image size when the run starts (:func:`review_tau`: the papers'
+    0.01 on colour images of 32x32 and up) and the result records it."""
 
     setting_word: ClassVar[str] = "distillation"
     ranges: ClassVar[dict] = {"n_components": (1, 1000), "weight_threshold": (0.0, 0.99),
@@ -192,7 +194,7 @@ class DistillRequest(BuiltFromSettings):
     n_components: int = 100
     weight_threshold: float = 0.01
     max_samples: int = 10_000
-    tau: float = 0.5
+    tau: float | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -431,6 +433,7 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
         store = context.store
         require_run(store, settings.identify_run, IDENTIFY)
         failures = failures_of(store, settings.identify_run)
+        tau = settings.tau if settings.tau is not None else review_tau(failures.images.shape[1:])
         context.report(0.05, f"clustering {len(failures)} failures", force=True)
         clusterer = FailureClusterer(n_components=settings.n_components, weight_threshold=settings.weight_threshold,
                                      max_samples=settings.max_samples, random_state=settings.seed)
@@ -450,7 +453,7 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
             **run_models(store, settings.identify_run), identify_run=settings.identify_run,
             failures=len(failures), clusters=len(described), converged=bool(clusterer.converged_),
             failures_in_kept_clusters=int((clusterer.labels_ >= 0).sum()),
-            seconds=round(time.perf_counter() - started, 2), tau=settings.tau)
+            seconds=round(time.perf_counter() - started, 2), tau=tau)
 
     return run
 

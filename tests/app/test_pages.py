@@ -10,6 +10,7 @@ from probe_core.bayestrex.latent_map import latent_map
 from probe_core.data.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries, review, steps
+from probe_core.defuse.cluster import REVIEW_TAU
 from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
@@ -119,10 +120,12 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     # the widgets offer exactly what the requests accept
     for key, request_type, name in (("defuse_q", steps.IdentifyRequest, "samples_per_image"),
                                     ("defuse_scale", steps.IdentifyRequest, "noise_scale"),
-                                    ("defuse_k", steps.DistillRequest, "n_components"),
-                                    ("defuse_tau", steps.DistillRequest, "tau")):
+                                    ("defuse_k", steps.DistillRequest, "n_components")):
         widget = at.number_input(key=key)
         assert (widget.min, widget.max) == request_type.ranges[name], key
+    # τ's default comes from the page's data set (small images here), its widget kept per data set
+    tau = next(widget for widget in at.number_input if widget.label == "Review spread (τ)")
+    assert (tau.min, tau.max, tau.value) == (*steps.DistillRequest.ranges["tau"], REVIEW_TAU)
     before = {r.id for r in app_env.store.list_runs(kind=queries.DISTILL)}
     at.number_input(key="defuse_q").set_value(10)
     at.number_input(key="defuse_m").set_value(2)

@@ -16,7 +16,7 @@ from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
-from probe_core.defuse.cluster import embed_2d
+from probe_core.defuse.cluster import REAL_SIZE_REVIEW_TAU, REVIEW_TAU, embed_2d, review_tau
 from probe_core.defuse.identification import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.runs.requests import record
@@ -180,6 +180,16 @@ def test_embedding_is_computed_once_and_cached(trained_workspace, flawed_run):
     assert set(np.unique(first["failure_cluster"])) <= set(range(-1, flawed_run["distilled"].clusters))
     again = defuse_review.embedding(registry, store, flawed_run["distill_run"])
     assert np.array_equal(first["failure_xy"], again["failure_xy"])
+
+
+def test_a_distillation_without_a_tau_records_the_one_its_image_size_chose(trained_workspace, flawed_run):
+    registry, store = trained_workspace.registry, trained_workspace.store
+    run = store.get_run(flawed_run["distill_run"])  # 8x8 digits, no τ asked
+    assert run.config["tau"] is None and run.result["tau"] == REVIEW_TAU == queries.distill_tau(store, run.id)
+    assert review_tau((3, 32, 32)) == review_tau((3, 64, 64)) == REAL_SIZE_REVIEW_TAU < review_tau((1, 28, 28))
+    given, result = steps.run_step(registry, store, steps.DistillRequest(
+        identify_run=flawed_run["identify_run"], max_samples=300, tau=0.2))
+    assert queries.distill_tau(store, given) == result.tau == 0.2
 
 
 # --- labels from several annotators -------------------------------------------------------------
