@@ -125,7 +125,8 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
             chosen = f"λ = {entry['lambda']:g}, epoch {entry['epoch']}" if "lambda" in entry else ""
             print(f"{name:<16} {title:<44} {entry['test_accuracy'] * 100:8.1f}% "
                   f"{entry['failure_accuracy'] * 100:10.1f}%  {chosen}")
-        print(f"{name:<16} selection: {result.selection['description']}; baseline D_f: "
+        print(f"{name:<16} selection: {result.selection['description']}; validation: "
+              f"{result.selection.get('validation_description', 'a slice of the training data')}; baseline D_f: "
               f"{result.baseline_failures} images; {result.seconds:.1f} s")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 

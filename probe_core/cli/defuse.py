@@ -92,7 +92,8 @@ def _print_results(result) -> None:
         chosen = f"λ={entry['lambda']:g}" if "lambda" in entry else ""
         rows.append([title, f"{entry['test_accuracy'] * 100:.1f}%", f"{entry['failure_accuracy'] * 100:.1f}%", chosen])
     print(format_table(rows, ["classifier", "test accuracy", "failure-region accuracy", "selected"]))
-    print(f"selected: {result.selection['description']}")
+    print(f"selected: {result.selection['description']}"
+          + (f"; validation: {result.selection['validation_description']}" if "validation" in result.selection else ""))
     if result.budget:
         print(f"swept: {result.budget}")
     print(f"corrected classifier registered as {result.corrected_model} (the original "
@@ -233,7 +234,8 @@ def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectReque
                                       lambdas=None if args.lambdas is None else tuple(args.lambdas),
                                       epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                                       samples_per_region=args.samples_per_region, seed=args.seed,
-                                      executor=args.executor, baseline=args.baseline, selection=args.selection)
+                                      executor=args.executor, baseline=args.baseline, selection=args.selection,
+                                      validation=args.validation)
 
 
 def _correct(args) -> int:
@@ -359,6 +361,10 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default="data",
                         help="how the λ and epoch are picked: validation accuracy on the original data (the paper's, "
                              "default) or its mean with accuracy on held-out failure-region samples")
+    parser.add_argument("--validation", choices=list(correction.VALIDATION_SOURCES), default=None,
+                        help="where the validation images come from: a slice of the training data, or half of the "
+                             "test set (the other half reports test accuracy; the paper's SVHN and German-signs "
+                             "protocol); default: half of the test set on images of 32x32 and up, else training")
     parser.add_argument("--out", help="write the summary as JSON")
 
 

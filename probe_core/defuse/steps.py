@@ -26,12 +26,13 @@ from probe_core.defuse.correction import (
     REAL_SIZE_LAMBDAS,
     REAL_SIZE_STEPS_PER_EPOCH,
     SELECTION_RULES,
+    VALIDATION_SOURCES,
     FailureRegion,
     LabelledImages,
+    correction_splits,
     evaluate,
     finetune_sweep,
     sample_regions,
-    split_validation,
 )
 from probe_core.defuse.identification import FailureSet, concatenate_failures, identify_failures
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, cluster_label_table
@@ -219,7 +220,9 @@ class CorrectRequest(BuiltFromSettings):
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
     :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
     ``lambdas`` and ``steps_per_epoch`` left as None are chosen from the data's size by
-    :func:`correction_budget` (the paper's grid and full passes over D, or a smaller budget at real size).
+    :func:`correction_budget` (the paper's grid and full passes over D, or a smaller budget at real size), and so
+    is ``validation``, one of :data:`~probe_core.defuse.correction.VALIDATION_SOURCES` (a slice of the training
+    data, or at real size half of the test set as the paper's colour protocol).
     """
 
     setting_word: ClassVar[str] = "correction"
@@ -243,6 +246,7 @@ class CorrectRequest(BuiltFromSettings):
     executor: str = "local"  # where the λ sweep runs (probe_core.runs.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
     selection: str = "data"
+    validation: str | None = None
 
     def __post_init__(self) -> None:
         if self.lambdas is not None:
@@ -253,6 +257,9 @@ class CorrectRequest(BuiltFromSettings):
         if self.selection not in SELECTION_RULES:
             raise ProbeError(f"unknown selection rule {self.selection!r}; choose one of "
                              f"{', '.join(SELECTION_RULES)}")
+        if self.validation is not None and self.validation not in VALIDATION_SOURCES:
+            raise ProbeError(f"unknown validation source {self.validation!r}; choose one of "
+                             f"{', '.join(VALIDATION_SOURCES)}")
 
     def _check_lambdas(self) -> None:
         if not self.lambdas:
@@ -264,7 +271,8 @@ class CorrectRequest(BuiltFromSettings):
 
 
 def correction_budget(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> tuple[tuple, int | None, str]:
-    """The λ grid and the batches of D per epoch a correction runs with, and a note saying where they come from.
+    """The λ grid and the batches of D per epoch a correction runs with, and a note saying where they come from
+    (and where its validation images come from: :func:`correction_validation`).
 
     What the request gives is kept. Left as None, they are chosen from the data's size: the paper's 17 λ with
     full passes over D for images below 32x32; at real size (:func:`~probe_core.data.is_real_size`)
@@ -290,12 +298,22 @@ def correction_budget(settings: CorrectRequest, image_shape: tuple[int, int, int
     chosen = [what for what, given in (("λ grid", settings.lambdas), ("batches per epoch", settings.steps_per_epoch))
               if given is None]
     note = (f"{len(lambdas)} λ ({', '.join(f'{lam:g}' for lam in lambdas)}), {settings.epochs} epochs of "
-            f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}")
+            f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}, "
+            f"selected on {VALIDATION_SOURCES[correction_validation(settings, image_shape)].split(',')[0]}")
     if chosen and real_size:
         note += (f"; {' and '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
                  f"the paper's 17 λ over full passes would take over half an hour on CPU "
                  f"(--lambdas and --steps-per-epoch choose otherwise)")
     return lambdas, steps_per_epoch, note
+
+
+def correction_validation(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> str:
+    """Where the images selecting λ and the epoch come from (:data:`~probe_core.defuse.correction.VALIDATION_SOURCES`):
+    the request's choice, else half of the test set for real-size images (the paper's SVHN and German-signs
+    protocol) and a slice of the training data for smaller ones."""
+    if settings.validation is not None:
+        return settings.validation
+    return "test-half" if is_real_size(image_shape) else "training"
 
 
 def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
@@ -481,9 +499,10 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         context.report(0.0, f"sampling {len(regions)} failure regions; {budget}", force=True)
         sets = sample_regions(vae.module, regions, distill_tau(store, settings.distill_run),
                               settings.samples_per_region, rng)
-        train, validation = split_validation(dataset.train_images, dataset.train_labels,
-                                             settings.validation_fraction, settings.seed)
-        test = LabelledImages(dataset.test_images, dataset.test_labels, torch.full((len(dataset.test_labels),), -1))
+        validation_source = correction_validation(settings, dataset.image_shape)
+        train, validation, test = correction_splits(dataset.train_images, dataset.train_labels, dataset.test_images,
+                                                    dataset.test_labels, validation_source,
+                                                    settings.validation_fraction, settings.seed)
         before = evaluate(classifier.module, test, sets["test"])
         baseline_set = _baseline_failures(store, vae, settings, dataset)
         executor = parse_executor(settings.executor)
@@ -517,7 +536,9 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
             results={"before": before, "defuse": {**after, **selected},
                      "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
                                   "description": BASELINES[settings.baseline]}},
-            selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection]},
+            selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection],
+                       "validation": validation_source,
+                       "validation_description": VALIDATION_SOURCES[validation_source]},
             sweep=sweep, baseline_sweep=baseline_sweep, baseline_failures=len(baseline_set),
             lambdas_not_done={phase: sorted(set(lambdas) - {entry["lambda"] for entry in entries})
                               for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},

@@ -8,9 +8,10 @@ from probe_core.defuse.correction import (
     REAL_SIZE_LAMBDAS,
     REAL_SIZE_STEPS_PER_EPOCH,
     LabelledImages,
+    correction_splits,
     finetune_one_lambda,
 )
-from probe_core.defuse.steps import CorrectRequest, correction_budget
+from probe_core.defuse.steps import CorrectRequest, correction_budget, correction_validation
 from probe_core.errors import ProbeError
 
 
@@ -36,6 +37,29 @@ def test_what_the_user_gives_is_kept_at_real_size():
     _, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1, lambdas=(1.0,)), (3, 64, 64))
     assert steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH and "batches per epoch chosen" in note
     assert "λ grid" not in note.split(";")[1]
+
+
+def test_real_size_selects_on_half_the_test_set_as_the_papers_colour_protocol_unless_asked():
+    assert correction_validation(CorrectRequest(distill_run=1), (3, 32, 32)) == "test-half"
+    assert correction_validation(CorrectRequest(distill_run=1), (1, 28, 28)) == "training"
+    assert correction_validation(CorrectRequest(distill_run=1, validation="training"), (3, 64, 64)) == "training"
+    assert "half of the test set" in correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))[2]
+    with pytest.raises(ProbeError, match="unknown validation source 'test'; choose one of training, test-half"):
+        CorrectRequest.build(distill_run=1, validation="test")
+
+
+def test_the_test_half_split_keeps_all_training_images_and_splits_the_test_set_in_disjoint_halves():
+    train, test = _labelled(40, 0), _labelled(11, 1)
+    d, validation, held_out = correction_splits(train.images, train.labels, test.images, test.labels,
+                                                "test-half", 0.1, seed=3)
+    assert torch.equal(d.images, train.images) and (len(validation), len(held_out)) == (5, 6)
+    rows = lambda part: {tuple(image.flatten().tolist()) for image in part.images}  # noqa: E731
+    assert not rows(validation) & rows(held_out) and rows(validation) | rows(held_out) == rows(test)
+    again = correction_splits(train.images, train.labels, test.images, test.labels, "test-half", 0.1, seed=3)
+    assert torch.equal(again[1].images, validation.images)  # the same halves for the same seed
+    d, validation, held_out = correction_splits(train.images, train.labels, test.images, test.labels,
+                                                "training", 0.1, seed=3)
+    assert (len(d), len(validation)) == (36, 4) and torch.equal(held_out.images, test.images)
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
