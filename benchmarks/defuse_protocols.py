@@ -77,9 +77,11 @@ def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[di
 
 def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
                   oracle: str = "default", identify_settings: dict | None = None,
-                  correct_settings: dict | None = None, classifier_epochs: int | None = None) -> None:
+                  correct_settings: dict | None = None, classifier_epochs: int | None = None,
+                  oracle_abstains_below: float | None = None) -> None:
     """Plant ``flaw`` (a view such as ``mislabel=9->8:0.4``) in ``dataset``, train its classifier, and run Defuse
-    under both protocols with ``oracle`` labelling the review images; prints the table."""
+    under both protocols with ``oracle`` labelling the review images (saying "none of the above" below
+    ``oracle_abstains_below`` confidence); prints the table."""
     args = argparse.Namespace(quick=quick)
     flawed_data = f"{dataset}[{flaw}]"
     registry, store = workspace.registry, workspace.store
@@ -97,7 +99,8 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
         registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, **identify))
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
-    source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle)
+    source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,
+                                                abstain_below=oracle_abstains_below)
     regions = [v for v in verdicts if v["usable"]]
     names = queries.run_class_names(store, distill_run)
     individually = queries.labelled_review_failures(store, distill_run, names, source)
@@ -106,8 +109,9 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
           f"{len(regions)} failure regions (oracle labels per review image, ρ = 0.5), "
           f"{len(individually['labels'])} individually labelled failures; identify {identified.seconds:.1f} s, "
           f"distill {distilled.seconds:.1f} s")
+    abstained = f"; it says 'none' below {oracle_abstains_below:.0%} confidence" if oracle_abstains_below else ""
     print(f"labels of the failure regions: {sorted({v['label'] for v in regions})}; oracle agreement is 1 by "
-          f"construction ({agreement['all']['images']} images)")
+          f"construction ({agreement['all']['images']} images){abstained}")
     print(planted_flaw_found(flaw, names, regions))
 
     if not regions:

@@ -11,7 +11,8 @@ signs, which cannot be downloaded here. Each gets two planted flaws a user would
 
 For each, the flawed classifier (the data's real-size recipe) is identified and distilled with the defaults
 the data's size chooses, the data's clean default classifier labels each cluster's review images (an oracle
-standing in for the annotators, as in ``benchmarks/defuse_protocols.py``), and correction runs under the
+standing in for the annotators, as in ``benchmarks/defuse_protocols.py``, saying "none of the above" where it is
+less than 90 % sure), and correction runs under the
 paper's protocol (λ and epoch selected on validation accuracy) and under the earlier variant, printing
 regions found, whether the planted flaw is among them (regions the oracle labels with the flaw's class whose
 review images the classifier calls the flaw's wrong class), failure-region accuracy and test accuracy before
@@ -45,6 +46,10 @@ PAPER_IDENTIFY = {"noise": "paper", "a": 75.0, "b": 75.0}
 # by about +0.5) and Model Probe's default, centred noise of sd 0.15
 NOISES = {"paper": PAPER_IDENTIFY, "centered": {"noise": "centered"}}
 PAPER_CORRECT = {"epochs": 5}
+# The oracle (the clean classifier) labels a review image only when at least this sure, else "none of the above":
+# annotators do not name a digit in a blur. Labelling every decoding with its argmax made regions of the
+# generator's blurs "failures" under a class, and finetuning on them cost test accuracy.
+ORACLE_ABSTAINS_BELOW = 0.9
 
 
 def main() -> None:
@@ -80,7 +85,7 @@ def main() -> None:
             try:
                 run_protocols(workspace, reference, flaw, quick=args.quick, oracle=clean.id,
                               identify_settings=NOISES[noise], correct_settings=PAPER_CORRECT,
-                              classifier_epochs=epochs)
+                              classifier_epochs=epochs, oracle_abstains_below=ORACLE_ABSTAINS_BELOW)
             except Exception as exc:  # noqa: BLE001 - a benchmark reports a refusal and goes on
                 print(f"refused: {exc}")
             print(f"({time.perf_counter() - started:.0f} s for this flaw)")

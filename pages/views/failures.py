@@ -56,8 +56,9 @@ with st.form("defuse-find", enter_to_submit=False):
     max_samples = d3.number_input("Fit on at most", *distill_ranges["max_samples"], distill_defaults["max_samples"],
                                   key="defuse_max_samples")
     tau = d4.number_input("Review spread (τ)", *distill_ranges["tau"], review_tau(dataset.image_shape), 0.005,
-                          format="%.3f", key=f"defuse_tau_{dataset.name}", help="review and correction samples from N(μ, τΣ); the "
-                          "default comes from the image size (0.01 on 32×32 and up, the papers' colour setting)")
+                          format="%.3f", key=f"defuse_tau_{dataset.name}",
+                          help="review and correction samples from N(μ, τΣ); the default comes from the image size "
+                               "(0.01 on 32×32 and up, the papers' colour setting)")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models and settings are checked (and references resolved) before a run is stored

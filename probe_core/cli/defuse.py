@@ -235,7 +235,8 @@ def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectReque
                                       epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                                       samples_per_region=args.samples_per_region, seed=args.seed,
                                       executor=args.executor, baseline=args.baseline, selection=args.selection,
-                                      validation=args.validation)
+                                      validation=args.validation, learning_rate=args.learning_rate,
+                                      keep_batch_statistics=args.keep_batch_statistics)
 
 
 def _correct(args) -> int:
@@ -365,6 +366,12 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
                         help="where the validation images come from: a slice of the training data, or half of the "
                              "test set (the other half reports test accuracy; the paper's SVHN and German-signs "
                              "protocol); default: half of the test set on images of 32x32 and up, else training")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help=f"Adam's learning rate (default: the paper's {correction.PAPER_LEARNING_RATE:g}; "
+                             f"on images of 32x32 and up {correction.REAL_SIZE_LEARNING_RATE:g})")
+    parser.add_argument("--keep-batch-statistics", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep the classifier's BatchNorm statistics while finetuning (default: on images of "
+                             "32x32 and up)")
     parser.add_argument("--out", help="write the summary as JSON")
 
 

@@ -16,6 +16,7 @@ from probe_core.defuse.cluster import (
 from probe_core.defuse.identification import encode_means
 from probe_core.defuse.labels import (
     DEFAULT_RHO,
+    NONE_OF_THE_ABOVE,
     REVIEW_IMAGES,
     cluster_labels,
     oracle_source,
@@ -129,14 +130,18 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
 
 
 def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = DEFAULT_RHO,
-               device: str = "cpu") -> tuple[str, list[dict]]:
+               device: str = "cpu", abstain_below: float | None = None) -> tuple[str, list[dict]]:
     """Label every cluster's review images with an oracle classifier, stored as ``oracle:MODEL``.
 
     For demos and tests only: the oracle stands in for annotators who know the true classes and
     labels each review image with its predicted class; the clusters are then aggregated as human
-    labels are (never mixed with them). Returns the label source and one aggregated entry per cluster
+    labels are (never mixed with them). With ``abstain_below``, an image whose top class probability is
+    below it is labelled "none of the above", as a person who cannot tell what a blurred decoding shows
+    would. Returns the label source and one aggregated entry per cluster
     (``cluster_id`` plus the keys of :func:`~probe_core.defuse.labels.aggregate_images`).
     """
+    if abstain_below is not None and not 0.0 < abstain_below <= 1.0:
+        raise ProbeError(f"the oracle's abstention threshold must be in (0, 1], got {abstain_below}")
     dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
     # the oracle stands in for people who know the true classes: its default is the clean data set's classifier
     oracle = registry.get_or_train_reference(oracle_ref, "classifier", clean_dataset_name(dataset.name), device=device)
@@ -148,9 +153,12 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = 
     for cluster in store.get_clusters(distill_run):
         shown = review_images(store, vae, classifier, cluster, tau)
         with torch.no_grad():
-            answers = oracle.module(shown["images"].to(device)).argmax(1).cpu().tolist()
-        store.set_labels("oracle", [(image_id, dataset.class_names[answer])
-                                    for image_id, answer in zip(shown["ids"], answers)], source=source)
+            confidences, answers = oracle.module(shown["images"].to(device)).max(1)
+        store.set_labels("oracle", [(image_id, dataset.class_names[answer] if abstain_below is None
+                                     or confidence >= abstain_below else NONE_OF_THE_ABOVE)
+                                    for image_id, answer, confidence in zip(shown["ids"], answers.cpu().tolist(),
+                                                                            confidences.cpu().tolist())],
+                         source=source)
         written.append({"cluster_id": cluster["id"],
                         **cluster_labels(store, cluster, dataset.class_names, source, rho)})
     return source, written

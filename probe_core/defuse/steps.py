@@ -23,7 +23,9 @@ from probe_core.data.classes import split_class_map
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters, review_tau
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
+    PAPER_LEARNING_RATE,
     REAL_SIZE_LAMBDAS,
+    REAL_SIZE_LEARNING_RATE,
     REAL_SIZE_STEPS_PER_EPOCH,
     SELECTION_RULES,
     VALIDATION_SOURCES,
@@ -222,7 +224,8 @@ class CorrectRequest(BuiltFromSettings):
     ``lambdas`` and ``steps_per_epoch`` left as None are chosen from the data's size by
     :func:`correction_budget` (the paper's grid and full passes over D, or a smaller budget at real size), and so
     is ``validation``, one of :data:`~probe_core.defuse.correction.VALIDATION_SOURCES` (a slice of the training
-    data, or at real size half of the test set as the paper's colour protocol).
+    data, or at real size half of the test set as the paper's colour protocol), and so are ``learning_rate`` and
+    ``keep_batch_statistics`` (:func:`finetuning_settings`).
     """
 
     setting_word: ClassVar[str] = "correction"
@@ -240,13 +243,14 @@ class CorrectRequest(BuiltFromSettings):
     samples_per_region: int = 256
     validation_fraction: float = 0.1
     batch_size: int = 64
-    learning_rate: float = 1e-3
+    learning_rate: float | None = None
     steps_per_epoch: int | None = None
     seed: int = 0
     executor: str = "local"  # where the λ sweep runs (probe_core.runs.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
     selection: str = "data"
     validation: str | None = None
+    keep_batch_statistics: bool | None = None
 
     def __post_init__(self) -> None:
         if self.lambdas is not None:
@@ -300,6 +304,8 @@ def correction_budget(settings: CorrectRequest, image_shape: tuple[int, int, int
     note = (f"{len(lambdas)} λ ({', '.join(f'{lam:g}' for lam in lambdas)}), {settings.epochs} epochs of "
             f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}, "
             f"selected on {VALIDATION_SOURCES[correction_validation(settings, image_shape)].split(',')[0]}")
+    learning_rate, keep_batch_statistics = finetuning_settings(settings, image_shape)
+    note += f"; learning rate {learning_rate:g}" + (", BatchNorm statistics kept" if keep_batch_statistics else "")
     if chosen and real_size:
         note += (f"; {' and '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
                  f"the paper's 17 λ over full passes would take over half an hour on CPU "
@@ -314,6 +320,18 @@ def correction_validation(settings: CorrectRequest, image_shape: tuple[int, int,
     if settings.validation is not None:
         return settings.validation
     return "test-half" if is_real_size(image_shape) else "training"
+
+
+def finetuning_settings(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> tuple[float, bool]:
+    """The finetuning's learning rate and whether BatchNorm statistics are kept: the request's choices, else the
+    paper's Adam at 1e-3 below 32x32 and, on real-size images, 1e-4 with the statistics kept
+    (:data:`~probe_core.defuse.correction.REAL_SIZE_LEARNING_RATE`)."""
+    real_size = is_real_size(image_shape)
+    learning_rate = settings.learning_rate
+    if learning_rate is None:
+        learning_rate = REAL_SIZE_LEARNING_RATE if real_size else PAPER_LEARNING_RATE
+    keep = settings.keep_batch_statistics
+    return learning_rate, real_size if keep is None else bool(keep)
 
 
 def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
@@ -500,6 +518,7 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         sets = sample_regions(vae.module, regions, distill_tau(store, settings.distill_run),
                               settings.samples_per_region, rng)
         validation_source = correction_validation(settings, dataset.image_shape)
+        learning_rate, keep_batch_statistics = finetuning_settings(settings, dataset.image_shape)
         train, validation, test = correction_splits(dataset.train_images, dataset.train_labels, dataset.test_images,
                                                     dataset.test_labels, validation_source,
                                                     settings.validation_fraction, settings.seed)
@@ -507,7 +526,8 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         baseline_set = _baseline_failures(store, vae, settings, dataset)
         executor = parse_executor(settings.executor)
         sweep_args = {"lambdas": tuple(lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
-                      "learning_rate": settings.learning_rate, "steps_per_epoch": steps_per_epoch,
+                      "learning_rate": learning_rate, "keep_batch_statistics": keep_batch_statistics,
+                      "steps_per_epoch": steps_per_epoch,
                       "seed": settings.seed, "selection": settings.selection,
                       "executor": executor if executor.distributed else None}
 

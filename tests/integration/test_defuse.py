@@ -192,6 +192,23 @@ def test_a_distillation_without_a_tau_records_the_one_its_image_size_chose(train
     assert queries.distill_tau(store, given) == result.tau == 0.2
 
 
+def test_an_abstaining_oracle_says_none_exactly_where_it_is_less_sure_than_asked(trained_workspace, flawed_run):
+    registry, store, run_id = trained_workspace.registry, trained_workspace.store, flawed_run["distill_run"]
+    _, classifier, vae = queries.load_run_models(registry, store, run_id)
+    oracle = registry.resolve("default", "classifier", "digits")
+    cluster = store.get_clusters(run_id)[0]
+    shown = defuse_review.review_images(store, vae, classifier, cluster, queries.distill_tau(store, run_id))
+    with torch.no_grad():
+        confidence, answer = oracle.module(shown["images"]).max(1)
+    threshold = float(confidence.median())  # about half the images are below it, whatever the seed
+    source, _ = defuse_review.auto_label(registry, store, run_id, "default", abstain_below=threshold)
+    given = {row["review_image_id"]: row["label"] for row in store.get_labels(source=source)}
+    for image_id, sure, named in zip(shown["ids"], confidence.tolist(), answer.tolist()):
+        assert given[image_id] == (str(named) if sure >= threshold else label_tools.NONE_OF_THE_ABOVE)
+    with pytest.raises(ProbeError, match="abstention threshold must be in"):
+        defuse_review.auto_label(registry, store, run_id, "default", abstain_below=1.5)
+
+
 # --- labels from several annotators -------------------------------------------------------------
 
 def test_concurrent_annotators_label_images_and_the_paper_aggregation_follows(trained_workspace, flawed_run):

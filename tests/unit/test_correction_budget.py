@@ -5,13 +5,15 @@ import torch
 
 from probe_core.defuse.correction import (
     PAPER_LAMBDAS,
+    PAPER_LEARNING_RATE,
     REAL_SIZE_LAMBDAS,
+    REAL_SIZE_LEARNING_RATE,
     REAL_SIZE_STEPS_PER_EPOCH,
     LabelledImages,
     correction_splits,
     finetune_one_lambda,
 )
-from probe_core.defuse.steps import CorrectRequest, correction_budget, correction_validation
+from probe_core.defuse.steps import CorrectRequest, correction_budget, correction_validation, finetuning_settings
 from probe_core.errors import ProbeError
 
 
@@ -107,3 +109,39 @@ def test_steps_per_epoch_caps_the_batches_of_d_each_epoch_takes(monkeypatch, ste
     assert _CountingClassifier.batches_scored == 2 * 2 * batches_per_epoch
     assert result["epoch"] in (1, 2)
     assert all(torch.equal(value, before[name]) for name, value in original.state_dict().items())  # a copy trains
+
+
+def test_real_size_finetunes_more_gently_and_keeps_batch_statistics_unless_asked():
+    assert finetuning_settings(CorrectRequest(distill_run=1), (1, 8, 8)) == (PAPER_LEARNING_RATE, False)
+    assert finetuning_settings(CorrectRequest(distill_run=1), (3, 32, 32)) == (REAL_SIZE_LEARNING_RATE, True)
+    asked = CorrectRequest(distill_run=1, learning_rate=0.01, keep_batch_statistics=False)
+    assert finetuning_settings(asked, (3, 64, 64)) == (0.01, False)
+    note = correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))[2]
+    assert f"learning rate {REAL_SIZE_LEARNING_RATE:g}, BatchNorm statistics kept" in note
+
+
+class _NormalisedClassifier(torch.nn.Module):
+    output_kind = "logits"
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3),
+                                       torch.nn.Linear(3, 2))
+
+    def forward(self, images):
+        return torch.softmax(self.net(images), dim=1)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_kept_batch_statistics_are_the_originals_after_finetuning(keep):
+    original = _NormalisedClassifier()
+    norm = original.net[2]
+    norm.running_mean.fill_(5.0)  # far from any batch's mean: training mode would move it
+    result = finetune_one_lambda(original, 1.0, train=_labelled(40, 0), validation=_labelled(8, 2),
+                                 failures=_labelled(12, 1), failure_validation=_labelled(4, 3),
+                                 test=_labelled(8, 4), failure_test=_labelled(4, 5), epochs=2, batch_size=4,
+                                 learning_rate=1e-2, seed=0, keep_batch_statistics=keep)
+    finetuned = result["state"]["net.2.running_mean"]
+    assert torch.equal(finetuned, norm.running_mean) == keep
+    weights_moved = not torch.equal(result["state"]["net.1.weight"], original.net[1].weight)
+    assert weights_moved  # the rest of the network trains either way
