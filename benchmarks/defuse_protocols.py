@@ -78,10 +78,10 @@ def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[di
 def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
                   oracle: str = "default", identify_settings: dict | None = None,
                   correct_settings: dict | None = None, classifier_epochs: int | None = None,
-                  oracle_abstains_below: float | None = None) -> None:
+                  oracle_abstains_below: float | None = None, vae: str = "default") -> None:
     """Plant ``flaw`` (a view such as ``mislabel=9->8:0.4``) in ``dataset``, train its classifier, and run Defuse
     under both protocols with ``oracle`` labelling the review images (saying "none of the above" below
-    ``oracle_abstains_below`` confidence); prints the table."""
+    ``oracle_abstains_below`` confidence) and ``vae`` (a model reference) decoding; prints the table."""
     args = argparse.Namespace(quick=quick)
     flawed_data = f"{dataset}[{flaw}]"
     registry, store = workspace.registry, workspace.store
@@ -96,7 +96,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     # checked and sized as the CLI, the page and the API check it (a warning says how the data's size chose the
     # images and perturbations); the run records the VAE's id, never "default"
     request = steps.checked_identify_request(
-        registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, **identify))
+        registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, vae=vae, **identify))
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,
