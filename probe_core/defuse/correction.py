@@ -42,8 +42,8 @@ REAL_SIZE_STEPS_PER_EPOCH = 50
 # Finetuning the real-size classifier (a ResNet trained with augmentation, its learning rate annealed to 0):
 # the paper's Adam at 1e-3 cost about 2 points of test accuracy on the SVHN-like stand-in even at λ = 1e-10, and
 # batches of one region's near-identical samples, passed through the network in training mode, rewrote its
-# BatchNorm statistics (8.7 points lost at λ = 1e-10 with one region). At 1e-4 with the statistics kept, the
-# planted flaw's region was fixed with test accuracy up (benchmarks/defuse_real_size.py).
+# BatchNorm statistics (8.7 points lost at λ = 1e-10 with one region; both measured by hand). At 1e-4 with the
+# statistics kept, the planted flaw's region was fixed with test accuracy up (benchmarks/defuse_real_size.py).
 BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
 PAPER_LEARNING_RATE = 1e-3
 REAL_SIZE_LEARNING_RATE = 1e-4
@@ -305,8 +305,8 @@ def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, p
 
 # Where the images that select λ and the epoch come from. A slice of the training data carries the training
 # labels, flaws included: with 40 % of the SVHN-like 7s labelled 1, its accuracy fell as the correction fixed the
-# 7s, and it chose λ = 1e-10 (no correction) in every run. The paper selects on half of the test set for SVHN and
-# the German signs.
+# 7s, and it chose λ = 1e-10 (no correction) in every run made by hand. The paper selects on half of the test set
+# for SVHN and the German signs.
 VALIDATION_SOURCES = {
     "training": "a slice of the training data (validation_fraction of it), test accuracy on the whole test set",
     "test-half": "half of the test set, test accuracy on the other half (the paper's SVHN and German-signs protocol)",
