@@ -38,11 +38,11 @@ usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
 correct_defaults = field_defaults(steps.CorrectRequest)
-data_lambdas, _, budget = steps.correction_budget(steps.CorrectRequest(distill_run.id), run_data.image_shape)
-st.caption(f"Defaults for this data: {budget}.")
+data_plan = steps.correction_plan(steps.CorrectRequest(distill_run.id), run_data.image_shape)
+st.caption(f"Defaults for this data: {data_plan.note}.")
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
-    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in data_lambdas), key="finetune_lambdas")
+    lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in data_plan.lambdas), key="finetune_lambdas")
     correct_ranges = steps.CorrectRequest.ranges
     epochs = c2.number_input("Epochs per λ", *correct_ranges["epochs"], correct_defaults["epochs"], key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", *correct_ranges["samples_per_region"],

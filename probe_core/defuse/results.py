@@ -121,7 +121,7 @@ class CorrectionResult(StoredResult):
     steps_per_epoch : int or None
         The batches of D each epoch took (None: a full pass).
     budget : str
-        The λ grid and epochs it ran with, and why (:func:`~probe_core.defuse.steps.correction_budget`).
+        The λ grid and epochs it ran with, and why (:func:`~probe_core.defuse.steps.correction_plan`).
     """
 
     kind: ClassVar[str] = CORRECT

@@ -222,7 +222,7 @@ class CorrectRequest(BuiltFromSettings):
     ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
     :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
     ``lambdas`` and ``steps_per_epoch`` left as None are chosen from the data's size by
-    :func:`correction_budget` (the paper's grid and full passes over D, or a smaller budget at real size), and so
+    :func:`correction_plan` (the paper's grid and full passes over D, or a smaller budget at real size), and so
     is ``validation``, one of :data:`~probe_core.defuse.correction.VALIDATION_SOURCES` (a slice of the training
     data, or at real size half of the test set as the paper's colour protocol), and so are ``learning_rate`` and
     ``keep_batch_statistics`` (:func:`finetuning_settings`).
@@ -274,43 +274,66 @@ class CorrectRequest(BuiltFromSettings):
                              f"{', '.join(map(str, bad))}")
 
 
-def correction_budget(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> tuple[tuple, int | None, str]:
-    """The λ grid and the batches of D per epoch a correction runs with, and a note saying where they come from
-    (and where its validation images come from: :func:`correction_validation`).
+@dataclass(frozen=True)
+class CorrectionPlan:
+    """What a correction runs with once the request's open settings are chosen from the data's size
+    (:func:`correction_plan`).
+
+    Attributes
+    ----------
+    lambdas : tuple of float
+        The λ grid.
+    steps_per_epoch : int or None
+        Batches of D per epoch; None: a full pass over D.
+    validation : str
+        Where λ and the epoch are selected (:data:`~probe_core.defuse.correction.VALIDATION_SOURCES`).
+    learning_rate : float
+    keep_batch_statistics : bool
+        Whether finetuning keeps BatchNorm's running statistics.
+    note : str
+        One line saying all of the above and which of it was chosen for the data.
+    """
+
+    lambdas: tuple[float, ...]
+    steps_per_epoch: int | None
+    validation: str
+    learning_rate: float
+    keep_batch_statistics: bool
+    note: str
+
+
+def correction_plan(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> CorrectionPlan:
+    """The λ grid, batches of D per epoch, validation source and finetuning settings a correction runs with,
+    and a note saying where they come from.
 
     What the request gives is kept. Left as None, they are chosen from the data's size: the paper's 17 λ with
     full passes over D for images below 32x32; at real size (:func:`~probe_core.data.is_real_size`)
     :data:`~probe_core.defuse.correction.REAL_SIZE_LAMBDAS` and
-    :data:`~probe_core.defuse.correction.REAL_SIZE_STEPS_PER_EPOCH` batches per epoch.
+    :data:`~probe_core.defuse.correction.REAL_SIZE_STEPS_PER_EPOCH` batches per epoch; the validation source by
+    :func:`correction_validation` and the learning rate and BatchNorm statistics by :func:`finetuning_settings`.
 
     Parameters
     ----------
     settings : CorrectRequest
     image_shape : tuple of int
         The data set's (C, H, W).
-
-    Returns
-    -------
-    lambdas : tuple of float
-    steps_per_epoch : int or None
-        None: a full pass over D each epoch.
-    note : str
     """
     real_size = is_real_size(image_shape)
-    lambdas = settings.lambdas or (REAL_SIZE_LAMBDAS if real_size else PAPER_LAMBDAS)
+    lambdas = tuple(settings.lambdas or (REAL_SIZE_LAMBDAS if real_size else PAPER_LAMBDAS))
     steps_per_epoch = settings.steps_per_epoch or (REAL_SIZE_STEPS_PER_EPOCH if real_size else None)
+    validation = correction_validation(settings, image_shape)
+    learning_rate, keep_batch_statistics = finetuning_settings(settings, image_shape)
     chosen = [what for what, given in (("λ grid", settings.lambdas), ("batches per epoch", settings.steps_per_epoch))
               if given is None]
     note = (f"{len(lambdas)} λ ({', '.join(f'{lam:g}' for lam in lambdas)}), {settings.epochs} epochs of "
             f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}, "
-            f"selected on {VALIDATION_SOURCES[correction_validation(settings, image_shape)].split(',')[0]}")
-    learning_rate, keep_batch_statistics = finetuning_settings(settings, image_shape)
+            f"selected on {VALIDATION_SOURCES[validation].split(',')[0]}")
     note += f"; learning rate {learning_rate:g}" + (", BatchNorm statistics kept" if keep_batch_statistics else "")
     if chosen and real_size:
         note += (f"; {' and '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
                  f"the paper's 17 λ over full passes would take over half an hour on CPU "
                  f"(--lambdas and --steps-per-epoch choose otherwise)")
-    return lambdas, steps_per_epoch, note
+    return CorrectionPlan(lambdas, steps_per_epoch, validation, learning_rate, keep_batch_statistics, note)
 
 
 def correction_validation(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> str:
@@ -511,23 +534,21 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         clusters = {c["id"]: c for c in store.get_clusters(settings.distill_run)}
         regions = [FailureRegion(r["id"], clusters[r["id"]]["mean"], clusters[r["id"]]["covariance"],
                                  dataset.class_names.index(r["label"])) for r in usable]
-        lambdas, steps_per_epoch, budget = correction_budget(settings, dataset.image_shape)
-        log.info("correction: %s", budget)
+        plan = correction_plan(settings, dataset.image_shape)
+        log.info("correction: %s", plan.note)
         rng = np.random.default_rng(settings.seed)
-        context.report(0.0, f"sampling {len(regions)} failure regions; {budget}", force=True)
+        context.report(0.0, f"sampling {len(regions)} failure regions; {plan.note}", force=True)
         sets = sample_regions(vae.module, regions, distill_tau(store, settings.distill_run),
                               settings.samples_per_region, rng)
-        validation_source = correction_validation(settings, dataset.image_shape)
-        learning_rate, keep_batch_statistics = finetuning_settings(settings, dataset.image_shape)
         train, validation, test = correction_splits(dataset.train_images, dataset.train_labels, dataset.test_images,
-                                                    dataset.test_labels, validation_source,
+                                                    dataset.test_labels, plan.validation,
                                                     settings.validation_fraction, settings.seed)
         before = evaluate(classifier.module, test, sets["test"])
         baseline_set = _baseline_failures(store, vae, settings, dataset)
         executor = parse_executor(settings.executor)
-        sweep_args = {"lambdas": tuple(lambdas), "epochs": settings.epochs, "batch_size": settings.batch_size,
-                      "learning_rate": learning_rate, "keep_batch_statistics": keep_batch_statistics,
-                      "steps_per_epoch": steps_per_epoch,
+        sweep_args = {"lambdas": plan.lambdas, "epochs": settings.epochs, "batch_size": settings.batch_size,
+                      "learning_rate": plan.learning_rate, "keep_batch_statistics": plan.keep_batch_statistics,
+                      "steps_per_epoch": plan.steps_per_epoch,
                       "seed": settings.seed, "selection": settings.selection,
                       "executor": executor if executor.distributed else None}
 
@@ -557,13 +578,13 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
                      "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
                                   "description": BASELINES[settings.baseline]}},
             selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection],
-                       "validation": validation_source,
-                       "validation_description": VALIDATION_SOURCES[validation_source]},
+                       "validation": plan.validation,
+                       "validation_description": VALIDATION_SOURCES[plan.validation]},
             sweep=sweep, baseline_sweep=baseline_sweep, baseline_failures=len(baseline_set),
-            lambdas_not_done={phase: sorted(set(lambdas) - {entry["lambda"] for entry in entries})
+            lambdas_not_done={phase: sorted(set(plan.lambdas) - {entry["lambda"] for entry in entries})
                               for phase, entries in (("defuse", sweep), ("baseline", baseline_sweep))},
             corrected_model=corrected_id, original_model=classifier.id,
-            seconds=round(time.perf_counter() - started, 2), steps_per_epoch=steps_per_epoch, budget=budget)
+            seconds=round(time.perf_counter() - started, 2), steps_per_epoch=plan.steps_per_epoch, budget=plan.note)
 
     return run
 

@@ -13,39 +13,40 @@ from probe_core.defuse.correction import (
     correction_splits,
     finetune_one_lambda,
 )
-from probe_core.defuse.steps import CorrectRequest, correction_budget, correction_validation, finetuning_settings
+from probe_core.defuse.steps import CorrectRequest, correction_plan, correction_validation, finetuning_settings
 from probe_core.errors import ProbeError
 
 
 def test_small_images_keep_the_papers_grid_and_full_passes():
-    lambdas, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1), (1, 8, 8))
-    assert lambdas == PAPER_LAMBDAS and steps_per_epoch is None
-    assert "full pass" in note and "real-size" not in note
+    plan = correction_plan(CorrectRequest(distill_run=1), (1, 8, 8))
+    assert plan.lambdas == PAPER_LAMBDAS and plan.steps_per_epoch is None
+    assert "full pass" in plan.note and "real-size" not in plan.note
 
 
 def test_real_size_images_get_a_smaller_budget_and_say_so():
-    lambdas, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))
-    assert lambdas == REAL_SIZE_LAMBDAS and steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH
+    plan = correction_plan(CorrectRequest(distill_run=1), (3, 32, 32))
+    assert plan.lambdas == REAL_SIZE_LAMBDAS and plan.steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH
     assert set(REAL_SIZE_LAMBDAS) <= set(PAPER_LAMBDAS) and len(REAL_SIZE_LAMBDAS) < len(PAPER_LAMBDAS)
-    assert "real-size images (32x32)" in note and "--steps-per-epoch" in note
+    assert "real-size images (32x32)" in plan.note and "--steps-per-epoch" in plan.note
 
 
 def test_what_the_user_gives_is_kept_at_real_size():
     asked = CorrectRequest(distill_run=1, lambdas=(0.5, 2.0), steps_per_epoch=7)
-    lambdas, steps_per_epoch, note = correction_budget(asked, (3, 64, 64))
-    assert lambdas == (0.5, 2.0) and steps_per_epoch == 7
-    assert "chosen for real-size" not in note and "7 batches of D" in note
+    plan = correction_plan(asked, (3, 64, 64))
+    assert plan.lambdas == (0.5, 2.0) and plan.steps_per_epoch == 7
+    assert "chosen for real-size" not in plan.note and "7 batches of D" in plan.note
     # one left out is still chosen from the data, and the note names only that one
-    _, steps_per_epoch, note = correction_budget(CorrectRequest(distill_run=1, lambdas=(1.0,)), (3, 64, 64))
-    assert steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH and "batches per epoch chosen" in note
-    assert "λ grid" not in note.split(";")[1]
+    plan = correction_plan(CorrectRequest(distill_run=1, lambdas=(1.0,)), (3, 64, 64))
+    assert plan.steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH and "batches per epoch chosen" in plan.note
+    assert "λ grid" not in plan.note.split(";")[-1]
 
 
 def test_real_size_selects_on_half_the_test_set_as_the_papers_colour_protocol_unless_asked():
     assert correction_validation(CorrectRequest(distill_run=1), (3, 32, 32)) == "test-half"
     assert correction_validation(CorrectRequest(distill_run=1), (1, 28, 28)) == "training"
     assert correction_validation(CorrectRequest(distill_run=1, validation="training"), (3, 64, 64)) == "training"
-    assert "half of the test set" in correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))[2]
+    plan = correction_plan(CorrectRequest(distill_run=1), (3, 32, 32))
+    assert plan.validation == "test-half" and "half of the test set" in plan.note
     with pytest.raises(ProbeError, match="unknown validation source 'test'; choose one of training, test-half"):
         CorrectRequest.build(distill_run=1, validation="test")
 
@@ -116,8 +117,9 @@ def test_real_size_finetunes_more_gently_and_keeps_batch_statistics_unless_asked
     assert finetuning_settings(CorrectRequest(distill_run=1), (3, 32, 32)) == (REAL_SIZE_LEARNING_RATE, True)
     asked = CorrectRequest(distill_run=1, learning_rate=0.01, keep_batch_statistics=False)
     assert finetuning_settings(asked, (3, 64, 64)) == (0.01, False)
-    note = correction_budget(CorrectRequest(distill_run=1), (3, 32, 32))[2]
-    assert f"learning rate {REAL_SIZE_LEARNING_RATE:g}, BatchNorm statistics kept" in note
+    plan = correction_plan(CorrectRequest(distill_run=1), (3, 32, 32))
+    assert (plan.learning_rate, plan.keep_batch_statistics) == (REAL_SIZE_LEARNING_RATE, True)
+    assert f"learning rate {REAL_SIZE_LEARNING_RATE:g}, BatchNorm statistics kept" in plan.note
 
 
 class _NormalisedClassifier(torch.nn.Module):
