@@ -30,11 +30,25 @@ def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
     return queries.run_class_names(workspace.store, run_id, data_dir)
 
 
-def _oracle(option: str) -> str:
-    kind, _, oracle = option.partition(":")
+def _oracle(args) -> str | None:
+    """The oracle's model reference from ``--auto-label oracle:MODEL`` (None without it), its abstention
+    threshold checked too: called before any work."""
+    if not args.auto_label:
+        if args.oracle_abstains_below is not None:
+            raise ProbeError("--oracle-abstains-below goes with --auto-label oracle:MODEL")
+        return None
+    kind, _, oracle = args.auto_label.partition(":")
     if kind != "oracle" or not oracle:
-        raise ProbeError(f"--auto-label wants oracle:MODEL_OR_PLUGIN, got {option!r}")
+        raise ProbeError(f"--auto-label wants oracle:MODEL_OR_PLUGIN, got {args.auto_label!r}")
+    defuse_review.check_abstain_threshold(args.oracle_abstains_below)
     return oracle
+
+
+def _add_oracle_options(parser) -> None:
+    parser.add_argument("--oracle-abstains-below", type=float, metavar="P",
+                        help="with --auto-label: the oracle answers 'none of the above' for a review image it is "
+                             "less than P sure of, as an annotator would for a blur (default: it always names a "
+                             "class)")
 
 
 def _identify_settings(args) -> steps.IdentifyRequest:
@@ -136,14 +150,15 @@ def _label(args) -> int:
     store = workspace.store
     history.require_run(store, args.run, queries.DISTILL)
     class_names = _class_names(workspace, args.run, args.data_dir)
-    source = args.source
+    source, oracle = args.source, _oracle(args)
     if args.preview:
         _write_preview(workspace, args)
     if args.novelty:
         _write_novelty(workspace, args, class_names)
-    if args.auto_label:
-        source, written = defuse_review.auto_label(workspace.registry, store, args.run, _oracle(args.auto_label),
-                                              rho=args.rho, device=args.device)
+    if oracle is not None:
+        source, written = defuse_review.auto_label(workspace.registry, store, args.run, oracle,
+                                                   rho=args.rho, device=args.device,
+                                                   abstain_below=args.oracle_abstains_below)
         print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
     if args.cluster is not None and (args.label is not None or args.failure is not None):
         _label_images(workspace, args, class_names)
@@ -261,8 +276,7 @@ def _write_out(args, workspace, distill_run: int, source: str, correct_run: int 
 def _run_all(args) -> int:
 
     workspace = workspace_from_args(args)
-    if args.auto_label:
-        _oracle(args.auto_label)
+    oracle = _oracle(args)
     _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
     _distill_settings(args, 0)
     settings = steps.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
@@ -277,11 +291,12 @@ def _run_all(args) -> int:
     print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
           f"(run {distill_run})")
     source = label_tools.HUMAN
-    if args.auto_label:
-        source, _ = defuse_review.auto_label(workspace.registry, workspace.store, distill_run, _oracle(args.auto_label),
-                                        rho=args.rho, device=args.device)
+    if oracle is not None:
+        source, _ = defuse_review.auto_label(workspace.registry, workspace.store, distill_run, oracle,
+                                             rho=args.rho, device=args.device,
+                                             abstain_below=args.oracle_abstains_below)
     _print_clusters(workspace, distill_run, class_names, source, args.rho)
-    if not args.auto_label:
+    if oracle is None:
         print(f"label the clusters (dashboard Label page, or probe defuse label --run {distill_run} ...), then run "
               f"probe defuse correct --run {distill_run}")
         _write_out(args, workspace, distill_run, source, None)
@@ -402,6 +417,7 @@ def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
     label.add_argument("--novelty", help="write a PNG of the review images over their nearest misclassified "
                                          "training images, and list them (is the failure new? paper Fig. 6)")
     label.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN (demos and tests; stored apart from humans)")
+    _add_oracle_options(label)
     label.add_argument("--source", default=label_tools.HUMAN, help="whose labels to show/export: human or oracle:ID")
     label.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)
     label.add_argument("--export-csv", help="write all labels of the run as CSV")
@@ -421,6 +437,7 @@ def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
     _add_distill_options(everything)
     _add_correct_options(everything)
     everything.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN; without it the run stops for human labels")
+    _add_oracle_options(everything)
     everything.add_argument("--rho", type=float, default=label_tools.DEFAULT_RHO)
     everything.add_argument("--seed", type=int, default=0)
     everything.set_defaults(handler=_run_all)

@@ -129,6 +129,12 @@ def embedding(registry, store, distill_run: int, max_fit: int = 5000, max_points
     return result
 
 
+def check_abstain_threshold(abstain_below: float | None) -> None:
+    """Refuse an oracle abstention threshold outside (0, 1] (None: the oracle never abstains)."""
+    if abstain_below is not None and not (isinstance(abstain_below, (int, float)) and 0.0 < abstain_below <= 1.0):
+        raise ProbeError(f"the oracle's abstention threshold must be a probability in (0, 1], got {abstain_below}")
+
+
 def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = DEFAULT_RHO,
                device: str = "cpu", abstain_below: float | None = None) -> tuple[str, list[dict]]:
     """Label every cluster's review images with an oracle classifier, stored as ``oracle:MODEL``.
@@ -140,8 +146,7 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = 
     would. Returns the label source and one aggregated entry per cluster
     (``cluster_id`` plus the keys of :func:`~probe_core.defuse.labels.aggregate_images`).
     """
-    if abstain_below is not None and not 0.0 < abstain_below <= 1.0:
-        raise ProbeError(f"the oracle's abstention threshold must be in (0, 1], got {abstain_below}")
+    check_abstain_threshold(abstain_below)
     dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
     # the oracle stands in for people who know the true classes: its default is the clean data set's classifier
     oracle = registry.get_or_train_reference(oracle_ref, "classifier", clean_dataset_name(dataset.name), device=device)

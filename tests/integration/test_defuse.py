@@ -208,8 +208,17 @@ def test_an_abstaining_oracle_says_none_exactly_where_it_is_less_sure_than_asked
     given = {row["review_image_id"]: row["label"] for row in store.get_labels(source=source)}
     for image_id, sure, named in zip(shown["ids"], confidence.tolist(), answer.tolist()):
         assert given[image_id] == (str(named) if sure >= threshold else label_tools.NONE_OF_THE_ABOVE)
-    with pytest.raises(ProbeError, match="abstention threshold must be in"):
+    with pytest.raises(ProbeError, match="abstention threshold must be a probability in"):
         defuse_review.auto_label(registry, store, run_id, "default", abstain_below=1.5)
+    # the CLI's oracle abstains the same way; at the surest image's confidence it names only the surest
+    from probe_core.cli import main
+
+    highest = max(confidence.tolist())
+    assert main(["--workspace", str(trained_workspace.root), "defuse", "label", "--run", str(run_id),
+                 "--auto-label", "oracle:default", "--oracle-abstains-below", repr(highest)]) == 0
+    given = {row["review_image_id"]: row["label"] for row in store.get_labels(source=source)}
+    for image_id, sure, named in zip(shown["ids"], confidence.tolist(), answer.tolist()):
+        assert given[image_id] == (str(named) if sure >= highest else label_tools.NONE_OF_THE_ABOVE)
 
 
 # --- labels from several annotators -------------------------------------------------------------
@@ -300,6 +309,14 @@ def test_cli_defuse_errors_are_one_line(trained_workspace, flawed_run, capsys):
     assert len(trained_workspace.store.list_runs()) == runs_before  # nothing stored for bad input
     assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--auto-label", "human"]) == 2
     assert "oracle:MODEL" in capsys.readouterr().err
+    labels_before = trained_workspace.store.get_labels()
+    for threshold, message in (("1.5", "a probability in (0, 1], got 1.5"), ("0", "got 0.0")):
+        assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--auto-label", "oracle:default",
+                     "--oracle-abstains-below", threshold]) == 2
+        assert message in capsys.readouterr().err
+    assert main([*root, "run", "--dataset", "digits", "--oracle-abstains-below", "0.9"]) == 2
+    assert "goes with --auto-label" in capsys.readouterr().err
+    assert trained_workspace.store.get_labels() == labels_before and len(trained_workspace.store.list_runs()) == runs_before
     cluster_id = trained_workspace.store.get_clusters(flawed_run["distill_run"])[0]["id"]
     assert main([*root, "label", "--run", str(flawed_run["distill_run"]), "--cluster", str(cluster_id),
                  "--label", "9"]) == 2
