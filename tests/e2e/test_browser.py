@@ -9,6 +9,7 @@ no browser download). Skips with a reason when either is missing, and fails inst
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -402,7 +403,11 @@ def _label_three_clusters_with_hotkeys(page, keys: list[str]) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for position, key in enumerate(keys, start=1):
-        page.get_by_text(f"· {position} of ").first.wait_for(timeout=60_000)
+        heading = page.get_by_text(f"· {position} of ").first
+        heading.wait_for(timeout=60_000)
+        # the confirmation names this cluster: on a loaded machine the previous cluster's "Saved … = 9" can still
+        # be on the page (stale, mid-rerun) after the key for this one was lost
+        cluster_id = re.search(r"\(id (\d+)\)", heading.inner_text()).group(1)
         enabled = f"""() => {{
             const buttons = document.querySelectorAll('.st-key-label_all_{key} button');
             return buttons.length === 1 && !buttons[0].disabled;
@@ -412,7 +417,7 @@ def _label_three_clusters_with_hotkeys(page, keys: list[str]) -> None:
             page.get_by_role("heading", name="Label").first.click()
             page.keyboard.press(key)
             try:
-                page.get_by_text(f"= {key}", exact=False).first.wait_for(timeout=20_000)
+                page.get_by_text(f"of cluster {cluster_id} = {key}", exact=False).first.wait_for(timeout=20_000)
                 break
             except PlaywrightTimeout:
                 if attempt == 2:
