@@ -152,6 +152,23 @@ input_shape = (1, 8, 8)
 """
 
 
+class TinyDecoder(torch.nn.Module):
+    """A generator small enough to check by hand: latent (B, 2) -> sigmoid(linear) images (B, 1, 4, 4).
+
+    Its weights are drawn from ``seed`` (the global RNG is left as it was)."""
+
+    latent_dim = 2
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.fc = torch.nn.Linear(2, 16)
+
+    def decode(self, z):
+        return torch.sigmoid(self.fc(z)).view(-1, 1, 4, 4)
+
+
 def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
     """A plugin file: imports, ten digit class names and an 8x8 input shape, then ``body``."""
     path = Path(folder) / name

@@ -1,6 +1,7 @@
 """The one sampling driver: any kernel through its warm-up adapter, streaming, cancellation, seeds."""
 
 import torch
+from helpers import TinyDecoder
 from torch import nn
 
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
@@ -13,23 +14,11 @@ from probe_core.sampling.runner import (
 from probe_core.sampling.targets import TargetBatch, parse_targets
 
 
-class _Decoder(nn.Module):
-    latent_dim = 2
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.fc = nn.Linear(2, 16)
-
-    def decode(self, z):
-        return torch.sigmoid(self.fc(z)).view(-1, 1, 4, 4)
-
-
 def _posterior(chains: int = 6) -> BayesTrExPosterior:
     torch.manual_seed(1)
     classifier = nn.Sequential(nn.Flatten(), nn.Linear(16, 3), nn.Softmax(dim=1))
     targets = TargetBatch(parse_targets("ambiguous:0,1", ("a", "b", "c")), chains)
-    return BayesTrExPosterior(classifier, _Decoder(), targets, sigma=0.1)
+    return BayesTrExPosterior(classifier, TinyDecoder(), targets, sigma=0.1)
 
 
 def test_both_kernels_run_through_the_driver_and_are_reproducible_for_a_seed():

@@ -7,6 +7,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from helpers import TinyDecoder
 from pyro import poutine
 from torch import nn
 
@@ -17,18 +18,7 @@ from probe_core.sampling.targets import TargetBatch, parse_targets
 CLASSES = ("a", "b", "c")
 
 
-class _Decoder(nn.Module):
-    latent_dim = 2
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(2, 16)
-
-    def decode(self, z):
-        return torch.sigmoid(self.fc(z)).view(-1, 1, 4, 4)
-
-
-class _ShiftedPrior(_Decoder):
+class _ShiftedPrior(TinyDecoder):
     """A generator with its own prior (the scene world's protocol): N(3, 0.5²) per dimension."""
 
     def prior_distribution(self, batch):
@@ -44,7 +34,7 @@ class _ShiftedPrior(_Decoder):
         return "shifted"
 
 
-def _posterior(spec="high:a;ambiguous:b,c", chains=3, sigma=0.05, generator_class=_Decoder):
+def _posterior(spec="high:a;ambiguous:b,c", chains=3, sigma=0.05, generator_class=TinyDecoder):
     torch.manual_seed(5)
     classifier = nn.Sequential(nn.Flatten(), nn.Linear(16, 3), nn.Softmax(dim=1))
     generator = generator_class()
