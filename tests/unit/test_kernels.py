@@ -192,3 +192,65 @@ def test_rwm_step_accepts_by_the_metropolis_hastings_ratio_and_keeps_the_rejecte
     assert torch.equal(state.aux[:, 0], torch.where(accepted, 11.0, 10.0))
     assert torch.equal(state.logdensity[~accepted], torch.zeros(int((~accepted).sum())))
     assert torch.equal(state.logdensity[accepted], log_target[accepted])
+
+
+def _leapfrog_by_hand(position, momentum, step_size, inverse_mass, steps):
+    """The leapfrog integrator written out chain by chain for the Gaussian above: (position, momentum) after
+    ``steps`` steps, each a half kick, a drift and a half kick."""
+    position, momentum = position.clone(), momentum.clone()
+    for _ in range(steps):
+        momentum = momentum + 0.5 * step_size * gaussian_logdensity_and_grad(position)[1]
+        position = position + step_size * inverse_mass * momentum
+        momentum = momentum + 0.5 * step_size * gaussian_logdensity_and_grad(position)[1]
+    return position, momentum
+
+
+def test_hmc_step_is_the_leapfrog_with_a_metropolis_correction_on_the_energy_change():
+    chains, steps = 6, 3
+    start = torch.randn(chains, 3, generator=torch.Generator().manual_seed(6))
+    step_size = torch.tensor([0.05, 0.1, 0.2, 0.3, 0.4, 0.5])
+    inverse_mass = torch.rand(chains, 3, generator=torch.Generator().manual_seed(7)) + 0.5
+    state = hmc.init(start, gaussian_logdensity_and_grad)
+    # the kernel's first draw from its generator is the momentum, N(0, M) with M the inverse of inverse_mass
+    momentum = torch.randn(chains, 3, generator=torch.Generator().manual_seed(8)) / inverse_mass.sqrt()
+    new_state, info = hmc.step(torch.Generator().manual_seed(8), state, gaussian_logdensity_and_grad, step_size,
+                               inverse_mass, steps)
+    end, end_momentum = _leapfrog_by_hand(start, momentum, step_size.unsqueeze(1), inverse_mass, steps)
+
+    def energy(position, momentum):
+        return -gaussian_logdensity_and_grad(position)[0] + 0.5 * (momentum.pow(2) * inverse_mass).sum(1)
+
+    change = energy(end, end_momentum) - energy(start, momentum)
+    assert torch.allclose(info.energy_change, change, atol=1e-5)
+    assert torch.allclose(info.acceptance_rate, torch.exp(-change).clamp(max=1.0), atol=1e-5)
+    assert info.num_integration_steps == steps and not info.is_divergent.any()
+    accepted = info.is_accepted.unsqueeze(1)
+    assert torch.allclose(new_state.position, torch.where(accepted, end, start), atol=1e-6)
+    assert torch.allclose(new_state.logdensity, gaussian_logdensity_and_grad(new_state.position)[0], atol=1e-5)
+    assert torch.allclose(new_state.grad, gaussian_logdensity_and_grad(new_state.position)[1], atol=1e-5)
+    assert torch.allclose(new_state.aux, new_state.position[:, :1])
+
+
+def test_hmc_step_flags_divergences_and_rejects_them_and_non_finite_densities():
+    chains = 4000
+    state = hmc.init(torch.zeros(chains, 3), gaussian_logdensity_and_grad)
+    inverse_mass = torch.ones(chains, 3)
+    huge = torch.full((chains,), 200.0)  # an energy error of about ε²|p|²/SD² ≫ the threshold
+    _, info = hmc.step(torch.Generator().manual_seed(9), state, gaussian_logdensity_and_grad, huge, inverse_mass, 1)
+    assert info.is_divergent.all() and not info.is_accepted.any()
+    assert torch.equal(info.is_divergent, info.energy_change > hmc.DIVERGENCE_THRESHOLD)
+    small = torch.full((chains,), 0.01)  # an energy error of order ε³: nearly every proposal accepted
+    _, info = hmc.step(torch.Generator().manual_seed(9), state, gaussian_logdensity_and_grad, small, inverse_mass, 1)
+    assert not info.is_divergent.any() and float(info.is_accepted.float().mean()) > 0.99
+    # accepted iff the uniform draw falls below the acceptance probability: the mean acceptance matches it
+    medium = torch.full((chains,), 1.5)
+    _, info = hmc.step(torch.Generator().manual_seed(9), state, gaussian_logdensity_and_grad, medium, inverse_mass, 1)
+    assert abs(float(info.is_accepted.float().mean()) - float(info.acceptance_rate.mean())) < 0.05
+
+    def broken(z):
+        logp, grad, aux = gaussian_logdensity_and_grad(z)
+        return torch.where(z[:, 0] > -100, torch.full_like(logp, float("nan")), logp), grad, aux
+
+    new_state, info = hmc.step(torch.Generator().manual_seed(9), state, broken, small, inverse_mass, 1)
+    assert torch.isinf(info.energy_change).all() and info.is_divergent.all() and not info.is_accepted.any()
+    assert torch.equal(new_state.position, state.position) and torch.equal(new_state.logdensity, state.logdensity)
