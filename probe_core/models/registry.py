@@ -70,8 +70,10 @@ GENERATOR_KINDS = ("vae", "gan")
 # Seeds of models and runs: what torch, numpy and Python's random all take.
 SEED_RANGE = (0, 2**31 - 1)
 # A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).
-MODEL_RANGES = {"epochs": (1, 100_000), "seed": SEED_RANGE, "latent_dim": (1, 4096), "kl_warmup": (0, 100_000)}
-MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent size", "kl_warmup": "KL warm-up epochs"}
+MODEL_RANGES = {"epochs": (1, 100_000), "seed": SEED_RANGE, "latent_dim": (1, 4096), "kl_warmup": (0, 100_000),
+                "feature_epochs": (1, 100_000)}
+MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent size", "kl_warmup": "KL warm-up epochs",
+                       "feature_epochs": "the perceptual network's training epochs"}
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
@@ -106,12 +108,17 @@ def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: 
 # Real-size images (32x32 and up, a user's folder or .npz): optimisation steps (batches of 64) of the default
 # models at 32x32. The VAE needs the most: on 8,000 SVHN-like images its reconstructions kept the class of 0.62x
 # as many held-out images as the classifier gets right after 2,400 steps, 0.78x after 5,000 and 0.82x after
-# 7,500 (on augmented batches; the generator check wants 0.8x). Its feature network trains first, for a third
-# of its epochs.
+# 7,500 (on augmented batches; the generator check wants 0.8x). Its feature network trains first, for
+# REAL_SIZE_FEATURE_STEPS (a third of the VAE's at 32x32).
 REAL_SIZE_STEPS = {"classifier": 3000, "vae": 7500, "gan": 1500}
 # A VAE step's convolutions run at the image's full size, so its cost grows with the pixels: above 32x32 it
-# takes proportionally fewer steps, never fewer than this (the defaults' time at 64x64 stays what it was).
-REAL_SIZE_MIN_VAE_STEPS = 2400
+# takes proportionally fewer steps, never fewer than this. At 64x64 (sign-like stand-in, 3,870 images) 2,400 steps
+# left reconstructions that kept the class of 0.20x as many held-out images as the images, 4,900 with the feature
+# network's 2,500 steps 0.40x (0.63x with the pixel weight of training.perceptual_pixel_weight).
+REAL_SIZE_MIN_VAE_STEPS = 4900
+# The feature network's stem is strided above 32x32, so its steps cost about the same at any size: it keeps the
+# steps it has at 32x32 (at 64x64 a third of the VAE's epochs left it at 800 steps).
+REAL_SIZE_FEATURE_STEPS = 2500
 REAL_SIZE_EPOCHS = (8, 200)
 REAL_SIZE_PERCEPTUAL = "trained"
 REAL_SIZE_VAE_LATENT = 32
@@ -135,13 +142,14 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
     reconstructions kept the class of far more training images than held-out ones (it learnt the images, not
     the digits; ``benchmarks/real_size.py`` prints both). The GAN keeps the papers' latent sizes. Epochs are
     chosen for :data:`REAL_SIZE_STEPS` optimisation steps (the VAE's scaled down by the image's pixels beyond
-    32x32, to at least :data:`REAL_SIZE_MIN_VAE_STEPS`), within :data:`REAL_SIZE_EPOCHS`.
+    32x32, to at least :data:`REAL_SIZE_MIN_VAE_STEPS`; its feature network's for
+    :data:`REAL_SIZE_FEATURE_STEPS`), within :data:`REAL_SIZE_EPOCHS`.
 
     Returns
     -------
     dict or None
         ``architecture``, ``epochs`` and, as they apply, ``augment``, ``latent_dim``, ``kl_warmup``,
-        ``perceptual``.
+        ``perceptual``, ``feature_epochs``.
     """
     if not is_real_size(image_shape):
         return None
@@ -154,8 +162,11 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
     if kind == "classifier":
         return {"architecture": "ResNetClassifier", "epochs": epochs, "augment": True}
     if kind == "vae":
+        feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
         return {"architecture": "VAE", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
-                "kl_warmup": epochs // 2, "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True}
+                "kl_warmup": epochs // 2, "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
+                # unset where it is the default third, so that the models it trained keep their ids
+                "feature_epochs": None if feature_epochs == max(1, epochs // 3) else feature_epochs}
     return {"architecture": "GANGenerator", "epochs": epochs, "latent_dim": 10 if num_classes <= 10 else 15}
 
 
@@ -217,6 +228,9 @@ class ModelSpec:
     perceptual : {"random", "trained"}, optional
         VAEs only: train with a perceptual term in a small ResNet's features
         (:func:`~probe_core.models.training.perceptual_vae_loss`; the real-size recipe's); default none.
+    feature_epochs : int, optional
+        VAEs with a "trained" perceptual network: that network's training epochs (default a third of the VAE's;
+        the real-size recipe sets it from :data:`REAL_SIZE_FEATURE_STEPS`).
     """
 
     dataset: str = DEFAULT_DATASET
@@ -231,6 +245,7 @@ class ModelSpec:
     beta: float | None = None
     augment: bool | None = None
     perceptual: str | None = None
+    feature_epochs: int | None = None
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -255,6 +270,8 @@ class ModelSpec:
         if self.perceptual is not None and (self.kind != "vae" or self.perceptual not in PERCEPTUAL_NETWORKS):
             raise ProbeError(f"a perceptual term applies to VAEs, with a network one of "
                              f"{', '.join(PERCEPTUAL_NETWORKS)}; got {self.perceptual!r} for a {self.kind}")
+        if self.feature_epochs is not None and (self.kind != "vae" or self.perceptual != "trained"):
+            raise ProbeError("feature_epochs applies to VAEs with a trained perceptual network (perceptual='trained')")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -270,7 +287,8 @@ class ModelSpec:
         if self.augment:
             parts.append("augmentation: random crops, brightness and contrast")
         if self.perceptual:
-            parts.append(f"perceptual term in a {self.perceptual} ResNet's features")
+            parts.append(f"perceptual term in a {self.perceptual} ResNet's features"
+                         + (f" ({self.feature_epochs} epochs)" if self.feature_epochs else ""))
         return ", ".join(part for part in parts if part)
 
     def dataset_view(self) -> str:
@@ -285,12 +303,14 @@ class ModelSpec:
         recipe = real_size_recipe(self.kind, dataset.image_shape, dataset.num_classes,
                                   len(dataset.train_labels)) if entry.sized_defaults else None
         if recipe is not None:
+            perceptual = self.perceptual if self.perceptual is not None else recipe.get("perceptual")
             return replace(self, epochs=self.epochs or recipe["epochs"],
                            latent_dim=self.latent_dim or recipe.get("latent_dim"),
                            kl_warmup=self.kl_warmup if self.kl_warmup is not None else recipe.get("kl_warmup"),
                            beta=self.beta, architecture=self.architecture or recipe["architecture"],
                            augment=self.augment if self.augment is not None else recipe.get("augment"),
-                           perceptual=self.perceptual if self.perceptual is not None else recipe.get("perceptual"))
+                           perceptual=perceptual, feature_epochs=self.feature_epochs
+                           or (recipe.get("feature_epochs") if perceptual == "trained" else None))
         if entry.sized_defaults:  # a user's data: epochs by its size
             sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
         else:
@@ -307,7 +327,8 @@ class ModelSpec:
     def model_id(self) -> str:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
         fields = asdict(self)
-        for newer in ("kl_warmup", "beta", "augment", "perceptual"):  # unset, they keep the ids of models from before the field existed
+        # unset, the newer fields keep the ids of the models trained before they existed
+        for newer in ("kl_warmup", "beta", "augment", "perceptual", "feature_epochs"):
             if fields[newer] is None:
                 del fields[newer]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:6]
@@ -593,7 +614,8 @@ class ModelRegistry:
         elif spec.kind == "vae":
             module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
                                         kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0,
-                                        perceptual=spec.perceptual, augment=bool(spec.augment), **common)
+                                        perceptual=spec.perceptual, augment=bool(spec.augment),
+                                        feature_epochs=spec.feature_epochs, **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
         else:
             module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)

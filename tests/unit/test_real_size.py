@@ -14,6 +14,7 @@ from probe_core.errors import ProbeError
 from probe_core.models.architectures import VAE, ResNetClassifier
 from probe_core.models.registry import (
     REAL_SIZE_EPOCHS,
+    REAL_SIZE_FEATURE_STEPS,
     REAL_SIZE_MIN_VAE_STEPS,
     REAL_SIZE_PERCEPTUAL,
     REAL_SIZE_STEPS,
@@ -23,8 +24,10 @@ from probe_core.models.registry import (
 )
 from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
+    PERCEPTUAL_PIXEL_WEIGHT,
     augment_batch,
     perceptual_network,
+    perceptual_pixel_weight,
     perceptual_vae_loss,
     train_vae,
 )
@@ -48,6 +51,27 @@ def test_the_vae_takes_its_steps_at_32x32_and_fewer_on_bigger_images_down_to_a_f
     # 64x64 has 4x the pixels: a quarter of the steps, but not below the floor
     assert REAL_SIZE_MIN_VAE_STEPS <= steps((3, 64, 64), 3870) < REAL_SIZE_MIN_VAE_STEPS + 61
     assert steps((3, 48, 48), 8000) < steps((3, 32, 32), 8000)
+
+
+def test_the_vae_feature_network_keeps_its_steps_and_the_pixel_term_its_share_on_bigger_images():
+    def feature_steps(shape, images):
+        recipe = real_size_recipe("vae", shape, 10, images)
+        return (recipe["feature_epochs"] or recipe["epochs"] // 3) * math.ceil(images / 64)
+
+    # at 32x32 a third of the VAE's epochs already gives the steps: the field stays unset (the models' ids stay)
+    assert real_size_recipe("vae", (3, 32, 32), 10, 8000)["feature_epochs"] is None
+    assert REAL_SIZE_FEATURE_STEPS <= feature_steps((3, 32, 32), 8000) < REAL_SIZE_FEATURE_STEPS + 125
+    assert REAL_SIZE_FEATURE_STEPS <= feature_steps((3, 64, 64), 3870) < REAL_SIZE_FEATURE_STEPS + 61
+    assert perceptual_pixel_weight((3, 32, 32)) == perceptual_pixel_weight((1, 28, 28)) == PERCEPTUAL_PIXEL_WEIGHT
+    assert perceptual_pixel_weight((3, 128, 128)) < perceptual_pixel_weight((3, 64, 64)) < PERCEPTUAL_PIXEL_WEIGHT
+    spec = ModelSpec(kind="vae", perceptual="trained", feature_epochs=5)
+    assert "trained ResNet's features (5 epochs)" in spec.describe_recipe()
+    assert spec.model_id() != ModelSpec(kind="vae", perceptual="trained").model_id()
+    for wrong in ({"kind": "classifier"}, {"kind": "vae", "perceptual": "random"}, {"kind": "vae"}):
+        with pytest.raises(ProbeError, match="feature_epochs"):
+            ModelSpec(feature_epochs=5, **wrong)
+    with pytest.raises(ProbeError, match="perceptual network's training epochs"):
+        ModelSpec(kind="vae", perceptual="trained", feature_epochs=0)
 
 
 def test_more_images_get_fewer_epochs_and_small_images_keep_their_old_defaults():
@@ -127,6 +151,9 @@ def test_the_real_size_vae_is_trained_with_a_perceptual_term_in_a_frozen_network
     reports = []
     train_vae(dataset, latent_dim=4, epochs=3, perceptual="trained", progress=reports.append)
     assert [(r.kind, r.epoch, r.epochs) for r in reports] == [("vae", e, 4) for e in range(1, 5)]
+    reports = []
+    train_vae(dataset, latent_dim=4, epochs=1, perceptual="trained", feature_epochs=2, progress=reports.append)
+    assert [(r.epoch, r.epochs) for r in reports] == [(1, 3), (2, 3), (3, 3)]
     assert reports[0].metric_name != reports[-1].metric_name == "train_elbo"
     with pytest.raises(ProbeError, match="perceptual"):
         perceptual_network(dataset, "imagenet")
