@@ -230,7 +230,7 @@ class ModelSpec:
         (:func:`~probe_core.models.training.perceptual_vae_loss`; the real-size recipe's); default none.
     feature_epochs : int, optional
         VAEs with a "trained" perceptual network: that network's training epochs (default a third of the VAE's;
-        the real-size recipe sets it from :data:`REAL_SIZE_FEATURE_STEPS`).
+        the real-size recipe sets it from :data:`REAL_SIZE_FEATURE_STEPS` when it also chooses the VAE's epochs).
     """
 
     dataset: str = DEFAULT_DATASET
@@ -310,7 +310,7 @@ class ModelSpec:
                            beta=self.beta, architecture=self.architecture or recipe["architecture"],
                            augment=self.augment if self.augment is not None else recipe.get("augment"),
                            perceptual=perceptual, feature_epochs=self.feature_epochs
-                           or (recipe.get("feature_epochs") if perceptual == "trained" else None))
+                           or (recipe.get("feature_epochs") if perceptual == "trained" and not self.epochs else None))
         if entry.sized_defaults:  # a user's data: epochs by its size
             sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
         else:

@@ -74,6 +74,23 @@ def test_the_vae_feature_network_keeps_its_steps_and_the_pixel_term_its_share_on
         ModelSpec(kind="vae", perceptual="trained", feature_epochs=0)
 
 
+def test_the_recipe_sets_the_feature_network_epochs_only_when_it_chooses_the_vae_epochs(tmp_path):
+    from probe_core.data.catalog import load_dataset
+
+    path = tmp_path / "signs.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 255, (600, 64, 64, 3), dtype=np.uint8), y=np.arange(600) % 43)
+    dataset = load_dataset(f"arrays:{path}")
+    default = ModelSpec(dataset=f"arrays:{path}", kind="vae").resolved(dataset)
+    steps_per_epoch = math.ceil(len(dataset.train_labels) / 64)
+    assert default.feature_epochs * steps_per_epoch >= REAL_SIZE_FEATURE_STEPS or default.feature_epochs == 200
+    # a user who names the VAE's epochs (a quick run, a notebook) gets the default third, not 2,500 steps
+    quick = ModelSpec(dataset=f"arrays:{path}", kind="vae", epochs=2).resolved(dataset)
+    assert quick.epochs == 2 and quick.feature_epochs is None and quick.perceptual == "trained"
+    named = ModelSpec(dataset=f"arrays:{path}", kind="vae", epochs=2, perceptual="trained", feature_epochs=3)
+    assert named.resolved(dataset).feature_epochs == 3
+
+
 def test_more_images_get_fewer_epochs_and_small_images_keep_their_old_defaults():
     few = real_size_recipe("classifier", (3, 32, 32), 10, 1000)["epochs"]
     many = real_size_recipe("classifier", (3, 32, 32), 10, 20000)["epochs"]
