@@ -52,6 +52,7 @@ from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
     ProgressCallback,
     feature_frechet_distance,
+    perceptual_epochs,
     train_classifier,
     train_gan,
     train_vae,
@@ -166,7 +167,7 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         return {"architecture": "VAE", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
                 "kl_warmup": epochs // 2, "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
                 # unset where it is the default third, so that the models it trained keep their ids
-                "feature_epochs": None if feature_epochs == max(1, epochs // 3) else feature_epochs}
+                "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     return {"architecture": "GANGenerator", "epochs": epochs, "latent_dim": 10 if num_classes <= 10 else 15}
 
 
