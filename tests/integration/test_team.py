@@ -62,7 +62,9 @@ def test_accounts_keep_salted_hashes_and_refuse_bad_input_storing_nothing(worksp
                                           ("Bad Name", "admin", PASSWORD, "account name")):
         with pytest.raises(ProbeError, match=message):
             accounts.add_account(store, name, role, password)
-    assert [a["name"] for a in accounts.list_accounts(store)] == ["alice", "carol"]
+    listed = accounts.list_accounts(store)
+    assert [a["name"] for a in listed] == ["alice", "carol"]
+    assert all("password_hash" not in account and account["role"] == "annotator" for account in listed)
     assert store.get_user("alice")["role"] == "annotator"
     accounts.change_password(store, "alice", "another password")
     assert store.get_user("alice")["password_hash"] != stored["password_hash"]
@@ -348,6 +350,8 @@ def test_a_password_or_role_change_and_a_new_account_of_the_same_name_end_earlie
     time.sleep(0.01)
     accounts.set_role(store, "alice", "admin")
     assert not accounts.cookie_counts(store, "alice", signed_in_at)
+    [changed] = store.account_events(kinds=("role-changed",))
+    assert (changed["name"], changed["detail"]) == ("alice", "annotator -> admin")
     signed_in_at = time.time()
     time.sleep(0.01)
     accounts.remove_account(store, "alice")
@@ -388,5 +392,9 @@ def test_csv_exports_neutralise_formulas_and_a_shell_label_in_a_team_workspace_i
                          "label": "-1+1", "is_failure": True, "labelled_at": "now"}], "csv")
     assert "'=HYPERLINK" in text and "'-1+1" in text
     assert accounts.shell_annotator(workspace.store, "alice") == "alice"  # single-user mode: as typed
+    assert accounts.shell_annotator(workspace.store, "  ann \t lee ") == "ann lee"  # blanks collapsed
+    for blank in ("", "   ", None):
+        with pytest.raises(ProbeError, match="--annotator NAME is required to store a label"):
+            accounts.shell_annotator(workspace.store, blank)
     accounts.add_account(workspace.store, "alice", "annotator", PASSWORD)
     assert accounts.shell_annotator(workspace.store, "alice") == "local:alice"  # never a signed-in account's

@@ -165,9 +165,11 @@ def test_categorical_proposal_resamples_each_coordinate_at_its_rate_over_all_cat
         assert torch.equal(values, values.floor()) and int(values.min()) == 0 and int(values.max()) == categories - 1
         frequencies = torch.bincount(values.long(), minlength=categories).float() / len(values)
         assert torch.allclose(frequencies, torch.full((categories,), 1 / categories), atol=0.02)
-    for dims, categories, rate in (([0], [3, 5], 0.2), ([0], [3], 0.0), ([0], [3], 1.5)):
-        with pytest.raises(ProbeError):
+    for dims, categories, rate, message in (([0], [3, 5], 0.2, "same length"), ([0], [3], 0.0, r"in \(0, 1\]"),
+                                            ([0], [3], 1.5, r"in \(0, 1\], got 1.5")):
+        with pytest.raises(ProbeError, match=message):
             rwm.CategoricalResampleProposal(dims, categories, rate=rate)
+    assert rwm.CategoricalResampleProposal([0], [3]).rate == 0.2  # the paper's CLEVR runs
 
 
 def test_rwm_step_accepts_by_the_metropolis_hastings_ratio_and_keeps_the_rejected_state():
@@ -254,3 +256,27 @@ def test_hmc_step_flags_divergences_and_rejects_them_and_non_finite_densities():
     new_state, info = hmc.step(torch.Generator().manual_seed(9), state, broken, small, inverse_mass, 1)
     assert torch.isinf(info.energy_change).all() and info.is_divergent.all() and not info.is_accepted.any()
     assert torch.equal(new_state.position, state.position) and torch.equal(new_state.logdensity, state.logdensity)
+
+
+def test_random_walk_draws_come_from_the_given_generator_alone():
+    def logdensity(z):
+        return -(z ** 2).sum(1), z.sum(1, keepdim=True)
+
+    position = torch.ones(64, 4)
+    gaussian = rwm.GaussianProposal(0.5)
+    proposed, log_ratio = gaussian(torch.Generator().manual_seed(3), position)
+    assert torch.equal(proposed, 1.0 + 0.5 * torch.randn((64, 4), generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(log_ratio, torch.zeros(64))
+    categorical = rwm.CategoricalResampleProposal([0, 2], [3, 5], rate=0.5)
+    runs = []
+    for global_seed in (0, 1):  # the global generator differs between the two runs; the given one does not
+        torch.manual_seed(global_seed)
+        generator = torch.Generator().manual_seed(11)
+        state = rwm.init(position, logdensity)
+        for proposal in (gaussian, categorical) * 3:
+            state, info = rwm.step(generator, state, logdensity, proposal)
+        runs.append((state, info))
+    (first, first_info), (second, second_info) = runs
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert torch.equal(first_info.is_accepted, second_info.is_accepted)
+    assert 0 < int(first_info.is_accepted.sum()) < 64  # the acceptance draws decided something

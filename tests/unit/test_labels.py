@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from probe_core.defuse import labels as label_tools
+from probe_core.errors import ProbeError
 from probe_core.store import Store
 
 CLASSES = ("cat", "dog", "owl")
@@ -121,3 +122,79 @@ def test_the_csv_export_holds_every_label_of_every_source(labelled, tmp_path):
     path = tmp_path / "labels.csv"
     assert label_tools.export_labels_csv(store, run, path) == 9
     assert path.read_bytes() == text.encode()
+
+
+def test_a_label_is_normalised_to_a_class_name_or_none_of_the_above():
+    for text in ("none", "None", " NONE ", "none of the above", "None of the Above"):
+        assert label_tools.normalise_label(text, CLASSES) == label_tools.NONE_OF_THE_ABOVE
+    assert label_tools.normalise_label(None, CLASSES) is None
+    assert label_tools.normalise_label(" dog ", CLASSES) == "dog" and label_tools.normalise_label(2, CLASSES) == "owl"
+    with pytest.raises(ProbeError, match="none of the above"):
+        label_tools.normalise_label("horse", CLASSES)
+
+
+def test_labelling_images_stores_the_source_and_refuses_nothing_to_label(labelled):
+    store, run, first, _, images = labelled
+    label_tools.label_images(store, [images[2]], "dan", "None of the above", CLASSES, source="oracle:other")
+    assert [(label["annotator"], label["label"]) for label in store.get_labels(source="oracle:other")] == [
+        ("dan", "none")]
+    assert not [label for label in store.get_labels(source="human") if label["annotator"] == "dan"]
+    before = store.get_labels()
+    with pytest.raises(ProbeError, match="no review images"):
+        label_tools.label_images(store, [], "dan", "dog", CLASSES)
+    with pytest.raises(ProbeError, match="give the class"):
+        label_tools.label_images(store, [images[0]], "dan", None, CLASSES)
+    assert store.get_labels() == before
+    assert label_tools.strict_majority([]) == (None, 0)
+
+
+def test_whole_cluster_votes_need_more_than_rho_and_an_empty_vote_has_every_key():
+    votes = [{"annotator": name, "is_failure": failure, "label": "owl"}
+             for name, failure in (("a", True), ("b", False))]
+    half = label_tools.aggregate_cluster_votes(votes)  # 1/2 is not more than ρ = 0.5
+    assert (half["is_failure"], half["usable"]) == (False, False)
+    third = label_tools.aggregate_cluster_votes(votes + [{"annotator": "c", "is_failure": True, "label": "owl"}])
+    assert (third["is_failure"], third["usable"]) == (True, True)
+    assert label_tools.aggregate_cluster_votes(votes + [{"annotator": "c", "is_failure": True, "label": "owl"}],
+                                               rho=0.7)["usable"] is False  # 2/3 is not more than 0.7
+    empty = label_tools.aggregate_cluster_votes([])
+    per_image_keys = label_tools.aggregate_images([], [], CLASSES).keys()
+    assert empty.keys() == per_image_keys
+    assert (empty["annotators"], empty["images_labelled"], empty["images_decided"], empty["images_disagreeing"],
+            empty["is_failure"], empty["label"], empty["agreement"], empty["agreement_se"], empty["image_agreements"],
+            empty["per_image"], empty["usable"], empty["labelled_per"]) == (0, 0, 0, 0, None, None, None, None, [],
+                                                                            [], False, None)
+
+
+def test_cluster_labels_read_that_cluster_alone_with_the_given_rho(labelled):
+    store, run, first, second, _ = labelled
+    third = store.add_clusters(run, [{"cluster_index": 2, "weight": 0.1, "size": 5, "mean": np.zeros(2),
+                                      "covariance": np.eye(2)}])[0]
+    store.set_label("ana", cluster_id=third, label="cat", is_failure=False)
+    rows = {row["id"]: row for row in label_tools.cluster_label_table(store, run, CLASSES)}
+    assert (rows[third]["annotators"], rows[third]["label"], rows[third]["is_failure"]) == (1, "cat", False)
+    assert (rows[second]["annotators"], rows[second]["label"]) == (3, "owl")
+    # the second cluster's failure votes are 2 of 3: a failure at ρ = 0.5, not at ρ = 0.7
+    strict = label_tools.cluster_labels(store, {"id": second}, CLASSES, rho=0.7)
+    assert (strict["labelled_per"], strict["is_failure"], strict["usable"]) == ("cluster", False, False)
+
+
+def test_progress_counts_review_image_relabels_and_complete_clusters_with_images(labelled):
+    store, run, first, second, images = labelled
+    # a relabel of a whole cluster whose id is also one of ana's review images' is not a review-image relabel
+    assert str(second) in {str(image) for image in images}
+    store.set_label("ana", cluster_id=second, label="dog", is_failure=True)
+    one_image = store.add_clusters(run, [{"cluster_index": 2, "weight": 0.1, "size": 5, "mean": np.zeros(2),
+                                          "covariance": np.eye(2)}])[0]
+    single = store.put_review_images(one_image, np.zeros((1, 2)), np.zeros((1, 1, 4, 4)), np.array([2]))
+    store.set_labels("bob", [(single[0], "owl")])
+    progress = {p["annotator"]: p for p in label_tools.annotator_progress(store, run)}
+    assert (progress["ana"]["relabels"], progress["ana"]["clusters_complete"]) == (1, 1)
+    assert (progress["bob"]["images_labelled"], progress["bob"]["clusters_complete"]) == (3, 1)
+
+
+def test_the_csv_export_writes_an_empty_cell_for_a_failure_vote_without_a_class(labelled):
+    store, run, _, second, _ = labelled
+    store.set_label("dan", cluster_id=second, is_failure=True)
+    rows = list(csv.reader(io.StringIO(label_tools.labels_csv(store, run)[0])))
+    assert [row[5:7] for row in rows if row[3] == "dan"] == [["yes", ""]]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.sampling.targets import TargetBatch, parse_targets
+from probe_core.sampling.targets import TargetBatch, TargetSpec, parse_targets
 
 NAMES = tuple(str(i) for i in range(4))
 FASHION = ("T-shirt/top", "Trouser", "Bag")
@@ -77,6 +77,14 @@ def test_spec_language():
     ("path:0-1:3", "path:A->B:STEPS"),
     ("path:0->1:1", "a whole number from 2 to 101"),
     ("path:0->1:102", "a whole number from 2 to 101"),
+    ("path:0->1:x", "the number of steps must be a whole number from 2 to 101"),
+    ("path:2->2:3", "two different classes"),
+    ("probs:", "write probs:8=0.7,9=0.3"),
+    ("probs:0=inf", "non-negative, got 'inf'"),
+    ("probs:0=x", "'x' is not a number"),
+    ("probs:zero", "'zero' is not CLASS=PROBABILITY"),
+    ("uniform:3", "uniform takes no argument"),
+    ("ambiguous-matrix:3", "ambiguous-matrix takes no argument"),
     ("sideways:1", "unknown target kind"),
     ("", "unknown target kind"),
 ])
@@ -104,3 +112,40 @@ def test_misclassification_baseline_counts_confident_test_images_labelled_otherw
     assert mistakes["labels"] == [0, 2, 0] and mistakes["confidences"] == pytest.approx([0.9, 0.86, 0.85])
     [ambiguous] = parse_targets("ambiguous:0,1", ("a", "b", "c"))
     assert "confident_mistakes" not in test_set_baseline(ambiguous, lambda x: x, data)
+
+
+def test_ambiguous_hits_include_the_band_s_ends():
+    [target] = parse_targets("ambiguous:0,1", NAMES)
+    # 0.4 and 0.6 are in the band [0.4, 0.6], whichever class holds which
+    ends = torch.tensor([[0.4, 0.6, 0.0, 0.0], [0.6, 0.4, 0.0, 0.0]], dtype=torch.float64)
+    assert target.is_hit(ends).tolist() == [True, True]
+
+
+def test_parsed_parts_hold_their_kind_text_arguments_and_targets():
+    [uniform] = TargetSpec.parse("uniform", NAMES).parts
+    assert (uniform.kind, uniform.text, uniform.arguments) == ("uniform", "uniform", ())
+    [target] = uniform.targets
+    assert (target.classes, target.num_classes, target.spec) == ((), 4, "uniform")
+    [matrix] = TargetSpec.parse("ambiguous-matrix", NAMES).parts
+    assert (matrix.kind, matrix.text, matrix.arguments, len(matrix.targets)) == (
+        "ambiguous-matrix", "ambiguous-matrix", (), 6)
+    [vector] = TargetSpec.parse("probs:0=0.7,2=0.3", NAMES).parts
+    assert (vector.kind, vector.arguments, vector.targets[0].classes) == ("probs", (0.7, 0.0, 0.3, 0.0), (0, 2))
+    assert TargetSpec.parse("probs:0=1,1=0", NAMES).parts[0].arguments == (1.0, 0.0, 0.0, 0.0)  # 0 is allowed
+    with pytest.raises(ProbeError, match="finite and non-negative"):
+        TargetSpec.vector(NAMES, [1.5, -0.5, 0.0, 0.0])
+
+
+def test_join_keeps_the_classes_and_describe_shows_names_and_how_many_more():
+    names = ("zero", "one", "two", "three", "four")
+    one = TargetSpec.ambiguous(names, 4, 3)
+    joined = TargetSpec.join([one])
+    assert joined == one and joined.class_names == names
+    assert one.describe() == "ambiguous between three and four"
+    with pytest.raises(ProbeError, match="same classes"):
+        TargetSpec.join([one, TargetSpec.high(NAMES, 1)])
+    four = TargetSpec.join([TargetSpec.high(names, c) for c in range(4)])
+    assert "targets)" not in four.describe() and four.describe().count("; ") == 3
+    five = TargetSpec.join([four, TargetSpec.high(names, 4)])
+    assert five.describe().endswith("; … (5 targets)") and "four" not in five.describe()
+    assert "four" in five.describe(shown=5) and "targets)" not in five.describe(shown=5)
