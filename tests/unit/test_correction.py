@@ -12,9 +12,9 @@ from torch import nn
 
 from probe_core.defuse import correction
 from probe_core.defuse.correction import LabelledImages
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.architectures import ProbabilityModel
-from probe_core.runs.scaleout import LocalShards
+from probe_core.runs.scaleout import LocalShards, ShardOutcome
 
 
 def points(generator, count, centre, label, region=-1, spread=0.5):
@@ -185,6 +185,55 @@ def test_the_sweep_selects_the_best_lambda_reports_progress_and_runs_the_same_in
     _, tied, _ = correction.finetune_sweep(classifier, *splits.values(), lambdas=(1e-10, 1e-9), epochs=1,
                                            batch_size=32, learning_rate=0.05)
     assert tied["lambda"] == 1e-10
+
+
+class LosingShards(LocalShards):
+    """Runs the shards here, except those of the λ in ``lost`` (as if their worker died), or stops at once."""
+
+    def __init__(self, lost=(), stopped=False):
+        self.lost, self.stopped = set(lost), stopped
+
+    def map(self, tasks, on_result, on_progress=None, should_stop=None):
+        outcome = ShardOutcome(cancelled=self.stopped)
+        for index, task in enumerate(tasks):
+            if self.stopped:
+                break
+            if task.arguments["lam"] in self.lost:
+                outcome.failed[index] = "worker lost"
+                continue
+            LocalShards().map([task], lambda _, value, index=index: on_result(index, value))
+            outcome.done.append(index)
+        return outcome
+
+
+def test_sharded_progress_counts_lambdas_and_epochs_and_lost_shards_are_named(problem, caplog):
+    splits = [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
+                                       "failure_test")]
+    settings = {"lambdas": (1e-10, 10.0), "epochs": 2, "batch_size": 32, "learning_rate": 0.05}
+    reports = []
+    correction.finetune_sweep(linear_classifier(), *splits, **settings, phase="baseline", executor=LocalShards(),
+                              progress=reports.append)
+    # one report per epoch of each λ and one as each shard ends, the λ's index as the shards done so far
+    assert [(r.phase, r.lambda_index, r.lambda_count, r.lam, r.epoch, r.epochs) for r in reports] == [
+        ("baseline", 0, 2, 1e-10, 1.0, 2), ("baseline", 0, 2, 1e-10, 2.0, 2), ("baseline", 0, 2, 1e-10, 2.0, 2),
+        ("baseline", 1, 2, 10.0, 1.0, 2), ("baseline", 1, 2, 10.0, 2.0, 2), ("baseline", 1, 2, 10.0, 2.0, 2)]
+    assert all(math.isnan(r.score) for r in reports)
+    _, selected, sweep = correction.finetune_sweep(linear_classifier(), *splits, **settings,
+                                                   executor=LosingShards(lost={10.0}))
+    assert [entry["lambda"] for entry in sweep] == [1e-10] and selected["lambda"] == 1e-10
+    assert "λ = 10 not done" in caplog.text
+    with pytest.raises(ProbeError, match="no λ of the sweep was done: λ = 1e-10: worker lost; λ = 10: worker lost"):
+        correction.finetune_sweep(linear_classifier(), *splits, **settings, executor=LosingShards(lost={1e-10, 10.0}))
+    with pytest.raises(CancelledError):
+        correction.finetune_sweep(linear_classifier(), *splits, **settings, executor=LosingShards(stopped=True))
+
+
+def test_the_sweep_takes_a_lambda_of_zero_and_one_step_an_epoch(problem):
+    splits = [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
+                                       "failure_test")]
+    _, selected, sweep = correction.finetune_sweep(linear_classifier(), *splits, lambdas=(0.0,), epochs=1,
+                                                   steps_per_epoch=1)
+    assert selected == {"lambda": 0.0, "epoch": 1, "score": 1.0} and len(sweep) == 1
 
 
 @pytest.mark.parametrize("options, message", [

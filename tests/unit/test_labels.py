@@ -53,6 +53,7 @@ def test_per_image_aggregation_follows_the_paper(labelled):
     # agreements 1, 0.5, 1: mean 5/6, standard deviation sqrt(1/12), standard error that over sqrt(3) = 1/6
     assert row["agreement"] == pytest.approx(5 / 6) and row["agreement_se"] == pytest.approx(1 / 6)
     assert row["image_agreements"] == [1.0, 0.5, 1.0]
+    assert [image["position"] for image in row["per_image"]] == [0, 1, 2]
     stricter = label_tools.cluster_label_table(store, run, CLASSES, rho=0.4)[0]
     assert (stricter["is_failure"], stricter["usable"]) == (True, True)
 
