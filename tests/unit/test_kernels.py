@@ -226,6 +226,11 @@ def test_hmc_step_is_the_leapfrog_with_a_metropolis_correction_on_the_energy_cha
     assert torch.allclose(info.energy_change, change, atol=1e-5)
     assert torch.allclose(info.acceptance_rate, torch.exp(-change).clamp(max=1.0), atol=1e-5)
     assert info.num_integration_steps == steps and not info.is_divergent.any()
+    # the acceptance draw is the generator's next one after the momentum
+    draws = torch.Generator().manual_seed(8)
+    torch.randn(chains, 3, generator=draws)
+    assert torch.equal(info.is_accepted, torch.rand(chains, generator=draws) < info.acceptance_rate)
+    assert 0 < float(info.acceptance_rate.min()) < 1  # so the draw decides something
     accepted = info.is_accepted.unsqueeze(1)
     assert torch.allclose(new_state.position, torch.where(accepted, end, start), atol=1e-6)
     assert torch.allclose(new_state.logdensity, gaussian_logdensity_and_grad(new_state.position)[0], atol=1e-5)

@@ -143,3 +143,13 @@ def test_a_posterior_restricted_to_one_target_keeps_its_models_and_sigma():
     assert single.classifier is posterior.classifier and single.generator is posterior.generator
     z = torch.randn(4, 2, generator=torch.Generator().manual_seed(6))
     torch.testing.assert_close(single.logdensity(z)[0], _by_hand(single, z, 0.1)[0])
+
+
+def test_the_defaults_are_the_untempered_posterior_and_one_chain_per_target():
+    posterior = _posterior()
+    z = torch.randn(6, 2, generator=torch.Generator().manual_seed(6))
+    untempered = _by_hand(posterior, z, 0.05)[0]
+    torch.testing.assert_close(posterior.logdensity_and_grad(z)[0], untempered)
+    trace = poutine.trace(poutine.condition(posterior.model, data={"z": z})).get_trace()
+    torch.testing.assert_close(trace.log_prob_sum(), untempered.sum())
+    assert posterior.for_target(posterior.targets.targets[0]).num_chains == 1
