@@ -213,3 +213,50 @@ def test_label_is_enforced_in_the_core_stores(workspace):
             pytest.fail("an annotator may label")
         except Exception:  # noqa: BLE001 - past the permission: there is no image 1 to label here
             pass
+
+
+def test_sign_in_is_required_once_an_account_exists_or_when_forced(workspace, monkeypatch):
+    store = workspace.store
+    monkeypatch.delenv(accounts.AUTH_ENV, raising=False)
+    assert not accounts.sign_in_required(store)
+    assert accounts.sign_in_required(store, forced=True)
+    monkeypatch.setenv(accounts.AUTH_ENV, "1")  # probe ui --auth
+    assert accounts.sign_in_required(store) and not accounts.sign_in_required(store, forced=False)
+    monkeypatch.setenv(accounts.AUTH_ENV, "0")
+    assert not accounts.sign_in_required(store)
+    accounts.add_account(store, "ann", "annotator", PASSWORD)
+    assert accounts.sign_in_required(store) and accounts.sign_in_required(store, forced=False)
+
+
+def test_the_cookie_secret_is_random_kept_with_the_workspace_and_its_own(workspace, tmp_path):
+    from probe_core.runs.workspace import Workspace
+
+    secret = accounts.cookie_secret(workspace.store)
+    assert isinstance(secret, str) and len(secret) >= 40  # 32 random bytes, URL-safe
+    assert accounts.cookie_secret(workspace.store) == secret
+    assert accounts.cookie_secret(Workspace(workspace.root).store) == secret  # another process, another day
+    assert accounts.cookie_secret(Workspace(tmp_path / "other").store) != secret
+
+
+def test_a_worker_runs_what_an_admin_a_shell_or_an_older_version_started_and_nothing_else(workspace):
+    from types import SimpleNamespace
+
+    store = workspace.store
+    accounts.add_account(store, "ann", "annotator", PASSWORD)
+    accounts.add_account(store, "boss", "admin", PASSWORD)
+    for user in (None, "", "local:root", "boss"):
+        accounts.check_run_starter(store, SimpleNamespace(id=1, user=user))
+    with pytest.raises(PermissionDenied, match="may not start runs"):
+        accounts.check_run_starter(store, SimpleNamespace(id=2, user="ann"))
+    with pytest.raises(PermissionDenied, match="run 3 was started by 'gone', which is no longer an account"):
+        accounts.check_run_starter(store, SimpleNamespace(id=3, user="gone"))
+
+
+def test_the_account_log_reads_from_a_time_and_a_sign_out_is_logged_when_it_happened(workspace):
+    store = workspace.store
+    accounts.record_sign_out(store, "ann", when=100.0)
+    accounts.record_sign_out(store, "bea", when=200.0)
+    assert [(e["kind"], e["name"], e["at"]) for e in accounts.account_log(store)] == [
+        ("sign-out", "bea", 200.0), ("sign-out", "ann", 100.0)]
+    assert [e["name"] for e in accounts.account_log(store, since=150.0)] == ["bea"]
+    assert [e["name"] for e in accounts.account_log(store, limit=1)] == ["bea"]
