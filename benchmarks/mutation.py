@@ -12,7 +12,9 @@ kept copy (``--keep``) prints one as a diff.
 
 Run: ``.venv/bin/python benchmarks/mutation.py [--quick] [--modules a.py,b.py] [--keep DIR]``. ``--quick``
 (CI's smoke run): the mutants of one function of the HMC kernel, with its unit tests. The figures in docs/testing.md come from the
-full run.
+full run, then ``--keep DIR --retest-survivors``: after tests were written for a run's survivors, the copy kept in DIR
+takes the working tree's tests and mutmut tests again only the mutants that survived there or that no test reached
+(tests are only ever added, so a mutant killed before stays killed); the table is then the two runs together.
 """
 
 from __future__ import annotations
@@ -54,6 +56,22 @@ DESELECTED = ("tests/unit/test_user_data.py::test_a_reference_resolves_in_anothe
               "its_classes",)
 
 
+def copy_tracked(copy: Path, under: str = "") -> None:
+    """The working tree's version of every tracked file (below ``under``) into ``copy``, with :data:`DESELECTED`
+    tests removed from their modules (pytest's --deselect acts after mutmut looks)."""
+    tracked = subprocess.run(["git", "ls-files", *([under] if under else [])], cwd=ROOT, capture_output=True,
+                             text=True, check=True)
+    for name in tracked.stdout.splitlines():
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    for test in DESELECTED:
+        path, name = test.split("::")
+        if (copy / path).is_file() and (not under or path.startswith(under)):
+            with open(copy / path, "a") as module:
+                module.write(f"\n\ndel {name}  # left out of the mutation run (benchmarks/mutation.py)\n")
+
+
 def write_config(copy: Path, modules: tuple[str, ...], tests: tuple[str, ...]) -> None:
     """mutmut's settings in the copy's setup.cfg: the whole package is copied (the tests import all of it),
     only ``modules`` are mutated, ``tests`` are the tests it runs."""
@@ -82,12 +100,28 @@ def scores(copy: Path, modules: tuple[str, ...]) -> tuple[dict[str, Counter], li
     return counts, survivors
 
 
+def retest_names(copy: Path, modules: tuple[str, ...]) -> list[str]:
+    """The mutants of ``modules`` that survived in the kept copy or that no test reached."""
+    from mutmut.stats import status_by_exit_code
+
+    names = []
+    for module in modules:
+        meta = copy / "mutants" / f"{module}.meta"
+        exit_codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        names += sorted(key for key, code in exit_codes.items()
+                        if status_by_exit_code.get(code) in ("survived", "no tests"))
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the HMC kernel alone (CI's smoke run)")
     parser.add_argument("--modules", help="comma-separated module paths (default: the core modules)")
     parser.add_argument("--keep", help="make the copy here and keep it (default: a temporary folder, removed)")
     parser.add_argument("--show-survivors", action="store_true", help="list the surviving mutants' names")
+    parser.add_argument("--retest-survivors", action="store_true",
+                        help="with --keep DIR of an earlier run: test again, with the working tree's tests, only the "
+                             "mutants that survived there or that no test reached")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
     modules = tuple(args.modules.split(",")) if args.modules else QUICK_MODULES if args.quick else CORE_MODULES
@@ -95,20 +129,23 @@ def main() -> None:
     missing = [module for module in modules if not (ROOT / module).is_file()]
     if missing:
         sys.exit(f"no such module: {', '.join(missing)}")
+    if args.retest_survivors and not (args.keep and (Path(args.keep) / "mutants").is_dir()):
+        sys.exit("--retest-survivors needs --keep DIR, the copy an earlier run kept")
     copy = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
-        tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
-        for name in tracked.stdout.splitlines():  # the working tree's version of every tracked file
-            if (ROOT / name).is_file():
-                (copy / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, copy / name)
+        chosen = list(QUICK_MUTANTS) if args.quick else []
+        if args.retest_survivors:
+            # the tests as they are now, where mutmut runs them (mutants/) and where it reads them from
+            copy_tracked(copy, "tests/")
+            copy_tracked(copy / "mutants", "tests/")
+            chosen = retest_names(copy, modules)
+            print(f"retesting the {len(chosen)} mutants that survived or that no test reached, with the tests of "
+                  f"the working tree", flush=True)
+        else:
+            copy_tracked(copy)
         shared = ROOT.parent / "shared"
         if shared.is_dir() and not (copy / "shared").exists():  # the tests find ../shared beside their checkout
             (copy / "shared").symlink_to(shared)
-        for test in DESELECTED:  # removed from the copy's module (pytest's --deselect acts after mutmut looks)
-            path, name = test.split("::")
-            with open(copy / path, "a") as module:
-                module.write(f"\n\ndel {name}  # left out of the mutation run (benchmarks/mutation.py)\n")
         write_config(copy, modules, tests)
         # the mutated package, not the install; the folder exists before Python starts, or its import system
         # would remember it as missing
@@ -117,8 +154,7 @@ def main() -> None:
         started = time.perf_counter()
         # the console script, not `python -m mutmut`: mutmut's module must be imported once, under its own name
         mutmut = Path(sys.executable).with_name("mutmut")
-        with open(copy / "mutmut.log", "w") as log:
-            chosen = list(QUICK_MUTANTS) if args.quick else []
+        with open(copy / "mutmut.log", "a" if args.retest_survivors else "w") as log:
             completed = subprocess.run([str(mutmut), "run", "--max-children", str(args.max_children), *chosen],
                                        cwd=copy, env=environment, stdout=log, stderr=subprocess.STDOUT)
         seconds = time.perf_counter() - started
