@@ -60,6 +60,11 @@ class Rows(nn.Module):
         return images.flatten(1) + 0 * self.anchor
 
 
+def sweep_splits(problem):
+    """The problem's splits in :func:`correction.finetune_sweep`'s order."""
+    return [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test", "failure_test")]
+
+
 def one_lambda(problem, lam, **options):
     settings = {"epochs": 3, "batch_size": 16, "learning_rate": 0.03, "seed": 0, **options}
     return correction.finetune_one_lambda(linear_classifier(), lam, **problem, **settings)
@@ -160,12 +165,11 @@ def test_a_learning_rate_of_zero_leaves_the_weights_and_a_step_cap_limits_the_ba
 
 
 def test_the_sweep_selects_the_best_lambda_reports_progress_and_runs_the_same_in_shards(problem):
-    splits = {key: problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
-                                            "failure_test")}
+    splits = sweep_splits(problem)
     reports = []
     classifier = linear_classifier()
     model, selected, sweep = correction.finetune_sweep(
-        classifier, *splits.values(), lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
+        classifier, *splits, lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
         selection="data-and-failures", progress=reports.append)
     assert [entry["lambda"] for entry in sweep] == [1e-10, 10.0] and all("state" not in entry for entry in sweep)
     assert selected["lambda"] == 10.0 and selected["score"] == max(entry["score"] for entry in sweep)
@@ -178,11 +182,11 @@ def test_the_sweep_selects_the_best_lambda_reports_progress_and_runs_the_same_in
         ("defuse", 1, 2, 10.0, 2, 2)]
     assert [r.fraction for r in reports] == [0.25, 0.5, 0.75, 1.0]
     _, sharded_selected, sharded = correction.finetune_sweep(
-        classifier, *splits.values(), lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
+        classifier, *splits, lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
         selection="data-and-failures", executor=LocalShards())
     assert sharded == sweep and sharded_selected == selected
     # equal scores: the first λ is kept
-    _, tied, _ = correction.finetune_sweep(classifier, *splits.values(), lambdas=(1e-10, 1e-9), epochs=1,
+    _, tied, _ = correction.finetune_sweep(classifier, *splits, lambdas=(1e-10, 1e-9), epochs=1,
                                            batch_size=32, learning_rate=0.05)
     assert tied["lambda"] == 1e-10
 
@@ -207,8 +211,7 @@ class LosingShards(LocalShards):
 
 
 def test_sharded_progress_counts_lambdas_and_epochs_and_lost_shards_are_named(problem, caplog):
-    splits = [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
-                                       "failure_test")]
+    splits = sweep_splits(problem)
     settings = {"lambdas": (1e-10, 10.0), "epochs": 2, "batch_size": 32, "learning_rate": 0.05}
     reports = []
     correction.finetune_sweep(linear_classifier(), *splits, **settings, phase="baseline", executor=LocalShards(),
@@ -229,8 +232,7 @@ def test_sharded_progress_counts_lambdas_and_epochs_and_lost_shards_are_named(pr
 
 
 def test_the_sweep_takes_a_lambda_of_zero_and_one_step_an_epoch(problem):
-    splits = [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
-                                       "failure_test")]
+    splits = sweep_splits(problem)
     _, selected, sweep = correction.finetune_sweep(linear_classifier(), *splits, lambdas=(0.0,), epochs=1,
                                                    steps_per_epoch=1)
     assert selected == {"lambda": 0.0, "epoch": 1, "score": 1.0} and len(sweep) == 1
@@ -243,8 +245,7 @@ def test_the_sweep_takes_a_lambda_of_zero_and_one_step_an_epoch(problem):
     ({"steps_per_epoch": 0}, "at least 1, got 0"),
 ])
 def test_the_sweep_refuses_bad_settings(problem, options, message):
-    splits = [problem[key] for key in ("train", "validation", "failures", "failure_validation", "test",
-                                       "failure_test")]
+    splits = sweep_splits(problem)
     with pytest.raises(ProbeError, match=message):
         correction.finetune_sweep(linear_classifier(), *splits, **options)
     no_failures = copy.copy(splits)
