@@ -18,9 +18,7 @@ st.title("Label")
 st.markdown("Say what each of a cluster's **10 review images** shows, as the Defuse annotators did. Each image gets "
             "the majority label of its annotators; a cluster is a **failure region** when more than ρ = ½ of its "
             "images' labels differ from the classifier's prediction, and its label is the majority over its "
-            "images. Labels are stored the moment you give them, per annotator.  \n"
-            "Keys: **0–9** label all ten images with that class, **N** none of the above, **←/→** previous/next "
-            "cluster; then change single images below.")
+            "images. Labels are stored the moment you give them, per annotator.")
 
 distill_run = _ui.pick_distill_run("label_run_pick")
 if distill_run is None:
@@ -32,6 +30,10 @@ except ProbeError as exc:
     st.error(f"Cannot load the models of run {distill_run.id}: {exc}")
     st.stop()
 names = dataset.class_names
+one_click = len(names) <= label_tools.ONE_CLICK_CLASSES  # a button per class; more classes: a searchable list
+st.markdown(("Keys: **0–9** label all ten images with that class, " if one_click else
+             "Type a class's name in **All ten images show** to label all ten images with it; keys: ")
+            + "**N** none of the above, **←/→** previous/next cluster; then change single images below.")
 clusters = queries.clusters(ws.store, distill_run.id)
 if not clusters:
     st.info("This run kept no clusters.")
@@ -107,14 +109,28 @@ def label_one(image_id: int, widget_key: str) -> None:
         st.session_state["label_problem"] = str(exc)
 
 
-st.markdown("**All ten images show:**")
-with st.container(horizontal=True):
-    for index, choice in enumerate(choices):
-        shortcut = ("N" if choice == "none of the above" else str(index) if index < 10 else None)
-        st.button(choice, key=f"label_all_{index}", disabled=not annotator, shortcut=shortcut,
-                  on_click=label_all, args=(choice,))
-
 version = st.session_state["label_version"]
+
+
+def label_all_picked(widget_key: str) -> None:
+    if st.session_state[widget_key] is not None:
+        label_all(st.session_state[widget_key])
+
+
+if one_click:
+    st.markdown("**All ten images show:**")
+    with st.container(horizontal=True):
+        for index, choice in enumerate(choices):
+            st.button(choice, key=f"label_all_{index}", disabled=not annotator,
+                      shortcut="N" if choice == "none of the above" else str(index),
+                      on_click=label_all, args=(choice,))
+else:
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        pick_key = f"label_all_pick_{cluster['id']}_{annotator}_{version}"
+        st.selectbox("All ten images show", choices, key=pick_key, index=None, placeholder="type a class…",
+                     disabled=not annotator, on_change=label_all_picked, args=(pick_key,), width=360)
+        st.button("none of the above", key=f"label_all_{len(names)}", disabled=not annotator, shortcut="N",
+                  on_click=label_all, args=("none of the above",))
 for row_start in range(0, len(shown["ids"]), 5):
     for column, position in zip(st.columns(5), range(row_start, min(row_start + 5, len(shown["ids"])))):
         image_id = shown["ids"][position]

@@ -39,6 +39,9 @@ NONE_OF_THE_ABOVE = "none"
 HUMAN = "human"
 DEFAULT_RHO = 0.5
 REVIEW_IMAGES = 10  # the paper samples 10 images per cluster for its annotators
+# Up to this many classes, labelling a cluster's images all at once is a button (and a digit key) per class; above
+# it (43 sign classes) a row of buttons would fill the screen, and a searchable list of the names replaces it.
+ONE_CLICK_CLASSES = 10
 
 
 def oracle_source(model_id: str) -> str:

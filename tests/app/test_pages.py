@@ -202,6 +202,24 @@ def test_label_page_labels_all_ten_images_at_once_then_one_by_one(app_env, flawe
     assert len(novelty) == label_tools.REVIEW_IMAGES and (novelty["its label"] != novelty["classifier says"]).all()
 
 
+def test_label_page_with_many_classes_labels_all_ten_images_from_a_searchable_list(app_env, flawed_run, monkeypatch):
+    # 43 sign classes would be 44 buttons: above ONE_CLICK_CLASSES the page offers the names as a list instead
+    monkeypatch.setattr(label_tools, "ONE_CLICK_CLASSES", 4)
+    at = open_page("pages/views/label.py")
+    at.selectbox(key="label_run_pick").set_value(flawed_run["distill_run"])
+    at.text_input(key="annotator").input("many-classes").run()
+    at.button(key="label_prev").click().run()  # the last cluster: the other page tests label the first two
+    cluster = app_env.store.get_clusters(flawed_run["distill_run"])[-1]
+    assert not [b for b in at.button if b.key in {f"label_all_{index}" for index in range(10)}]
+    assert any("Type a class's name" in m.value for m in at.markdown)
+    at.selectbox(key=f"label_all_pick_{cluster['id']}_many-classes_0").select("4").run()
+    assert not at.exception, at.exception
+    assert list(_my_image_labels(app_env.store, cluster["id"], "many-classes").values()) == ["4"] * 10
+    assert any("all 10 images" in s.value for s in at.success)
+    at.button(key="label_all_10").click().run()  # none of the above (the N key), still a button
+    assert set(_my_image_labels(app_env.store, cluster["id"], "many-classes").values()) == {"none"}
+
+
 def test_label_page_preselects_nothing_remembers_the_name_and_moves_between_clusters(app_env, flawed_run):
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["annotator"] = "returning-user"  # a reload keeps the name in the URL
