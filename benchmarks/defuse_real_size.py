@@ -22,8 +22,8 @@ default centred noise (``--noises``): measured both ways.
 Run: ``.venv/bin/python benchmarks/defuse_real_size.py [--quick] [--sizes 32,64] [--workspace DIR]``.
 ``--quick``: a few hundred images and 2 epochs; its classifiers are near chance and are refused, so it only
 checks the set-up (CI's smoke run, in ``make bench-quick``). The README and docs/fidelity.md quote
-``--sizes 32 --flaws mislabel --noises centered``; the sign-like set, the dark-images flaw and the paper's noise
-have not been run in full.
+``--sizes 32 --flaws mislabel --noises centered`` and ``--sizes 32 --flaws dropdark --noises centered,paper``; the
+sign-like set and the mislabelled flaw under the paper's noise have not been run in full.
 """
 
 from __future__ import annotations
