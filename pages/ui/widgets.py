@@ -36,9 +36,9 @@ from probe_core.runs import history
 LIVE_REFRESH_S = 5.0
 
 
-def show_picture(images: torch.Tensor, caption: str | None = None, columns: int = 8) -> None:
-    """Show (N, C, H, W) images as one grid picture."""
-    scale = upscale_for_display(images.shape[-2])
+def show_picture(images: torch.Tensor, caption: str | None = None, columns: int = 8, height: int = 64) -> None:
+    """Show (N, C, H, W) images as one grid picture, each scaled up (nearest neighbour) to about ``height`` pixels."""
+    scale = upscale_for_display(images.shape[-2], height)
     st.image(image_grid(images, columns=columns, scale=scale), caption=caption)
 
 

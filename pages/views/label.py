@@ -110,6 +110,8 @@ def label_one(image_id: int, widget_key: str) -> None:
 
 
 version = st.session_state["label_version"]
+# an annotator names what a review image shows: at 64 pixels a 32x32 colour decoding's digit was hard to read
+LABEL_IMAGE_HEIGHT = 128
 
 
 def label_all_picked(widget_key: str) -> None:
@@ -135,7 +137,7 @@ for row_start in range(0, len(shown["ids"]), 5):
     for column, position in zip(st.columns(5), range(row_start, min(row_start + 5, len(shown["ids"])))):
         image_id = shown["ids"][position]
         with column:
-            _ui.show_picture(shown["images"][position:position + 1], columns=1,
+            _ui.show_picture(shown["images"][position:position + 1], columns=1, height=LABEL_IMAGE_HEIGHT,
                              caption=f"{position + 1}: classifier says {predictions[position]}")
             current = mine.get(image_id)
             current_choice = "none of the above" if current == label_tools.NONE_OF_THE_ABOVE else current

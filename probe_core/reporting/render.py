@@ -55,6 +55,7 @@ def png_bytes(picture: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def upscale_for_display(height: int) -> int:
-    """A nearest-neighbour factor that makes an image about 64 pixels tall."""
-    return max(1, 64 // max(height, 1))
+def upscale_for_display(height: int, target: int = 64) -> int:
+    """A nearest-neighbour factor that makes an image of ``height`` pixels about ``target`` pixels tall (never
+    smaller)."""
+    return max(1, target // max(height, 1))
