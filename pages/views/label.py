@@ -13,6 +13,9 @@ from probe_core.errors import ProbeError
 from probe_core.reporting import figures
 from probe_core.team.accounts import Permission
 
+# an annotator names what a review image shows: at 64 pixels a 32x32 colour decoding's digit was hard to read
+LABEL_IMAGE_HEIGHT = 128
+
 ws = _ui.workspace()
 st.title("Label")
 st.markdown("Say what each of a cluster's **10 review images** shows, as the Defuse annotators did. Each image gets "
@@ -110,8 +113,6 @@ def label_one(image_id: int, widget_key: str) -> None:
 
 
 version = st.session_state["label_version"]
-# an annotator names what a review image shows: at 64 pixels a 32x32 colour decoding's digit was hard to read
-LABEL_IMAGE_HEIGHT = 128
 
 
 def label_all_picked(widget_key: str) -> None:
