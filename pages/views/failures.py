@@ -13,6 +13,7 @@ from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.defuse.cluster import review_tau
+from probe_core.defuse.identification import NOISE_MODES, default_noise
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
 from probe_core.runs import history
@@ -41,10 +42,11 @@ with st.form("defuse-find", enter_to_submit=False):
                                 identify_defaults["samples_per_image"], key="defuse_q")
     keep = c2.number_input("Failures kept per image (M)", *identify_ranges["max_per_image"],
                            identify_defaults["max_per_image"], key="defuse_m")
-    noise = c3.selectbox("Noise", ["centered", "paper"], key="defuse_noise",
-                         index=["centered", "paper"].index(identify_defaults["noise"]),
-                         help="centered: Beta noise centred, sd = scale (default, finds more labelable clusters); "
-                              "paper: μ + ε with ε ~ Beta(a, b), exactly Algorithm 1")
+    noise = c3.selectbox("Noise", NOISE_MODES, key=f"defuse_noise_{dataset.name}",
+                         index=NOISE_MODES.index(default_noise(dataset.image_shape)["noise"]),
+                         help="centered: Beta noise centred, sd = scale; paper: μ + ε with ε ~ Beta(a, b), exactly "
+                              "Algorithm 1. The default comes from the image size: centered below 32×32 (on digits "
+                              "it finds more labelable clusters), paper at 32×32 and up (the papers' colour runs)")
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
     st.markdown("**Distillation**")

@@ -51,8 +51,12 @@ with st.form("finetune-form", enter_to_submit=False):
     c4, c5 = st.columns(2)
     baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",
                                  help="\n\n".join(f"**{k}**: {v}" for k, v in steps.BASELINES.items()))
-    selection = c5.selectbox("Select λ and epoch by", list(correction.SELECTION_RULES), key="finetune_selection",
-                             help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items()))
+    rules = list(correction.SELECTION_RULES)
+    selection = c5.selectbox("Select λ and epoch by", rules, index=rules.index(data_plan.selection),
+                             key=f"finetune_selection_{run_data.name}",
+                             help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items())
+                             + "\n\nThe default comes from the image size: data below 32×32 (the paper's), "
+                               "data-and-failures at 32×32 and up")
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:

@@ -14,6 +14,7 @@ from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
+from probe_core.defuse.identification import NOISE_MODES
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table, write_file
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
@@ -332,10 +333,12 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
                         "from the data set's (classes are matched by name, never by position)")
     parser.add_argument("--samples-per-image", type=int, default=500, help="Q, perturbations per image")
     parser.add_argument("--max-per-image", type=int, default=100, help="M, failures kept per image")
-    parser.add_argument("--noise", choices=["centered", "paper"], default="centered")
+    parser.add_argument("--noise", choices=list(NOISE_MODES),
+                        help="centered: Beta noise centred, sd --noise-scale; paper: μ + ε with ε ~ Beta(a, b), as "
+                        "Algorithm 1 (default: centered below 32x32, paper at real size, as the papers' colour runs)")
     parser.add_argument("--noise-scale", type=float, default=0.15, help="sd per dimension of centred noise")
-    parser.add_argument("--a", type=float, default=50.0, help="Beta(a, b) noise")
-    parser.add_argument("--b", type=float, default=50.0, help="Beta(a, b) noise")
+    parser.add_argument("--a", type=float, help="Beta(a, b) noise (default: 50 below 32x32, 75 at real size)")
+    parser.add_argument("--b", type=float, help="Beta(a, b) noise (default: 50 below 32x32, 75 at real size)")
     parser.add_argument("--max-images", type=int, help="only the first N training images (quick looks)")
     parser.add_argument("--allow-weak-classifier", action="store_true",
                         help="identify even with a classifier near chance on the data's test images (refused "
@@ -374,9 +377,10 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "
                              "default) or the failures in failure regions with their region's label")
-    parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default="data",
-                        help="how the λ and epoch are picked: validation accuracy on the original data (the paper's, "
-                             "default) or its mean with accuracy on held-out failure-region samples")
+    parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default=None,
+                        help="how the λ and epoch are picked: validation accuracy on the original data (the paper's; "
+                             "the default below 32x32) or its mean with accuracy on held-out failure-region samples "
+                             "(the default at real size)")
     parser.add_argument("--validation", choices=list(correction.VALIDATION_SOURCES), default=None,
                         help="where the validation images come from: a slice of the training data, or half of the "
                              "test set (the other half reports test accuracy; the paper's SVHN and German-signs "

@@ -41,6 +41,9 @@ class IdentificationResult(StoredResult):
         The distillation run the dashboard's one button started next (None: none, or too few failures).
     classifier_warning : str or None
         Set when the user insisted on a classifier near chance: the failures say little about a trained model.
+    noise : dict
+        The noise the perturbations were drawn with: ``noise``, ``a``, ``b``, ``noise_scale`` (empty in runs
+        stored before it was recorded).
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -59,6 +62,7 @@ class IdentificationResult(StoredResult):
     not_done: list[dict] = field(default_factory=list)
     distill_run: int | None = None
     classifier_warning: str | None = None
+    noise: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ from probe_core.defuse.correction import (
     PAPER_LEARNING_RATE,
     REAL_SIZE_LAMBDAS,
     REAL_SIZE_LEARNING_RATE,
+    REAL_SIZE_SELECTION,
     REAL_SIZE_STEPS_PER_EPOCH,
     SELECTION_RULES,
+    SMALL_IMAGE_SELECTION,
     VALIDATION_SOURCES,
     FailureRegion,
     LabelledImages,
@@ -36,7 +38,13 @@ from probe_core.defuse.correction import (
     finetune_sweep,
     sample_regions,
 )
-from probe_core.defuse.identification import FailureSet, concatenate_failures, identify_failures
+from probe_core.defuse.identification import (
+    NOISE_MODES,
+    FailureSet,
+    concatenate_failures,
+    default_noise,
+    identify_failures,
+)
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, cluster_label_table
 from probe_core.defuse.queries import (
     distill_tau,
@@ -87,8 +95,9 @@ from probe_core.runs.validation import checked_models
 class IdentifyRequest(BuiltFromSettings):
     """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
 
-    The default noise is ``centered`` with sd 0.15: on digits it found the most
-    distinct failure regions an oracle could label (README, "Defuse").
+    ``noise``, ``a`` and ``b`` left as None are chosen from the images' size when the request is checked or the
+    run starts (:func:`~probe_core.defuse.identification.default_noise`): centred noise of sd ``noise_scale``
+    below 32x32, the papers' Beta(75, 75) at real size.
     """
 
     setting_word: ClassVar[str] = "identification"
@@ -102,9 +111,9 @@ class IdentifyRequest(BuiltFromSettings):
     vae: str = "default"
     samples_per_image: int = 500  # DEFAULT_SAMPLES_PER_IMAGE
     max_per_image: int = 100
-    noise: str = "centered"
-    a: float = 50.0
-    b: float = 50.0
+    noise: str | None = None
+    a: float | None = None
+    b: float | None = None
     noise_scale: float = 0.15
     seed: int = 0
     max_images: int | None = None
@@ -124,10 +133,10 @@ class IdentifyRequest(BuiltFromSettings):
             except ProbeError as exc:
                 raise ProbeError(f"distill_after: {exc}") from None
         self.check_ranges()
-        if self.noise not in ("centered", "paper"):
-            raise ProbeError(f"noise must be 'centered' or 'paper', got {self.noise!r}")
-        if not (self.a > 0 and self.b > 0):
-            raise ProbeError("the Beta noise's a and b must be positive")
+        if self.noise is not None and self.noise not in NOISE_MODES:
+            raise ProbeError(f"noise must be one of {', '.join(NOISE_MODES)}, got {self.noise!r}")
+        if any(value is not None and not value > 0 for value in (self.a, self.b)):
+            raise ProbeError(f"the Beta noise's a and b must be positive, got a={self.a}, b={self.b}")
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
@@ -138,22 +147,32 @@ REAL_SIZE_PERTURBATIONS = 100_000
 DEFAULT_SAMPLES_PER_IMAGE = 500
 
 
-def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tuple[IdentifyRequest, str | None]:
-    """The settings with the images and perturbations chosen from the data's size, and a note saying so.
+def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int]) -> IdentifyRequest:
+    """The settings with the noise they leave open (``noise``, ``a``, ``b`` as None) chosen for images of
+    ``image_shape`` (C, H, W) by :func:`~probe_core.defuse.identification.default_noise`."""
+    chosen = default_noise(image_shape)
+    return replace(settings, **{name: value for name, value in chosen.items() if getattr(settings, name) is None})
 
-    Images of 32x32 and up, with no ``max_images`` given: at most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q
-    lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it was left at its default. Smaller images, or a
-    ``max_images`` the user gave, are left as they are (note None).
+
+def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tuple[IdentifyRequest, str | None]:
+    """The settings with the noise, images and perturbations chosen from the data's size, and a note saying so.
+
+    The noise they leave open: :func:`with_data_noise`. Images of 32x32 and up, with no ``max_images`` given: at
+    most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it
+    was left at its default. Smaller images, or a ``max_images`` the user gave, keep their images (note None).
     """
+    settings = with_data_noise(settings, dataset.image_shape)
     if settings.max_images is not None or not is_real_size(dataset.image_shape):
         return settings, None
     per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
                  else settings.samples_per_image)
     available = len(dataset.train_labels)
     images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
+    noise = (f"Beta({settings.a:g}, {settings.b:g}) noise as the papers add it" if settings.noise == "paper" else
+             f"centred noise of sd {settings.noise_scale:g}")
     note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
-            f"{available:,} training images with {per_image} perturbations each, chosen from the data's size "
-            f"(--max-images and --samples-per-image choose otherwise)")
+            f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "
+            f"size (--max-images, --samples-per-image and --noise choose otherwise)")
     return replace(settings, samples_per_image=per_image, max_images=images), note
 
 
@@ -219,8 +238,9 @@ BASELINES = {
 class CorrectRequest(BuiltFromSettings):
     """Correction settings; see :func:`finetune_sweep`. ``source`` picks whose labels are used.
 
-    ``baseline`` is one of :data:`BASELINES`; ``selection`` one of
-    :data:`~probe_core.defuse.correction.SELECTION_RULES` (both default to the paper's choice).
+    ``baseline`` is one of :data:`BASELINES` (default the paper's choice); ``selection`` one of
+    :data:`~probe_core.defuse.correction.SELECTION_RULES`, None to choose it from the data's size
+    (:func:`correction_plan`: the paper's rule below 32x32).
     ``lambdas`` and ``steps_per_epoch`` left as None are chosen from the data's size by
     :func:`correction_plan` (the paper's grid and full passes over D, or a smaller budget at real size), and so
     is ``validation``, one of :data:`~probe_core.defuse.correction.VALIDATION_SOURCES` (a slice of the training
@@ -248,7 +268,7 @@ class CorrectRequest(BuiltFromSettings):
     seed: int = 0
     executor: str = "local"  # where the λ sweep runs (probe_core.runs.scaleout): local, or one Ray task per λ
     baseline: str = "labelled-images"
-    selection: str = "data"
+    selection: str | None = None
     validation: str | None = None
     keep_batch_statistics: bool | None = None
 
@@ -258,7 +278,7 @@ class CorrectRequest(BuiltFromSettings):
         self.check_ranges()
         if self.baseline not in BASELINES:
             raise ProbeError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
-        if self.selection not in SELECTION_RULES:
+        if self.selection is not None and self.selection not in SELECTION_RULES:
             raise ProbeError(f"unknown selection rule {self.selection!r}; choose one of "
                              f"{', '.join(SELECTION_RULES)}")
         if self.validation is not None and self.validation not in VALIDATION_SOURCES:
@@ -287,6 +307,8 @@ class CorrectionPlan:
         Batches of D per epoch; None: a full pass over D.
     validation : str
         Where λ and the epoch are selected (:data:`~probe_core.defuse.correction.VALIDATION_SOURCES`).
+    selection : str
+        How they are selected (:data:`~probe_core.defuse.correction.SELECTION_RULES`).
     learning_rate : float
     keep_batch_statistics : bool
         Whether finetuning keeps BatchNorm's running statistics.
@@ -297,6 +319,7 @@ class CorrectionPlan:
     lambdas: tuple[float, ...]
     steps_per_epoch: int | None
     validation: str
+    selection: str
     learning_rate: float
     keep_batch_statistics: bool
     note: str
@@ -309,7 +332,8 @@ def correction_plan(settings: CorrectRequest, image_shape: tuple[int, int, int])
     What the request gives is kept. Left as None, they are chosen from the data's size: the paper's 17 λ with
     full passes over D for images below 32x32; at real size (:func:`~probe_core.data.is_real_size`)
     :data:`~probe_core.defuse.correction.REAL_SIZE_LAMBDAS` and
-    :data:`~probe_core.defuse.correction.REAL_SIZE_STEPS_PER_EPOCH` batches per epoch; the validation source by
+    :data:`~probe_core.defuse.correction.REAL_SIZE_STEPS_PER_EPOCH` batches per epoch and the selection rule
+    :data:`~probe_core.defuse.correction.REAL_SIZE_SELECTION` (the paper's below); the validation source by
     :func:`correction_validation` and the learning rate and BatchNorm statistics by :func:`finetuning_settings`.
 
     Parameters
@@ -322,18 +346,26 @@ def correction_plan(settings: CorrectRequest, image_shape: tuple[int, int, int])
     lambdas = tuple(settings.lambdas or (REAL_SIZE_LAMBDAS if real_size else PAPER_LAMBDAS))
     steps_per_epoch = settings.steps_per_epoch or (REAL_SIZE_STEPS_PER_EPOCH if real_size else None)
     validation = correction_validation(settings, image_shape)
+    selection = settings.selection or (REAL_SIZE_SELECTION if real_size else SMALL_IMAGE_SELECTION)
     learning_rate, keep_batch_statistics = finetuning_settings(settings, image_shape)
-    chosen = [what for what, given in (("λ grid", settings.lambdas), ("batches per epoch", settings.steps_per_epoch))
-              if given is None]
+    chosen = [what for what, given in (("λ grid", settings.lambdas), ("batches per epoch", settings.steps_per_epoch),
+                                       ("selection rule", settings.selection)) if given is None]
+    selected_by = ("validation accuracy" if selection == "data" else
+                   "the mean of validation accuracy and accuracy on held-out failure-region samples")
     note = (f"{len(lambdas)} λ ({', '.join(f'{lam:g}' for lam in lambdas)}), {settings.epochs} epochs of "
             f"{'a full pass over D' if steps_per_epoch is None else f'{steps_per_epoch} batches of D'}, "
-            f"selected on {VALIDATION_SOURCES[validation].split(',')[0]}")
+            f"selected by {selected_by} on {VALIDATION_SOURCES[validation].split(',')[0]}")
     note += f"; learning rate {learning_rate:g}" + (", BatchNorm statistics kept" if keep_batch_statistics else "")
     if chosen and real_size:
-        note += (f"; {' and '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
-                 f"the paper's 17 λ over full passes would take over half an hour on CPU "
-                 f"(--lambdas and --steps-per-epoch choose otherwise)")
-    return CorrectionPlan(lambdas, steps_per_epoch, validation, learning_rate, keep_batch_statistics, note)
+        why = []
+        if settings.lambdas is None or settings.steps_per_epoch is None:
+            why.append("the paper's 17 λ over full passes would take over half an hour on CPU")
+        if settings.selection is None:
+            why.append("the paper's selection rule left the SVHN-like stand-in's region of dark 3s unfixed")
+        note += (f"; {', '.join(chosen)} chosen for real-size images ({image_shape[1]}x{image_shape[2]}): "
+                 f"{' and '.join(why)} (--lambdas, --steps-per-epoch and --selection choose otherwise)")
+    return CorrectionPlan(lambdas, steps_per_epoch, validation, selection, learning_rate, keep_batch_statistics,
+                          note)
 
 
 def correction_validation(settings: CorrectRequest, image_shape: tuple[int, int, int]) -> str:
@@ -386,6 +418,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         started = time.perf_counter()
         store = context.store
         dataset = load_dataset(settings.dataset, registry.data_dir)
+        noise = with_data_noise(settings, dataset.image_shape)  # a request stored unchecked leaves it open
         context.report(0.0, "loading models", force=True)
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
@@ -394,7 +427,8 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
                                                      allow_weak_classifier=settings.allow_weak_classifier)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
                "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
-               "generator_check": vae_check.to_dict()}
+               "generator_check": vae_check.to_dict(),
+               "noise": {"noise": noise.noise, "a": noise.a, "b": noise.b, "noise_scale": noise.noise_scale}}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
         if classifier_check.near_chance:
@@ -416,12 +450,12 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         executor = parse_executor(settings.executor)
         shards = shard_count(executor, settings.shards)
         if shards > 1 or executor.distributed:
-            found, not_done = _identify_in_shards(context, executor, shards, settings, classifier.module,
+            found, not_done = _identify_in_shards(context, executor, shards, noise, classifier.module,
                                                   vae.module, images, labels, ids)
             return _identify_result(ids, images, found, dataset, started, not_done)
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
-            max_per_image=settings.max_per_image, noise=settings.noise, a=settings.a, b=settings.b,
+            max_per_image=settings.max_per_image, noise=noise.noise, a=noise.a, b=noise.b,
             noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
         return _identify_result(ids, images, found, dataset, started)
 
@@ -549,7 +583,7 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
         sweep_args = {"lambdas": plan.lambdas, "epochs": settings.epochs, "batch_size": settings.batch_size,
                       "learning_rate": plan.learning_rate, "keep_batch_statistics": plan.keep_batch_statistics,
                       "steps_per_epoch": plan.steps_per_epoch,
-                      "seed": settings.seed, "selection": settings.selection,
+                      "seed": settings.seed, "selection": plan.selection,
                       "executor": executor if executor.distributed else None}
 
         def on_progress(p, offset: float) -> None:
@@ -577,7 +611,7 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
             results={"before": before, "defuse": {**after, **selected},
                      "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
                                   "description": BASELINES[settings.baseline]}},
-            selection={"rule": settings.selection, "description": SELECTION_RULES[settings.selection],
+            selection={"rule": plan.selection, "description": SELECTION_RULES[plan.selection],
                        "validation": plan.validation,
                        "validation_description": VALIDATION_SOURCES[plan.validation]},
             sweep=sweep, baseline_sweep=baseline_sweep, baseline_failures=len(baseline_set),

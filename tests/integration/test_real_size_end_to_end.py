@@ -74,8 +74,10 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
     assert "ResNetClassifier" in spec.describe_recipe() and "augmentation" in spec.describe_recipe()
     sized, note = sized_identification(IdentifyRequest(dataset=reference), dataset)
     assert sized.max_images * sized.samples_per_image <= REAL_SIZE_PERTURBATIONS and "chosen from the data" in note
+    assert (sized.noise, sized.a, sized.b) == ("paper", 75.0, 75.0) and "Beta(75, 75)" in note  # the papers' colour noise
     given, none = sized_identification(IdentifyRequest(dataset=reference, max_images=5), dataset)
     assert given.max_images == 5 and none is None  # the user's choice stands
+    assert given.noise == "paper"  # the noise is still the data's
 
 
 def test_real_size_defaults_train_the_classifier_and_the_vae_only(colour_npz, tmp_path):

@@ -8,7 +8,9 @@ from probe_core.defuse.correction import (
     PAPER_LEARNING_RATE,
     REAL_SIZE_LAMBDAS,
     REAL_SIZE_LEARNING_RATE,
+    REAL_SIZE_SELECTION,
     REAL_SIZE_STEPS_PER_EPOCH,
+    SMALL_IMAGE_SELECTION,
     LabelledImages,
     correction_splits,
     finetune_one_lambda,
@@ -31,14 +33,25 @@ def test_real_size_images_get_a_smaller_budget_and_say_so():
 
 
 def test_what_the_user_gives_is_kept_at_real_size():
-    asked = CorrectRequest(distill_run=1, lambdas=(0.5, 2.0), steps_per_epoch=7)
+    asked = CorrectRequest(distill_run=1, lambdas=(0.5, 2.0), steps_per_epoch=7, selection="data")
     plan = correction_plan(asked, (3, 64, 64))
-    assert plan.lambdas == (0.5, 2.0) and plan.steps_per_epoch == 7
+    assert plan.lambdas == (0.5, 2.0) and plan.steps_per_epoch == 7 and plan.selection == "data"
     assert "chosen for real-size" not in plan.note and "7 batches of D" in plan.note
-    # one left out is still chosen from the data, and the note names only that one
-    plan = correction_plan(CorrectRequest(distill_run=1, lambdas=(1.0,)), (3, 64, 64))
+    # one left out is still chosen from the data, and the note names only that one, with its reason only
+    plan = correction_plan(CorrectRequest(distill_run=1, lambdas=(1.0,), selection="data"), (3, 64, 64))
     assert plan.steps_per_epoch == REAL_SIZE_STEPS_PER_EPOCH and "batches per epoch chosen" in plan.note
-    assert "λ grid" not in plan.note.split(";")[-1]
+    assert "λ grid" not in plan.note.split(";")[-1] and "dark 3s" not in plan.note
+
+
+def test_the_selection_rule_is_the_papers_below_real_size_and_the_failure_aware_one_at_real_size():
+    small, real = (correction_plan(CorrectRequest(distill_run=1), shape) for shape in ((1, 28, 28), (3, 32, 32)))
+    assert (small.selection, real.selection) == (SMALL_IMAGE_SELECTION, REAL_SIZE_SELECTION) == (
+        "data", "data-and-failures")
+    assert "selected by validation accuracy" in small.note and "real-size" not in small.note
+    assert "held-out failure-region samples" in real.note and "selection rule" in real.note.split(";")[-1]
+    assert "dark 3s" in real.note and "--selection" in real.note  # why, and how to choose otherwise
+    named = correction_plan(CorrectRequest(distill_run=1, selection="data"), (3, 32, 32))
+    assert named.selection == "data" and "dark 3s" not in named.note
 
 
 def test_real_size_selects_on_half_the_test_set_as_the_papers_colour_protocol_unless_asked():

@@ -7,7 +7,7 @@ import pytest
 
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse.cluster import FailureClusterer
-from probe_core.defuse.identification import perturbation_noise
+from probe_core.defuse.identification import REAL_SIZE_NOISE, SMALL_IMAGE_NOISE, default_noise, perturbation_noise
 from probe_core.errors import ProbeError
 
 
@@ -21,6 +21,24 @@ def test_noise_modes_have_the_documented_moments():
         perturbation_noise((2, 2), "gaussian", 50, 50, 0.15, rng)
     with pytest.raises(ProbeError, match="a > 0"):
         perturbation_noise((2, 2), "paper", 0, 50, 0.15, rng)
+
+
+def test_the_noise_a_request_leaves_open_is_chosen_from_the_image_size():
+    from probe_core.defuse.steps import IdentifyRequest, with_data_noise
+
+    assert default_noise((1, 8, 8)) == SMALL_IMAGE_NOISE and default_noise((1, 28, 28))["noise"] == "centered"
+    assert default_noise((3, 32, 32)) == REAL_SIZE_NOISE == {"noise": "paper", "a": 75.0, "b": 75.0}  # the papers'
+    open_request = IdentifyRequest()
+    assert (open_request.noise, open_request.a, open_request.b) == (None, None, None)
+    chosen = with_data_noise(open_request, (3, 64, 64))
+    assert (chosen.noise, chosen.a, chosen.b) == ("paper", 75.0, 75.0)
+    named = with_data_noise(IdentifyRequest(noise="centered", a=20.0), (3, 32, 32))
+    assert (named.noise, named.a, named.b) == ("centered", 20.0, 75.0)  # what the user names stands
+    assert with_data_noise(IdentifyRequest(), (1, 8, 8)).noise == "centered"
+    with pytest.raises(ProbeError, match="noise must be one of paper, centered, got 'gaussian'"):
+        IdentifyRequest.build(noise="gaussian")
+    with pytest.raises(ProbeError, match="a and b must be positive"):
+        IdentifyRequest.build(b=-1.0)
 
 
 def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_clusters():
