@@ -418,7 +418,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         started = time.perf_counter()
         store = context.store
         dataset = load_dataset(settings.dataset, registry.data_dir)
-        noise = with_data_noise(settings, dataset.image_shape)  # a request stored unchecked leaves it open
+        resolved = with_data_noise(settings, dataset.image_shape)  # a request stored unchecked leaves it open
         context.report(0.0, "loading models", force=True)
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
@@ -428,7 +428,8 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
                "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
                "generator_check": vae_check.to_dict(),
-               "noise": {"noise": noise.noise, "a": noise.a, "b": noise.b, "noise_scale": noise.noise_scale}}
+               "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
+                         "noise_scale": resolved.noise_scale}}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
         if classifier_check.near_chance:
@@ -450,12 +451,12 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         executor = parse_executor(settings.executor)
         shards = shard_count(executor, settings.shards)
         if shards > 1 or executor.distributed:
-            found, not_done = _identify_in_shards(context, executor, shards, noise, classifier.module,
+            found, not_done = _identify_in_shards(context, executor, shards, resolved, classifier.module,
                                                   vae.module, images, labels, ids)
             return _identify_result(ids, images, found, dataset, started, not_done)
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
-            max_per_image=settings.max_per_image, noise=noise.noise, a=noise.a, b=noise.b,
+            max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
             noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
         return _identify_result(ids, images, found, dataset, started)
 

@@ -83,6 +83,8 @@ def test_distillation_keeps_a_cluster_the_classifier_gets_mostly_wrong(trained_w
     store = trained_workspace.store
     assert flawed_run["identified"].failures > 1000
     assert flawed_run["identified"].vae == trained_workspace.registry.default_id("digits", "vae")
+    # the request left the noise open: the data's (centred below 32x32) was used, and the result says which
+    assert flawed_run["identified"].noise == {"noise": "centered", "a": 50.0, "b": 50.0, "noise_scale": 0.15}
     clusters = store.get_clusters(flawed_run["distill_run"])
     assert len(clusters) == flawed_run["distilled"].clusters >= 5
     assert all(c["weight"] > 0.01 for c in clusters)
