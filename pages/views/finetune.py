@@ -5,6 +5,7 @@ import streamlit as st
 
 from pages import ui as _ui
 from probe_core import suites
+from probe_core.data import REAL_SIZE
 from probe_core.data.catalog import generator_dataset
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
@@ -55,8 +56,9 @@ with st.form("finetune-form", enter_to_submit=False):
     selection = c5.selectbox("Select λ and epoch by", rules, index=rules.index(data_plan.selection),
                              key=f"finetune_selection_{run_data.name}",
                              help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items())
-                             + "\n\nThe default comes from the image size: data below 32×32 (the paper's), "
-                               "data-and-failures at 32×32 and up")
+                             + f"\n\nThe default comes from the image size: {correction.SMALL_IMAGE_SELECTION} below "
+                               f"{REAL_SIZE}×{REAL_SIZE}, {correction.REAL_SIZE_SELECTION} on {REAL_SIZE}×{REAL_SIZE} "
+                               "and up")
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:
