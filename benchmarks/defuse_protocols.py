@@ -34,8 +34,12 @@ from probe_core.models import ModelSpec
 from probe_core.runs.workspace import Workspace
 
 FLAW = "mislabel=9->8:0.4"
-PROTOCOLS = (("paper", {"selection": "data", "baseline": "labelled-images"}),
-             ("earlier variant", {"selection": "data-and-failures", "baseline": "cluster-labels"}))
+PROTOCOLS = {"paper": {"selection": "data", "baseline": "labelled-images"},
+             "earlier variant": {"selection": "data-and-failures", "baseline": "cluster-labels"},
+             # what `probe defuse correct` does with no flags: the rule the image size chooses, the paper's baseline
+             "default": {}}
+BASELINE_TITLES = {"labelled-images": "baseline: labelled individual failures",
+                   "cluster-labels": "baseline: failures with their region's label"}
 
 
 def main() -> None:
@@ -78,10 +82,14 @@ def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[di
 def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
                   oracle: str = "default", identify_settings: dict | None = None,
                   correct_settings: dict | None = None, classifier_epochs: int | None = None,
-                  oracle_abstains_below: float | None = None, vae: str = "default") -> None:
+                  oracle_abstains_below: float | None = None, vae: str = "default",
+                  protocols: tuple[str, ...] = ("paper", "earlier variant")) -> dict:
     """Plant ``flaw`` (a view such as ``mislabel=9->8:0.4``) in ``dataset``, train its classifier, and run Defuse
-    under both protocols with ``oracle`` labelling the review images (saying "none of the above" below
-    ``oracle_abstains_below`` confidence) and ``vae`` (a model reference) decoding; prints the table."""
+    under ``protocols`` (keys of :data:`PROTOCOLS`) with ``oracle`` labelling the review images (saying "none of
+    the above" below ``oracle_abstains_below`` confidence) and ``vae`` (a model reference) decoding; prints the
+    table and returns the seconds each part took: ``flawed_classifier`` (its recorded training time), ``identify``,
+    ``distill``, ``corrections`` (their sum) and ``defuse`` (everything after the flawed classifier, labelling
+    included)."""
     args = argparse.Namespace(quick=quick)
     flawed_data = f"{dataset}[{flaw}]"
     registry, store = workspace.registry, workspace.store
@@ -114,16 +122,19 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
           f"construction ({agreement['all']['images']} images){abstained}")
     print(planted_flaw_found(flaw, names, regions))
 
+    seconds = {"flawed_classifier": float(flawed.metrics.get("train_seconds", 0.0)), "identify": identified.seconds,
+               "distill": distilled.seconds, "corrections": 0.0}
     if not regions:
         print("no failure region to correct in this run" + (" (a --quick smoke run sees few images)" if args.quick
                                                              else ""))
-        return
+        return {**seconds, "defuse": time.perf_counter() - started}
     print(f"\n{'protocol':<16} {'classifier':<44} {'test acc':>9} {'region acc':>11}  selected")
-    for name, options in PROTOCOLS:
-        _, result = steps.run_step(registry, store, steps.CorrectRequest(
-            distill_run=distill_run, source=source, **options, **correct))
-        baseline = {"labelled-images": "baseline: labelled individual failures",
-                    "cluster-labels": "baseline: failures with their region's label"}[options["baseline"]]
+    for name in protocols:
+        options = PROTOCOLS[name]
+        request = steps.CorrectRequest(distill_run=distill_run, source=source, **options, **correct)
+        _, result = steps.run_step(registry, store, request)
+        seconds["corrections"] += result.seconds
+        baseline = BASELINE_TITLES[request.baseline]
         for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", baseline)):
             entry = result.results[key]
             chosen = f"λ = {entry['lambda']:g}, epoch {entry['epoch']}" if "lambda" in entry else ""
@@ -132,7 +143,9 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
         print(f"{name:<16} selection: {result.selection['description']}; validation: "
               f"{result.selection.get('validation_description', 'a slice of the training data')}; baseline D_f: "
               f"{result.baseline_failures} images; {result.seconds:.1f} s")
-    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    seconds["defuse"] = time.perf_counter() - started
+    print(f"\ntotal {seconds['defuse']:.0f} s")
+    return seconds
 
 
 if __name__ == "__main__":
