@@ -153,8 +153,9 @@ class GeneratorCheck:
             return (f"generator {self.generator} cannot be judged on this data: {'; '.join(self.failed)}. Train a "
                     f"classifier that has learned the data first; until then its samples are not vouched for")
         return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}), so results built on "
-                f"it may be meaningless. Train a better one "
-                f"(`probe models train --kind vae --epochs N`) or pick another generator")
+                f"it may be meaningless. Train a better one (`probe models train --kind vae --epochs N "
+                f"--latent-dim D`), bring your own with an encoder (a model file or a plugin .py, trained where "
+                f"more capacity fits: docs/models.md), or pick another generator")
 
     def to_dict(self) -> dict:
         """JSON-ready, without the sample grid."""
