@@ -69,7 +69,8 @@ def main() -> None:
                         "centered (the default below 32x32), or both")
     parser.add_argument("--protocols", default="default",
                         help="correction protocols, comma-separated, each with the paper's 5 epochs: default (the "
-                        "selection and baseline `probe defuse correct` picks when none is named), paper (selection by validation accuracy on the data, the labelled failures as "
+                        "selection and baseline `probe defuse correct` picks when none is named), paper "
+                        "(selection by validation accuracy on the data, the labelled failures as "
                         "baseline), earlier (the failure-aware selection, the regions' failures as baseline)")
     args = parser.parse_args()
     kinds = {kind.strip() for kind in args.flaws.split(",") if kind.strip()}

@@ -376,7 +376,8 @@ def _lambda_list(text: str) -> list[float]:
 def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lambdas", type=_lambda_list, default=None,
                         help="comma-separated λ grid (default: the paper's 17 from 1e-10 to 1000; on images of "
-                             f"{_real_size} and up " + ",".join(f"{lam:g}" for lam in correction.REAL_SIZE_LAMBDAS) + ")")
+                             f"{_real_size} and up "
+                             + ",".join(f"{lam:g}" for lam in correction.REAL_SIZE_LAMBDAS) + ")")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="at most this many batches of the training data per epoch (default: a full pass; on "
@@ -393,7 +394,8 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validation", choices=list(correction.VALIDATION_SOURCES), default=None,
                         help="where the validation images come from: a slice of the training data, or half of the "
                              "test set (the other half reports test accuracy; the paper's SVHN and German-signs "
-                             f"protocol); default: half of the test set on images of {_real_size} and up, else training")
+                             f"protocol); default: half of the test set on images of {_real_size} and up, else "
+                             "training")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help=f"Adam's learning rate (default: the paper's {correction.PAPER_LEARNING_RATE:g}; "
                              f"on images of {_real_size} and up {correction.REAL_SIZE_LEARNING_RATE:g})")
