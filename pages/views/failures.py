@@ -9,7 +9,7 @@ import torch
 from plotly.colors import sample_colorscale
 
 from pages import ui as _ui
-from probe_core.data import REAL_SIZE
+from probe_core.data import REAL_SIZE_LABEL
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
@@ -21,7 +21,6 @@ from probe_core.runs import history
 from probe_core.runs.requests import field_defaults
 from probe_core.runs.runconfig import result_of
 
-_REAL_SIZE = f"{REAL_SIZE}×{REAL_SIZE}"
 ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Failures")
@@ -48,8 +47,8 @@ with st.form("defuse-find", enter_to_submit=False):
                          index=NOISE_MODES.index(default_noise(dataset.image_shape)["noise"]),
                          help="centered: Beta noise centred, sd = scale; paper: μ + ε with ε ~ Beta(a, b), exactly "
                               f"Algorithm 1. The default comes from the image size: {SMALL_IMAGE_NOISE['noise']} "
-                              f"below {_REAL_SIZE} (on digits it finds more labelable clusters), "
-                              f"{REAL_SIZE_NOISE['noise']} on {_REAL_SIZE} and up (the papers' colour runs)")
+                              f"below {REAL_SIZE_LABEL} (on digits it finds more labelable clusters), "
+                              f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up (the papers' colour runs)")
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
     st.markdown("**Distillation**")
@@ -63,7 +62,7 @@ with st.form("defuse-find", enter_to_submit=False):
     tau = d4.number_input("Review spread (τ)", *distill_ranges["tau"], review_tau(dataset.image_shape), 0.005,
                           format="%.3f", key=f"defuse_tau_{dataset.name}",
                           help="review and correction samples from N(μ, τΣ); the default comes from the image size "
-                               f"({REAL_SIZE_REVIEW_TAU:g} on {_REAL_SIZE} and up, the papers' colour setting; "
+                               f"({REAL_SIZE_REVIEW_TAU:g} on {REAL_SIZE_LABEL} and up, the papers' colour setting; "
                                f"{REVIEW_TAU:g} below)")
     start = st.form_submit_button("Find failures", type="primary")
 if start:

@@ -5,7 +5,7 @@ import streamlit as st
 
 from pages import ui as _ui
 from probe_core import suites
-from probe_core.data import REAL_SIZE
+from probe_core.data import REAL_SIZE_LABEL
 from probe_core.data.catalog import generator_dataset
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
@@ -57,8 +57,8 @@ with st.form("finetune-form", enter_to_submit=False):
                              key=f"finetune_selection_{run_data.name}",
                              help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items())
                              + f"\n\nThe default comes from the image size: {correction.SMALL_IMAGE_SELECTION} below "
-                               f"{REAL_SIZE}×{REAL_SIZE}, {correction.REAL_SIZE_SELECTION} on "
-                               f"{REAL_SIZE}×{REAL_SIZE} and up")
+                               f"{REAL_SIZE_LABEL}, {correction.REAL_SIZE_SELECTION} on "
+                               f"{REAL_SIZE_LABEL} and up")
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
     try:

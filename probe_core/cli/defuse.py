@@ -7,7 +7,7 @@ import json
 import sys
 
 from probe_core.cli.common import workspace_from_args
-from probe_core.data import DEFAULT_DATASET, REAL_SIZE
+from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
 from probe_core.data.classes import with_class_map
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
@@ -326,9 +326,6 @@ def _runs(args) -> int:
     return 0
 
 
-_real_size = f"{REAL_SIZE}x{REAL_SIZE}"
-
-
 def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="e.g. digits, mnist, digits[mislabel=9->8:0.4]")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
@@ -339,13 +336,13 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-per-image", type=int, default=100, help="M, failures kept per image")
     parser.add_argument("--noise", choices=list(NOISE_MODES),
                         help="centered: Beta noise centred, sd --noise-scale; paper: μ + ε with ε ~ Beta(a, b), as "
-                        f"Algorithm 1 (default: {SMALL_IMAGE_NOISE['noise']} below {_real_size}, "
-                        f"{REAL_SIZE_NOISE['noise']} on {_real_size} and up, as the papers' colour runs)")
+                        f"Algorithm 1 (default: {SMALL_IMAGE_NOISE['noise']} below {REAL_SIZE_LABEL}, "
+                        f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up, as the papers' colour runs)")
     parser.add_argument("--noise-scale", type=float, default=0.15, help="sd per dimension of centred noise")
     for beta_parameter in ("a", "b"):
         parser.add_argument(f"--{beta_parameter}", type=float,
                             help=f"Beta(a, b) noise (default: {SMALL_IMAGE_NOISE[beta_parameter]:g} below "
-                            f"{_real_size}, {REAL_SIZE_NOISE[beta_parameter]:g} on {_real_size} and up)")
+                            f"{REAL_SIZE_LABEL}, {REAL_SIZE_NOISE[beta_parameter]:g} on {REAL_SIZE_LABEL} and up)")
     parser.add_argument("--max-images", type=int, help="only the first N training images (quick looks)")
     parser.add_argument("--allow-weak-classifier", action="store_true",
                         help="identify even with a classifier near chance on the data's test images (refused "
@@ -359,8 +356,8 @@ def _add_distill_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=0.01, help="ε, drop clusters with weight ≤ ε")
     parser.add_argument("--max-samples", type=int, default=10_000, help="fit on at most this many failures")
     parser.add_argument("--tau", type=float, help="review and correction samples from N(μ, τΣ) (default: from the "
-                        f"image size: {REAL_SIZE_REVIEW_TAU:g} on {_real_size} and up, the papers' colour setting; "
-                        f"{REVIEW_TAU:g} below)")
+                        f"image size: {REAL_SIZE_REVIEW_TAU:g} on {REAL_SIZE_LABEL} and up, the papers' colour "
+                        f"setting; {REVIEW_TAU:g} below)")
 
 
 def _lambda_list(text: str) -> list[float]:
@@ -376,12 +373,12 @@ def _lambda_list(text: str) -> list[float]:
 def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lambdas", type=_lambda_list, default=None,
                         help="comma-separated λ grid (default: the paper's 17 from 1e-10 to 1000; on images of "
-                             f"{_real_size} and up "
+                             f"{REAL_SIZE_LABEL} and up "
                              + ",".join(f"{lam:g}" for lam in correction.REAL_SIZE_LAMBDAS) + ")")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="at most this many batches of the training data per epoch (default: a full pass; on "
-                             f"images of {_real_size} and up {correction.REAL_SIZE_STEPS_PER_EPOCH})")
+                             f"images of {REAL_SIZE_LABEL} and up {correction.REAL_SIZE_STEPS_PER_EPOCH})")
     parser.add_argument("--samples-per-region", type=int, default=256)
     parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "
@@ -389,19 +386,19 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default=None,
                         help="how the λ and epoch are picked: data: validation accuracy on the original data (the "
                              "paper's); data-and-failures: its mean with accuracy on held-out failure-region samples "
-                             f"(default: {correction.SMALL_IMAGE_SELECTION} below {_real_size}, "
-                             f"{correction.REAL_SIZE_SELECTION} on {_real_size} and up)")
+                             f"(default: {correction.SMALL_IMAGE_SELECTION} below {REAL_SIZE_LABEL}, "
+                             f"{correction.REAL_SIZE_SELECTION} on {REAL_SIZE_LABEL} and up)")
     parser.add_argument("--validation", choices=list(correction.VALIDATION_SOURCES), default=None,
                         help="where the validation images come from: a slice of the training data, or half of the "
                              "test set (the other half reports test accuracy; the paper's SVHN and German-signs "
-                             f"protocol); default: half of the test set on images of {_real_size} and up, else "
+                             f"protocol); default: half of the test set on images of {REAL_SIZE_LABEL} and up, else "
                              "training")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help=f"Adam's learning rate (default: the paper's {correction.PAPER_LEARNING_RATE:g}; "
-                             f"on images of {_real_size} and up {correction.REAL_SIZE_LEARNING_RATE:g})")
+                             f"on images of {REAL_SIZE_LABEL} and up {correction.REAL_SIZE_LEARNING_RATE:g})")
     parser.add_argument("--keep-batch-statistics", action=argparse.BooleanOptionalAction, default=None,
                         help="keep the classifier's BatchNorm statistics while finetuning (default: on images of "
-                             f"{_real_size} and up)")
+                             f"{REAL_SIZE_LABEL} and up)")
     parser.add_argument("--out", help="write the summary as JSON")
 
 

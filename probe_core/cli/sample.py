@@ -19,7 +19,7 @@ from probe_core.bayestrex import (
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.recipes import prepare_sample
 from probe_core.cli.common import workspace_from_args
-from probe_core.data import DEFAULT_DATASET, REAL_SIZE
+from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
 from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
@@ -70,7 +70,7 @@ def _sample(args: argparse.Namespace) -> int:
 def _default_help(what: str, key: str) -> str:
     """An option's help with its defaults, read from the tables the runs use (never repeated by hand)."""
     return (f"{what} (default {SAMPLER_DEFAULTS[key]}, {REAL_SIZE_SAMPLER_DEFAULTS[key]} for your own data of "
-            f"{REAL_SIZE}x{REAL_SIZE} and up; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
+            f"{REAL_SIZE_LABEL} and up; ambiguous-matrix: {MATRIX_SAMPLER_DEFAULTS[key]}, "
             f"{LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS[key]} for images of more than {SMALL_IMAGE_VALUES} values C·H·W)")
 
 

@@ -11,6 +11,7 @@ from probe_core.data.datasets import (
     DEFAULT_DATASET,
     FASHION_MNIST_CLASSES,
     REAL_SIZE,
+    REAL_SIZE_LABEL,
     DatasetEntry,
     ImageDataset,
     apply_view,
@@ -22,6 +23,7 @@ from probe_core.data.datasets import (
 from probe_core.data.idx import read_idx, write_idx
 
 __all__ = [
-    "BUILTIN_DATASETS", "DATA_DIR_ENV", "DEFAULT_DATASET", "FASHION_MNIST_CLASSES", "REAL_SIZE", "DatasetEntry",
-    "ImageDataset", "apply_view", "clean_dataset_name", "is_real_size", "resolve_data_folder", "split_view", "read_idx", "write_idx",
+    "BUILTIN_DATASETS", "DATA_DIR_ENV", "DEFAULT_DATASET", "FASHION_MNIST_CLASSES", "REAL_SIZE", "REAL_SIZE_LABEL",
+    "DatasetEntry", "ImageDataset", "apply_view", "clean_dataset_name", "is_real_size", "resolve_data_folder",
+    "split_view", "read_idx", "write_idx",
 ]

@@ -34,6 +34,8 @@ FASHION_MNIST_CLASSES = (
 # that size (an entry with ``sized_defaults``) gets the real-size model recipe, generators and sampler settings;
 # Defuse's identification budget is capped for any data of that size, since its cost follows the image size.
 REAL_SIZE = 32
+# How help and pages name that size.
+REAL_SIZE_LABEL = f"{REAL_SIZE}x{REAL_SIZE}"
 
 
 def is_real_size(image_shape: tuple[int, int, int]) -> bool:
