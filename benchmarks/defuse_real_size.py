@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from defuse_protocols import run_protocols  # noqa: E402
 from real_size import MNIST, QUICK_EPOCHS, build_data  # noqa: E402
 
+from probe_core.data import REAL_SIZE_LABEL  # noqa: E402
+
 FLAWS = {32: ("mislabel=7->1:0.4", "dropdark=3:0.5"),
          64: ("mislabel=circle-red-number-80->circle-red-number-30:0.4", "dropdark=circle-blue-arrow-up:0.5")}
 # the paper's colour settings: Beta(75, 75) noise, review spread τ = 0.01, 5 finetuning epochs
@@ -66,7 +68,7 @@ def main() -> None:
     parser.add_argument("--flaws", default="mislabel,dropdark", help="which planted flaws to run (default: both)")
     parser.add_argument("--noises", default="paper",
                         help="identification noise: paper (Beta(75, 75) as written, the default at real size), "
-                        "centered (the default below 32x32), or both")
+                        f"centered (the default below {REAL_SIZE_LABEL}), or both")
     parser.add_argument("--protocols", default="default",
                         help="correction protocols, comma-separated, each with the paper's 5 epochs: default (the "
                         "selection and baseline `probe defuse correct` picks when none is named), paper "
