@@ -24,7 +24,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ.setdefault("PROBE_MAX_RUNS", "64")
 os.environ.setdefault("PROBE_MAX_RUNS_PER_PERSON", "64")
 import torch  # noqa: E402
-from helpers import MISLABELLED  # noqa: E402
+from helpers import MISLABELLED, claim_group  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # Property tests: under CI=true they run derandomized (the same examples on every machine and run, so a
@@ -50,14 +50,32 @@ TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
 os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 
+# Tests that share one costly thing run on one xdist worker (``--dist loadgroup``): the session-wide regression
+# suite, and Ray (one instance per worker would start two Ray clusters on two cores). A test joins a group by
+# using the fixture or by its marker (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``).
+GROUP_OF_FIXTURE = {"regression_suite": "regression-suite", "ray_instance": "ray"}
+GROUP_OF_MARKER = {"ray": "ray"}
+# Tiers (``make test-fast`` leaves these out; ``make test`` and CI run them all): ``e2e`` is given by the folder.
+TIER_OF_FOLDER = {"e2e": "e2e"}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Keep the tests of a costly shared fixture on one xdist worker (``--dist loadgroup``): the session-wide
-    regression suite, and the Ray instance (one per worker would start two Ray clusters on two cores)."""
-    groups = {"regression_suite": "regression-suite", "ray_instance": "ray"}
+    """Add the group and tier marks before pytest-xdist reads them.
+
+    xdist's worker turns ``xdist_group`` marks into a node-id suffix in its own
+    ``pytest_collection_modifyitems``; this hook must run first (``tryfirst``) or the marks come too late and
+    the groups are spread over the workers. ``tests/unit/test_grouping.py`` checks the suffix on a real
+    ``-n 2`` run, and :func:`claim_group` fails a run where one group's fixture is built on two workers.
+    """
     for item in items:
-        for fixture, group in groups.items():
-            if fixture in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(group))
+        groups = {group for fixture, group in GROUP_OF_FIXTURE.items() if fixture in getattr(item, "fixturenames", ())}
+        groups |= {group for marker, group in GROUP_OF_MARKER.items() if item.get_closest_marker(marker)}
+        for group in sorted(groups):
+            item.add_marker(pytest.mark.xdist_group(group))
+        folder = Path(str(item.path)).parent.name
+        if folder in TIER_OF_FOLDER:
+            item.add_marker(getattr(pytest.mark, TIER_OF_FOLDER[folder]))
 
 
 @pytest.fixture(scope="session")
@@ -131,9 +149,10 @@ def flawed_run(trained_workspace):
 
 
 @pytest.fixture(scope="session")
-def regression_suite(trained_workspace, flawed_run):
+def regression_suite(trained_workspace, flawed_run, tmp_path_factory):
     """Suite ``digits-regressions``: the flawed classifier's worst 9-labelled Defuse region and a Bayes-TrEx
     finding (high:4 samples a person labelled), scored on the flawed classifier and its Defuse correction."""
+    claim_group(tmp_path_factory, GROUP_OF_FIXTURE["regression_suite"])
     import numpy as np
 
     from probe_core import suites

@@ -265,3 +265,25 @@ def toy_target_kind(folder):
         yield module
     finally:
         SPEC_KINDS.pop("low", None)
+
+
+def claim_group(tmp_path_factory, group: str) -> None:
+    """Record that this worker builds ``group``'s shared fixture, and fail if another worker of the same run did.
+
+    The claim lives in the run's shared temporary root (the parent of every worker's base temp), named by the
+    run's id, so a second worker building the same group is a failure of the grouping, not of the test.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    claims = tmp_path_factory.getbasetemp().parent / f"group-claims-{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
+    claims.mkdir(exist_ok=True)
+    claim = claims / group
+    try:
+        with open(claim, "x") as handle:
+            handle.write(worker)
+    except FileExistsError:
+        owner = claim.read_text()
+        if owner and owner != worker:
+            pytest.fail(f"group {group!r} is built on two xdist workers ({owner} and {worker}): "
+                        "--dist loadgroup did not keep it on one (see tests/conftest.py)")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import claim_group
 
 if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
     if os.environ.get("CI") == "true":  # the dev requirements install Ray: in CI this must fail, not skip
@@ -19,16 +20,18 @@ if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
     pytest.skip("Ray is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
 RAY = str(Path(sys.executable).parent / "ray")
+pytestmark = pytest.mark.ray  # one Ray at a time: the group keeps these beside tests/integration/test_scaleout_ray.py
 
 
 @pytest.fixture
-def token_auth(tmp_path) -> dict:
+def token_auth(tmp_path, tmp_path_factory) -> dict:
     """The environment of a cluster with token authentication (Ray 2.59+ starts clusters so) and its clients.
 
     The token is this test's own file (``RAY_AUTH_TOKEN_PATH``), so the test neither needs nor touches
     ``~/.ray/auth_token``: Ray 2.60's ``ray start`` refuses to start without a token, and whether another test
     had already written the default one depended on the order the tests ran in.
     """
+    claim_group(tmp_path_factory, "ray")
     token = tmp_path / "ray-auth-token"
     token.write_text(secrets.token_hex(32))  # the form of Ray's own tokens (256 random bits, hex)
     token.chmod(0o600)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import MISLABELLED
+from helpers import MISLABELLED, claim_group
 
 try:
     import ray
@@ -29,8 +29,12 @@ from probe_core.runs.scaleout import LocalShards, RayShards
 PAIRS = "ambiguous:0,1;ambiguous:3,5;ambiguous:4,9;ambiguous:7,1"
 
 
+pytestmark = pytest.mark.ray
+
+
 @pytest.fixture(scope="module")
-def ray_instance():
+def ray_instance(tmp_path_factory):
+    claim_group(tmp_path_factory, "ray")
     ray.init(address="local", num_cpus=2, object_store_memory=300 * 1024**2, include_dashboard=False, log_to_driver=False)
     yield RayShards()
     ray.shutdown()
