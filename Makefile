@@ -67,9 +67,12 @@ bench: $(STAMP)
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/defuse_protocols.py --dataset mnist --max-images 2000 \
 	  --workspace $(BENCH_WORKSPACE)-mnist
 
-# The same scripts in their quick modes (smoke runs; CI runs these), in a throw-away workspace.
+# The same scripts in their quick modes (smoke runs; CI runs these), in a throw-away workspace that starts from
+# the shipped seed-0 default models (tests/data/*-defaults, when they still match the code): a quick mode
+# proves its script's code path, not the training (benchmarks/default_models.py --quick trains every default).
 bench-quick: $(STAMP)
 	rm -rf $(BENCH_WORKSPACE)-quick
+	$(BIN)/python tests/data/make_default_models.py --install $(BENCH_WORKSPACE)-quick
 	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; \
 	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; done
 	for name in $(MNIST_QUICK); do echo "== benchmarks/$$name.py --dataset mnist --quick"; \

@@ -36,8 +36,18 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (exit 2), naming the ``--help`` that shows the usage.
+
+    Sub-parsers inherit the class (``add_subparsers`` makes them of the parent's type).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="probe", description="Model Probe: find and fix how image classifiers fail.")
+    parser = OneLineErrorParser(prog="probe", description="Model Probe: find and fix how image classifiers fail.")
     parser.add_argument("--version", action="version", version=f"probe (model-probe) {__version__}")
     parser.add_argument("--workspace", help="workspace folder (default $PROBE_WORKSPACE or ./workspace)")
     parser.add_argument("--data-dir", help="folder with IDX data sets (default $PROBE_DATA_DIR)")

@@ -28,6 +28,24 @@ def open_page(page: str, **state) -> AppTest:
     return at
 
 
+def _workspace_without(source, root: Path, leave_out):
+    """A new workspace holding ``source``'s models except those ``leave_out(record)`` names."""
+    import shutil
+
+    from probe_core.runs.workspace import Workspace
+
+    workspace = Workspace(root)
+    for model in source.registry.list():
+        if leave_out(model):
+            continue
+        record = source.store.get_model(model["id"])
+        path = workspace.registry.models_dir / Path(record["path"]).name
+        shutil.copy(record["path"], path)
+        workspace.store.put_model(model["id"], record["kind"], record["dataset"], str(path), record["spec"],
+                                  record["metrics"])
+    return workspace
+
+
 def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     at = open_page("pages/views/probe.py")
     at.selectbox(key="probe_high").select("3")
@@ -57,17 +75,21 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     assert any(c.key == f"probe_latent_map_{run.id}" for c in at.get("plotly_chart"))
 
 
-def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(app_env):
+def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(trained_workspace, tmp_path, monkeypatch):
+    app_env = _workspace_without(trained_workspace, tmp_path / "ws", lambda model: model["spec"].get("ambiguous"))
+    monkeypatch.setenv("PROBE_WORKSPACE", str(app_env.root))
+    needed = ModelSpec(dataset="digits", kind="classifier", ambiguous=True).resolved(load_dataset("digits")).model_id()
+    assert not app_env.registry.exists(needed)  # so the page must offer to train it
     at = open_page("pages/views/probe.py")
     at.selectbox(key="probe_use_case").select("always-ambiguous").run()
     assert at.radio(key="probe_uc_generator").value == "gan"  # the paper's generator
     assert any("ambiguous:0,1;ambiguous:1,2" in c.value for c in at.caption)
-    if not app_env.registry.exists(ModelSpec(dataset="digits", kind="classifier", ambiguous=True)
-                                   .resolved(load_dataset("digits")).model_id()):
-        at.button(key="probe_uc_train").click().run()  # lookups never train: training is this explicit job
-        train = app_env.store.list_runs(kind="train")[0]
-        assert any(spec["ambiguous"] for spec in train.config["specs"])
-        rerun_until(at, lambda a: any(b.key == "probe_uc_start" for b in a.button), timeout=180)
+    assert not any(b.key == "probe_uc_start" for b in at.button)  # nothing to run before the model exists
+    at.button(key="probe_uc_train").click().run()  # lookups never train: training is this explicit job
+    train = app_env.store.list_runs(kind="train")[0]
+    assert any(spec["ambiguous"] for spec in train.config["specs"])
+    rerun_until(at, lambda a: any(b.key == "probe_uc_start" for b in a.button), timeout=180)
+    assert app_env.registry.exists(needed) and app_env.store.get_run(train.id).status == "done"
     for key, value in (("probe_chains", 2), ("probe_warmup", 10), ("probe_samples", 10)):
         at.number_input(key=key).set_value(value)
     at.button(key="probe_uc_start").click().run()
@@ -297,9 +319,23 @@ def test_finetune_page_sweeps_and_shows_before_after_baseline(app_env, flawed_ru
     app_env.store.request_cancel(again.id)  # not needed further
 
 
-def test_editing_a_matrix_field_and_rerunning_starts_no_run(app_env):
-    """What Enter in a field can do at most is send the edit; only the Build button starts a run."""
+def _forms(node):
+    """The form blocks in an AppTest element tree."""
+    if getattr(node, "type", None) == "form":
+        yield node
+    for child in getattr(node, "children", {}).values():
+        yield from _forms(child)
+
+
+def test_the_matrix_fields_sit_in_a_form_that_enter_does_not_submit_and_edits_start_no_run(app_env):
+    """Enter in a field does not submit the form (``enter_to_submit=False``, read from the page's element tree;
+    AppTest cannot press keys), every field is in that form, and editing fields starts no run: only the Build
+    button does."""
     at = open_page("pages/views/matrix.py")
+    [form] = [block for block in _forms(at._tree) if block.proto.form.form_id == "matrix-form"]
+    assert form.proto.form.form_id == "matrix-form" and not form.proto.form.enter_to_submit
+    fields = [box for box in at.number_input if box.key and box.key.startswith("matrix_")]
+    assert len(fields) == 4 and all(box.proto.form_id == "matrix-form" for box in fields)
     before = len(app_env.store.list_runs(kind="sample"))
     for value in (3, 4, 5):
         at.number_input(key="matrix_chains:digits").set_value(value).run()
@@ -374,11 +410,18 @@ def test_compare_page_samples_two_classifiers_and_stores_a_label(app_env, flawed
 
 def test_saliency_page_explains_two_classes_side_by_side(app_env):
     at = open_page("pages/views/saliency.py")
+    explained = next(box for box in at.selectbox if box.label == "Explain class").value
     at.selectbox(key="saliency_compare").select("8").run()
     assert not at.exception
-    assert len(at.image) == 3  # the image and one heat map per class
+    pictures = [image.proto.imgs[0] for image in at.image]
+    # the image, then one heat map per class, each captioned with its class and its confidence
+    assert [p.caption.split(" (p = ")[0] for p in pictures] == ["image", f"SmoothGrad for {explained}",
+                                                                "SmoothGrad for 8"]
+    assert explained != "8" and pictures[1].url != pictures[2].url  # two classes, two different maps
     at.selectbox(key="saliency_compare").select("(none)").run()
-    assert not at.exception and len(at.image) == 2
+    assert not at.exception
+    assert [image.proto.imgs[0].caption.split(" (p = ")[0] for image in at.image] == [
+        "image", f"SmoothGrad for {explained}"]
 
 
 def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):

@@ -87,12 +87,21 @@ def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_pat
         at.number_input(key=f"{key}:digits").set_value(value)
     next(b for b in at.button if b.label.startswith("Build the")).click().run()
     rerun_until(at, lambda a: any("pairs reached" in c.value for c in a.caption), timeout=240)
+    matrix_run = store.list_runs(kind="sample")[0]
+    assert matrix_run.id != probe_run.id and matrix_run.status == "done"
+    assert config_of(matrix_run).classifier == config_of(probe_run).classifier  # the plugin, not a default
+    # every pair of the 10 classes, 2 chains x 10 kept draws each
+    assert len(store.get_samples(matrix_run.id)) == 45 * 2 * 10
 
     at = _page("pages/views/interpolation.py", **session)
     for key, value in (("path_steps", 3), ("path_chains", 2), ("path_iterations", 10)):
         at.number_input(key=key).set_value(value)
     next(b for b in at.button if b.label == "Sample the path").click().run()
     rerun_until(at, lambda a: any("Best sample per step" in c.value for c in a.caption), timeout=180)
+    path_run = store.list_runs(kind="sample")[0]
+    assert path_run.id != matrix_run.id and path_run.status == "done"
+    assert config_of(path_run).classifier == config_of(probe_run).classifier
+    assert len(at.image) >= 1  # the strip of best samples along the path
 
     other = workspace.registry.get_or_train(ModelSpec(dataset="digits", kind="classifier", epochs=1))
     at = _page("pages/views/compare.py", **session)
@@ -102,8 +111,19 @@ def test_bayestrex_pages_work_with_plugin_models(workspace, monkeypatch, tmp_pat
         at.number_input(key=key).set_value(value)
     next(b for b in at.button if b.label == "Sample both").click().run()
     rerun_until(at, lambda a: any(s.value.startswith("Accuracy on") for s in a.subheader), timeout=240)
+    from probe_core.bayestrex.compare import COMPARE
+
+    [compare_run] = store.list_runs(kind=COMPARE)
+    assert compare_run.status == "done"
+    assert config_of(compare_run).classifiers == [config_of(probe_run).classifier, other.id]
 
     at = _page("pages/views/saliency.py", **session)
-    assert not at.error and len(at.image) >= 2, [e.value for e in at.error]  # the image and its heat map
+    assert not at.error, [e.value for e in at.error]
+    # the image and the plugin classifier's heat map for the class it predicts
+    captions = [image.proto.imgs[0].caption for image in at.image]
+    explained = next(box for box in at.selectbox if box.label == "Explain class").value
+    assert captions[0] == "image" and captions[1].startswith(f"SmoothGrad for {explained} (p = ")
     at.radio(key="saliency_source").set_value("generated sample (Probe run)").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(c.value.startswith("Sample ") for c in at.caption)  # a stored sample of a Probe run is explained
+    assert [image.proto.imgs[0].caption for image in at.image][1].startswith("SmoothGrad for ")

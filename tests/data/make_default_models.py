@@ -8,12 +8,14 @@ training, a data set, the default specs)::
 
     .venv/bin/python tests/data/make_default_models.py            # every shipped set
     .venv/bin/python tests/data/make_default_models.py colours    # one
+    .venv/bin/python tests/data/make_default_models.py --install WS   # register them in workspace WS
 
 ``<set>-defaults/models.json`` records each model's registry record and sha256 and a fingerprint of the
 recipe (model ids, the data sets' arrays, the code of the architectures and the training loop).
 ``tests/integration/test_shipped_weights.py`` fails when a fingerprint is out of date, so stale copies
-never pass unnoticed. The default models are still trained from scratch in CI by the benchmarks' quick
-modes (``make bench-quick``).
+never pass unnoticed. ``make bench-quick`` starts from these copies too (its scripts prove their code paths,
+not the training); the zoo's training code runs in CI in ``benchmarks/default_models.py --quick`` (every default
+model, 2 epochs) and in the suite's training tests.
 """
 
 from __future__ import annotations
@@ -163,12 +165,26 @@ def make(name: str) -> None:
         json.dumps({"models": models, "recipe": recipe_fingerprint(name)}, indent=1) + "\n")
 
 
-def main(names: list[str]) -> None:
-    unknown = sorted(set(names) - set(SHIPPED_SETS))
+def main(arguments: list[str]) -> None:
+    """``make_default_models.py [SET ...]`` trains and ships the sets; ``--install WORKSPACE [SET ...]`` registers
+    the shipped models that still match the code in a workspace (``make bench-quick`` starts from them)."""
+    install_into = None
+    if arguments[:1] == ["--install"]:
+        if len(arguments) < 2:
+            sys.exit("usage: make_default_models.py --install WORKSPACE [SET ...]")
+        install_into, arguments = arguments[1], arguments[2:]
+    unknown = sorted(set(arguments) - set(SHIPPED_SETS))
     if unknown:
         sys.exit(f"no shipped set {', '.join(unknown)}; the sets are {', '.join(SHIPPED_SETS)}")
+    if install_into is not None:
+        workspace = Workspace(install_into)
+        for name in arguments or SHIPPED_SETS:
+            installed = install(workspace, name)
+            print(f"{name}: {'installed the shipped models' if installed else 'stale, not installed: '}"
+                  f"{'' if installed else ', '.join(stale_parts(name))}", flush=True)
+        return
     torch.set_num_threads(2)
-    for name in names or SHIPPED_SETS:
+    for name in arguments or SHIPPED_SETS:
         make(name)
 
 

@@ -43,6 +43,11 @@ def test_the_defuse_verbs_find_label_fix_and_keep_a_planted_flaw(trained_workspa
     fixed = mp.defuse.correct(labelled, workspace=space, lambdas=(1.0,), epochs=1, samples_per_region=64,
                               progress=False)
     assert fixed.corrected_model and {"before", "defuse", "baseline"} <= set(fixed.report["results"])
+    # the planted 9 -> 8 flaw was among the labelled failure regions, and the fix is measured on held-out samples
+    assert any(c["is_failure"] and c["label"] == "9" for c in labelled.report["clusters"])
+    before, after = fixed.report["results"]["before"], fixed.report["results"]["defuse"]
+    assert after["failure_accuracy"] > before["failure_accuracy"] + 0.2
+    assert after["test_accuracy"] >= before["test_accuracy"] - 0.02
     assert len(fixed.to_pandas()) == 3 and len(fixed.plot().data) == 4  # the Finetune page's trade-off
     kept = mp.suite("api-regressions", fixed.corrected_model, regions_of=labelled, workspace=space)
     assert kept.score.checks and len(kept.to_pandas()) == len(kept.score.checks)

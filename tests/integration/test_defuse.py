@@ -128,7 +128,7 @@ def test_oracle_labels_finetuning_fixes_the_regions_and_registers_a_new_model(tr
     assert before["failure_accuracy"] < 0.5
     assert after["failure_accuracy"] > before["failure_accuracy"] + 0.3
     assert after["test_accuracy"] >= before["test_accuracy"] - 0.01
-    assert result.results["baseline"]["failure_accuracy"] is not None
+    assert result.results["baseline"]["failure_accuracy"] > before["failure_accuracy"]  # the paper's baseline helps too
     assert len(result.sweep) == 3 and len(result.baseline_sweep) == 3
     corrected = registry.load(result.corrected_model)
     assert registry.exists(flawed_run["classifier"])
@@ -291,10 +291,14 @@ def test_cli_defuse_run_end_to_end_writes_the_summary(trained_workspace, flawed_
     assert all(0 <= c["agreement"] <= 1 and c["agreement_se"] >= 0 for c in summary["clusters"])
     assert summary["results"]["baseline"]["kind"] == "labelled-images"
     assert summary["selection"]["rule"] == "data" and summary["agreement"]["all"]["images"] > 0
-    for step in ("before", "defuse", "baseline"):
-        assert 0 <= summary["results"][step]["test_accuracy"] <= 1
-        assert 0 <= summary["results"][step]["failure_accuracy"] <= 1
-    assert trained_workspace.registry.exists(summary["corrected_model"])
+    # the planted flaw is found: a failure region of 9s the flawed classifier calls 8, labelled 9 by the oracle
+    assert any(c["is_failure"] and c["label"] == "9" and c["majority_prediction"] == "8" for c in summary["clusters"])
+    before, after = summary["results"]["before"], summary["results"]["defuse"]
+    assert after["failure_accuracy"] > before["failure_accuracy"] + 0.2  # and fixed on held-out region samples
+    assert after["test_accuracy"] >= before["test_accuracy"] - 0.02
+    assert summary["results"]["baseline"]["failure_accuracy"] is not None
+    corrected = trained_workspace.registry.load(summary["corrected_model"])
+    assert corrected.record["spec"]["parent"] == flawed_run["classifier"]
     assert all(summary["seconds"][k] > 0 for k in ("identify", "distill", "correct"))
 
 

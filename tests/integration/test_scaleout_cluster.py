@@ -104,7 +104,14 @@ def test_the_cli_samples_on_a_cluster_joined_by_address(trained_workspace, head_
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["executor"] == "ray" and result["shards"] == 2 and len(result["targets"]) == 2
+    assert result["executor"] == "ray" and result["shards"] == 2
+    assert [target["spec"] for target in result["targets"]] == ["ambiguous:3,5", "high:2"]
+    for target in result["targets"]:  # every shard's chains came back: 2 chains x 5 kept draws, 10 classes each
+        assert len(target["samples"]) == 2 * 5 and target["summary"]["kept"] == 2 * 5
+        assert all(len(sample["confidences"]) == 10 and abs(sum(sample["confidences"]) - 1) < 1e-3
+                   for sample in target["samples"])
+    [run] = trained_workspace.store.list_runs(kind="sample", limit=1)
+    assert run.status == "done" and len(trained_workspace.store.get_samples(run.id)) == 2 * 2 * 5
 
 
 def test_an_address_where_no_cluster_listens_is_one_clear_error(trained_workspace):
