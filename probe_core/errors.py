@@ -33,6 +33,12 @@ class CancelledError(Exception):
 INPUT_EXCERPT_CHARS = 32
 
 
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (control characters, ANSI
+    escape sequences' ESC, bidirectional overrides) is shown as its ``\\xNN``/``\\uNNNN`` escape instead."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def excerpt(text: object, limit: int = INPUT_EXCERPT_CHARS) -> str:
     """A bounded, printable quotation of user input for an error message.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_core.errors import ProbeError
+from probe_core.errors import ProbeError, printable
 from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 
@@ -24,9 +24,12 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
     Parameters
     ----------
     rows : list of list
-        One list of cells per row; cells are turned into text with ``str``.
+        One list of cells per row; cells are turned into text with ``str`` and
+        :func:`~probe_core.errors.printable`, so stored text (names, messages) cannot send a terminal control
+        characters or escape sequences.
     header : list of str
     """
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
 
     def line(cells) -> str:

@@ -53,6 +53,34 @@ class TeamTables(Database):
             connection.execute("INSERT INTO account_events (at, kind, name, client, detail) VALUES (?,?,?,?,?)",
                                (time.time() if at is None else at, kind, name, client, detail))
 
+    def reserve_sign_in_attempt(self, name: str, client: str, since: float, limit: int, counted: str,
+                                pending: str, refused: str) -> int | None:
+        """Count and record a sign-in attempt in one write transaction, so parallel attempts are serialised.
+
+        The attempt is stored as ``pending`` (counted as a failure until the password is known good) unless
+        ``limit`` events of kind ``counted`` or ``pending`` since ``since`` already name the account or come
+        from the client; then a ``refused`` event is stored instead. Returns the pending event's id, or None
+        when refused.
+        """
+        with self.transaction() as connection:
+            for column, value in (("name", name), ("client", client)):
+                if not value:
+                    continue
+                count = connection.execute(
+                    f"SELECT COUNT(*) FROM account_events WHERE at >= ? AND kind IN (?, ?) AND {column} = ?",
+                    (since, counted, pending, value)).fetchone()[0]
+                if count >= limit:
+                    connection.execute("INSERT INTO account_events (at, kind, name, client, detail) "
+                                       "VALUES (?,?,?,?,?)", (time.time(), refused, name, client, ""))
+                    return None
+            return connection.execute("INSERT INTO account_events (at, kind, name, client, detail) VALUES "
+                                      "(?,?,?,?,?)", (time.time(), pending, name, client, "")).lastrowid
+
+    def settle_account_event(self, event_id: int, kind: str) -> None:
+        """Give a reserved event its outcome (``sign-in`` or ``sign-in-failed``)."""
+        with self.transaction() as connection:
+            connection.execute("UPDATE account_events SET kind=? WHERE id=?", (kind, event_id))
+
     def account_events(self, since: float = 0.0, kinds: tuple[str, ...] | None = None, name: str | None = None,
                        client: str | None = None, limit: int = 1000) -> list[dict]:
         """Account log entries at or after ``since``, newest first, filtered by kinds, account and client."""

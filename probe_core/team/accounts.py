@@ -27,7 +27,7 @@ from enum import Enum
 
 import bcrypt
 
-from probe_core.errors import ProbeError
+from probe_core.errors import ProbeError, printable
 
 ANNOTATOR = "annotator"
 ADMIN = "admin"
@@ -290,7 +290,8 @@ def lockout_seconds(store, name: str, client: str, now: float | None = None) -> 
     for column in ({"name": name}, {"client": client}):
         if not next(iter(column.values())):
             continue
-        failures = store.account_events(since, ("sign-in-failed",), limit=MAX_FAILED_SIGN_INS, **column)
+        failures = store.account_events(since, ("sign-in-failed", SIGN_IN_CHECKING), limit=MAX_FAILED_SIGN_INS,
+                                        **column)
         if len(failures) >= MAX_FAILED_SIGN_INS:
             waits.append(failures[-1]["at"] + FAILURE_WINDOW_SECONDS - now)
     return max(waits)
@@ -303,10 +304,36 @@ def _unknown_account_hash() -> str:
     return bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt()).decode()
 
 
+# A sign-in attempt is recorded as this kind before its password is checked, and counted as a failure until the
+# check says otherwise (a process killed mid-check leaves it counted).
+SIGN_IN_CHECKING = "sign-in-checking"
+MAX_LOGGED_TEXT = 80  # a logged client address or detail is cut to this many characters
+
+
+def loggable_name(name: str) -> str:
+    """What the account log stores for a typed name: the name when it could be an account, else a placeholder.
+
+    Anybody can type anything in the sign-in form; only text of an account name's form (lower-case letters,
+    digits, ``_.@-``, at most 40 characters) reaches the log, so it cannot carry control characters, escape
+    sequences or megabytes.
+    """
+    if _NAME.match(name or ""):
+        return name
+    return f"(not an account name: {len(name or '')} characters)"
+
+
+def _loggable_text(text: str) -> str:
+    return printable(text or "")[:MAX_LOGGED_TEXT]
+
+
 def verify_sign_in(store, name: str, password: str, client: str = "") -> Actor:
     """Check a sign-in: the throttle first, then the password (bcrypt, at the same cost for unknown names).
 
-    Every attempt is logged (``sign-in``, ``sign-in-failed``, ``locked-out``).
+    The attempt is counted before its password is checked, in the same write transaction as the throttle's
+    count (:meth:`~probe_core.store.team.TeamTables.reserve_sign_in_attempt`): parallel guesses are serialised
+    there, so at most :data:`MAX_FAILED_SIGN_INS` of them within the window reach bcrypt, however many arrive
+    at once. Every attempt is logged (``sign-in``, ``sign-in-failed``, ``locked-out``), under
+    :func:`loggable_name`.
 
     Raises
     ------
@@ -315,20 +342,23 @@ def verify_sign_in(store, name: str, password: str, client: str = "") -> Actor:
     """
     name = " ".join((name or "").split()).lower()
     password = (password or "").strip()
-    wait = lockout_seconds(store, name, client)
-    if wait > 0:
-        store.log_account_event("locked-out", name, client)
+    logged, client = loggable_name(name), _loggable_text(client)
+    now = time.time()
+    attempt = store.reserve_sign_in_attempt(logged, client, now - FAILURE_WINDOW_SECONDS, MAX_FAILED_SIGN_INS,
+                                            "sign-in-failed", SIGN_IN_CHECKING, "locked-out")
+    if attempt is None:
+        wait = max(lockout_seconds(store, logged, client, now), 60.0)
         raise PermissionDenied(f"too many failed sign-ins: wait {math.ceil(wait / 60)} minute(s) and try again")
-    account = store.get_user(name)
+    account = store.get_user(name) if logged == name else None
     stored = account["password_hash"] if account is not None else _unknown_account_hash()
     try:
         matches = bcrypt.checkpw(password.encode()[:MAX_PASSWORD_BYTES], stored.encode())
     except ValueError:
         matches = False
     if account is None or not matches:
-        store.log_account_event("sign-in-failed", name, client)
+        store.settle_account_event(attempt, "sign-in-failed")
         raise PermissionDenied("wrong name or password")
-    store.log_account_event("sign-in", name, client)
+    store.settle_account_event(attempt, "sign-in")
     return Actor(account["name"], account["role"], signed_in=True)
 
 

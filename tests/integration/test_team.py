@@ -338,6 +338,68 @@ def test_ten_wrong_passwords_lock_the_account_and_the_client_out_and_the_log_sho
     assert "locked-out" in log and "added" in log and "mallory" in log and "10.0.0.2" in log
 
 
+def test_parallel_wrong_guesses_are_checked_at_most_up_to_the_limit(workspace, monkeypatch):
+    """Guesses sent at once from many sessions: each is counted before bcrypt runs, in one transaction, so no
+    more than the limit reach the password check, for one account from many clients and from one client."""
+    import threading
+
+    import bcrypt
+
+    store = workspace.store
+    accounts.add_account(store, "alice", "annotator", PASSWORD)
+    checked, real_checkpw = [], bcrypt.checkpw
+
+    def slow_checkpw(password, hashed):  # as slow as a real cost factor: every guess is in flight at once
+        checked.append(1)
+        time.sleep(0.2)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(accounts.bcrypt, "checkpw", slow_checkpw)
+    for name, clients in (("alice", [f"10.1.0.{i}" for i in range(30)]), ("bob", ["10.2.0.1"] * 30)):
+        checked.clear()
+        outcomes = []
+        barrier = threading.Barrier(30)
+
+        def guess(client, attempt):
+            barrier.wait()
+            try:
+                accounts.verify_sign_in(store, name, f"wrong {attempt}", client)
+            except PermissionDenied as refused:
+                outcomes.append(str(refused))
+
+        threads = [threading.Thread(target=guess, args=(client, i)) for i, client in enumerate(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(checked) == accounts.MAX_FAILED_SIGN_INS, name
+        assert sum("too many failed sign-ins" in o for o in outcomes) == 30 - accounts.MAX_FAILED_SIGN_INS
+    with pytest.raises(PermissionDenied, match="too many failed sign-ins"):  # and the right password waits too
+        accounts.verify_sign_in(store, "alice", PASSWORD, "10.3.0.1")
+
+
+def test_a_typed_name_reaches_the_log_only_when_it_could_be_an_account_and_the_log_prints_no_escapes(workspace,
+                                                                                                     capsys):
+    from probe_core.cli import main
+
+    store = workspace.store
+    hostile = ["\x1b]8;;https://evil.example\x1b\\admin\x1b]8;;\x1b\\", "a" * 1_000_000, "bob\r\nsign-in ok",
+               "\x1b[8mhidden\x1b[0m"]
+    for name in hostile:
+        with pytest.raises(PermissionDenied):
+            accounts.verify_sign_in(store, name, "wrong", "10.0.0.9\x1b[2J")
+    names = [event["name"] for event in store.account_events(kinds=("sign-in-failed",))]
+    assert len(names) == len(hostile) and all(n.startswith("(not an account name: ") for n in names)
+    assert max(len(n) for n in names) < 60 and "(not an account name: 1000000 characters)" in names
+    clients = {event["client"] for event in store.account_events(kinds=("sign-in-failed",))}
+    assert clients == {"10.0.0.9\\x1b[2J"}  # stored escaped and cut, never raw
+    store.log_account_event("added", "eve\x1b[31m", detail="admin\x07")  # even a raw row prints escaped
+    assert main(["--workspace", str(workspace.root), "users", "log"]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed and "\r" not in printed
+    assert "eve\\x1b[31m" in printed
+
+
 def test_a_password_or_role_change_and_a_new_account_of_the_same_name_end_earlier_sign_ins(workspace):
     store = workspace.store
     accounts.add_account(store, "alice", "annotator", PASSWORD)
