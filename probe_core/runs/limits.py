@@ -21,7 +21,7 @@ MAX_RUNS_ENV = "PROBE_MAX_RUNS"
 MAX_RUNS_PER_PERSON_ENV = "PROBE_MAX_RUNS_PER_PERSON"
 
 # The run settings a signed-in person's request is bounded in: the config key and the bound's field.
-_BOUNDED_SETTINGS = (("epochs", "epochs"), ("chains", "chains"), ("warmup", "iterations"), ("samples", "iterations"),
+_BOUNDED_SETTINGS = (("epochs", "epochs"), ("feature_epochs", "epochs"), ("chains", "chains"), ("warmup", "iterations"), ("samples", "iterations"),
                      ("samples_per_image", "perturbations"), ("samples_per_region", "perturbations"),
                      ("max_images", "images"))
 
@@ -86,17 +86,34 @@ class ServerLimits:
         Parameters
         ----------
         config : dict
-            The run's stored request (:func:`probe_core.runs.requests.record`); keys it does not have are not
-            bounded, values that are not numbers are left to the request's own validation.
+            The run's stored request (:func:`probe_core.runs.requests.record`). Every bounded key is checked
+            wherever it sits, nested ones included (a training request keeps its epochs in each model spec of
+            its ``specs`` list); values that are not numbers are left to the request's own validation.
 
         Raises
         ------
         ProbeError
             Naming the first setting over its bound and the bound.
         """
-        for key, bound_name in _BOUNDED_SETTINGS:
-            value = config.get(key)
-            bound = getattr(self, bound_name)
+        bounds = dict(_BOUNDED_SETTINGS)
+        for key, value in _settings_in(config):
+            if key not in bounds:
+                continue
+            bound = getattr(self, bounds[key])
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > bound:
-                raise ProbeError(f"this server allows at most {bound:,} {SETTING_WORDS[key]} in a run, and {value:,} "
+                words = SETTING_WORDS.get(key, key.replace("_", " "))
+                raise ProbeError(f"this server allows at most {bound:,} {words} in a run, and {value:,} "
                                  f"were asked for; ask an admin to run it from the command line")
+
+
+def _settings_in(value, depth: int = 0):
+    """Every (key, value) pair of a stored request, at any depth of its dicts and lists."""
+    if depth > 20:  # a stored request is a few levels deep; deeper is not a request
+        raise ProbeError("this run's settings are nested too deeply to be a request")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key, item
+            yield from _settings_in(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _settings_in(item, depth + 1)

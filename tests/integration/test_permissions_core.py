@@ -132,6 +132,30 @@ def test_run_limits_refuse_settings_no_widget_offers_and_queue_beyond_the_slots(
     assert manager.wait(second, 10).status == "done"
 
 
+@pytest.mark.parametrize("forged", [
+    "training", "feature-epochs", "nested-dict", "in-a-list"])
+def test_run_limits_read_nested_settings_of_every_request(workspace, forged):
+    """A training request keeps its epochs inside its model specs; any bounded setting nested anywhere in a
+    stored request is bounded as a top-level one is (the Home page's widget allowed 100,000 epochs)."""
+    from probe_core.models import ModelSpec
+    from probe_core.models.jobs import TrainRequest
+    from probe_core.runs.requests import record
+
+    store = workspace.store
+    accounts.add_account(store, "boss", "admin", PASSWORD)
+    manager = JobManager(store, ThreadLauncher()).acting_as(ADMIN)
+    config = {
+        "training": lambda: record(TrainRequest.build("digits", [ModelSpec(dataset="digits", epochs=100_000)])),
+        "feature-epochs": lambda: {"specs": [{"kind": "vae", "epochs": 3, "feature_epochs": 10**6}]},
+        "nested-dict": lambda: {"settings": {"identify": {"samples_per_image": 10**6}}},
+        "in-a-list": lambda: {"targets": [{"chains": 2}, {"chains": 10**5}]},
+    }[forged]()
+    before = _snapshot(store)
+    with pytest.raises(ProbeError, match="this server allows at most"):
+        manager.submit("t", config, lambda context: {})
+    assert _snapshot(store) == before
+
+
 def test_a_person_cannot_queue_without_end_and_bad_limits_are_refused(workspace, monkeypatch):
     for name in (MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV):
         monkeypatch.setenv(name, "0")
