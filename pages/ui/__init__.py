@@ -6,6 +6,7 @@
 - :mod:`pages.ui.session`: one person's settings in ``st.session_state`` and what derives from
   them (the session's data set, models, workspace view, starting a sampling run);
 - :mod:`pages.ui.widgets`: pictures, tables, run pickers and progress, plots and live views;
+- :mod:`pages.ui.text`: user text shown as plain text (:func:`~pages.ui.text.plain`);
 - :mod:`pages.ui.router`: the ``st.navigation`` router that ``app.py`` and ``pages/<url>.py`` run.
 
 Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
@@ -13,6 +14,7 @@ Everything here calls into ``probe_core``; nothing in ``probe_core`` calls back.
 
 from pages.ui.auth import current_actor, may, needs_sign_in, require, sign_in, sign_in_form
 from pages.ui.resources import AUTOTRAIN_ENV, generator_samples, get_job_manager, get_workspace, preload_for_server
+from pages.ui.text import plain
 from pages.ui.session import (
     MODEL_KINDS,
     annotator_name,
@@ -59,5 +61,5 @@ __all__ = [
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
-    "workspace", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form",
+    "workspace", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form", "plain",
 ]

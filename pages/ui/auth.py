@@ -17,6 +17,7 @@ import time
 import streamlit as st
 
 from pages.ui.resources import get_workspace
+from pages.ui.text import plain
 from probe_core.errors import ProbeError
 from probe_core.runs.workspace import default_workspace_path
 from probe_core.team import accounts
@@ -69,7 +70,7 @@ def sign_in() -> Actor | None:
                                 accounts.sign_in_required(store, forced=False), os.environ.get(accounts.AUTH_ENV) == "1",
                                 os.environ.get(accounts.INSECURE_ENV) == "1")
     except ProbeError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         return None
     if not accounts.sign_in_required(store):
         st.session_state.pop(ACTOR_KEY, None)
@@ -102,7 +103,7 @@ def sign_in() -> Actor | None:
     try:  # a valid sign-in cookie signs in here; the form below is ours, so every attempt is throttled and logged
         authenticator.login(location="unrendered")
     except LoginError as exc:  # a cookie of an account that was removed
-        st.error(f"Cannot sign in: {exc}")
+        st.error(f"Cannot sign in: {plain(exc)}")
         authenticator.logout(location="unrendered")
     if not st.session_state.get("authentication_status"):
         _sign_in_form(store, authenticator)

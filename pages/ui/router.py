@@ -11,6 +11,7 @@ same app: same navigation, same sidebar, same page.
 from __future__ import annotations
 
 import os
+from pages.ui.text import plain
 from pathlib import Path
 
 import streamlit as st
@@ -63,8 +64,8 @@ def run() -> None:
             ws = _ui.workspace()
             start_default_training(_ui.job_manager(), ws.registry, DEFAULT_DATASET, device=_ui.device())
         except ProbeError as exc:
-            st.error(f"Could not start training the default models: {exc}")
+            st.error(f"Could not start training the default models: {plain(exc)}")
     try:
         st.navigation(pages).run()
     except PermissionDenied as exc:  # the one place a page's refused action is shown
-        st.error(f"Not allowed: {exc}")
+        st.error(f"Not allowed: {plain(exc)}")

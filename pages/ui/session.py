@@ -10,6 +10,7 @@ import torch
 
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
+from pages.ui.text import plain
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
 from probe_core.data.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
@@ -174,7 +175,7 @@ def current_dataset():
     try:
         return workspace().registry.dataset(st.session_state.get("dataset", DEFAULT_DATASET))
     except ProbeError as exc:
-        st.error(f"Cannot load the data set: {exc}")
+        st.error(f"Cannot load the data set: {plain(exc)}")
         return None
 
 
@@ -224,7 +225,7 @@ def session_model(kind: str, dataset: str):
                 return None
         return load_model(reference, kind, dataset)
     except ProbeError as exc:
-        st.error(f"Cannot use the {kind} {reference!r}: {exc}")
+        st.error(f"Cannot use the {kind} {plain(repr(reference))}: {plain(exc)}")
         return None
 
 
@@ -264,7 +265,7 @@ def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = Non
     try:
         return _start_sampling(dataset_name, spec, models, **sample_kwargs)
     except ProbeError as exc:
-        st.error(f"Cannot start sampling: {exc}")
+        st.error(f"Cannot start sampling: {plain(exc)}")
         return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import time
+from pages.ui.text import plain
 from pathlib import Path
 from typing import Callable
 
@@ -97,7 +98,7 @@ def model_choice(kind: str, dataset: str) -> None:
         try:  # checked here, where it is typed, not later on another page
             loaded = load_model(path, kind, dataset)
         except ProbeError as exc:
-            st.error(f"Cannot use this plugin: {exc}")
+            st.error(f"Cannot use this plugin: {plain(exc)}")
             return
         set_model_ref(kind, loaded.id, dataset)
         st.caption(f"Using `{loaded.id}`")
@@ -249,7 +250,7 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
         classifier_check = check_classifier(classifier, dataset)
         generator_check = check_generator(generator, classifier, dataset) if generator is not None else None
     except ModelCheckError as exc:
-        st.error(f"Model check failed: {exc}")
+        st.error(f"Model check failed: {plain(exc)}")
         return False
     if not classifier_check.usable:
         st.error(f"Model check failed, so no run can start: {classifier_check.message}")

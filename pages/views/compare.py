@@ -52,7 +52,7 @@ if start:
         request = CompareRequest.build(dataset.name, first, second, loaded.id, chains=int(chains),
                                        warmup=int(warmup), samples=int(samples))
     except ProbeError as error:
-        st.error(str(error))
+        st.error(_ui.plain(error))
     else:
         lifecycle.submit(_ui.job_manager(), request, ws.registry.data_dir, device=_ui.device())
 
@@ -103,7 +103,7 @@ if not annotator:
 try:
     table = recipes.comparison_table(ws.store, run.id)
 except ProbeError as exc:
-    st.error(str(exc))
+    st.error(_ui.plain(exc))
     st.stop()
 frame = pd.DataFrame({
     f"{'AB'[side]} ({classifier_id})": {
@@ -122,6 +122,6 @@ with st.expander("Keep the labelled samples as regression checks"):
             _ui.require(Permission.SUITES)
             added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, device=_ui.device())
         except ProbeError as exc:
-            st.error(str(exc))
+            st.error(_ui.plain(exc))
         else:
             st.success(f"Checks {', '.join(map(str, added))} added to {suite_name}.")

@@ -75,7 +75,7 @@ if start:
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
             **_ui.scaleout()), _ui.device())
     except ProbeError as exc:
-        st.error(f"Cannot start: {exc}")
+        st.error(f"Cannot start: {_ui.plain(exc)}")
     else:
         _, sized_note = steps.sized_identification(replace(identify, max_images=None), dataset)
         if sized_note and identify.max_images is not None:

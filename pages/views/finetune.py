@@ -74,7 +74,7 @@ if go_button:
                                                   executor=_ui.scaleout()["executor"], baseline=baseline_kind,
                                                   selection=selection)
         except ProbeError as exc:
-            st.error(f"Cannot start: {exc}")
+            st.error(f"Cannot start: {_ui.plain(exc)}")
         else:
             steps.submit_step(manager, ws.registry, settings, _ui.device())
 
@@ -178,7 +178,7 @@ else:
                 if classifier_id == corrected or classifier_id not in scored:
                     suites.submit_score(manager, ws.registry, suite_name, classifier_id, _ui.device())
         except ProbeError as exc:  # e.g. a plugin classifier whose file has gone
-            st.error(f"Cannot score: {exc}")
+            st.error(f"Cannot score: {_ui.plain(exc)}")
     _ui.active_runs("finetune_suite", (suites.SCORE_KIND,))
     if corrected in suites.scored_classifiers(ws.store, suite_name):
         st.success(f"`{corrected}` is scored on {suite_name}: see the Regressions page.")

@@ -78,7 +78,7 @@ if not models:
             start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
             st.rerun()
         except ProbeError as exc:
-            st.error(str(exc))
+            st.error(_ui.plain(exc))
 else:
     st.dataframe(_ui.models_table(models), column_config=_ui.MODELS_COLUMN_CONFIG, hide_index=True)
     generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
@@ -134,7 +134,7 @@ if submitted:
         run_id = submit_training(manager, ws.registry, [spec], dataset.base_name, device=_ui.device())
         st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
     except ProbeError as exc:
-        st.error(str(exc))
+        st.error(_ui.plain(exc))
 
 @st.fragment(run_every=_ui.LIVE_REFRESH_S)
 def recent_runs() -> None:

@@ -30,7 +30,7 @@ if distill_run is None:
 try:
     dataset, classifier, vae = queries.load_run_models(ws.registry, ws.store, distill_run.id, _ui.device())
 except ProbeError as exc:
-    st.error(f"Cannot load the models of run {distill_run.id}: {exc}")
+    st.error(f"Cannot load the models of run {distill_run.id}: {_ui.plain(exc)}")
     st.stop()
 names = dataset.class_names
 one_click = len(names) <= label_tools.ONE_CLICK_CLASSES  # a button per class; more classes: a searchable list
@@ -147,9 +147,9 @@ for row_start in range(0, len(shown["ids"]), 5):
                          index=choices.index(current_choice) if current_choice in choices else None,
                          placeholder="class…", on_change=label_one, args=(image_id, widget_key))
 if "label_problem" in st.session_state:
-    st.error(st.session_state.pop("label_problem"))
+    st.error(_ui.plain(st.session_state.pop("label_problem")))
 if "label_saved" in st.session_state:
-    st.success(st.session_state.pop("label_saved"))
+    st.success(_ui.plain(st.session_state.pop("label_saved")))  # the label may be typed text
 mine = labelled_by_me(cluster["id"])
 verdict = label_tools.cluster_labels(ws.store, cluster, names)
 st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotators so far: "
@@ -169,7 +169,7 @@ if verdict["is_failure"] and verdict["label"]:
                 check_id = suites.add_region_check(ws.registry, ws.store, suite_name, distill_run.id, cluster["id"],
                                                    device=_ui.device())
             except ProbeError as exc:
-                st.error(str(exc))
+                st.error(_ui.plain(exc))
             else:
                 st.success(f"Check {check_id} added to {suite_name}.")
 
@@ -180,7 +180,7 @@ with st.expander("Is this failure new? The nearest misclassified training images
             novelty = defuse_review.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
                                                               _ui.device(), models=(dataset, classifier, vae))
         except ProbeError as exc:
-            st.error(str(exc))
+            st.error(_ui.plain(exc))
     if novelty is not None and not novelty["misclassified_training_images"]:
         st.info("The classifier gets every training image right: every failure here is new.")
     elif novelty is not None:
@@ -252,4 +252,4 @@ with e3.popover("Auto-label (demo)"):
             source, written = defuse_review.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
             st.success(f"{len(written)} clusters labelled as {source}")
         except ProbeError as exc:
-            st.error(str(exc))
+            st.error(_ui.plain(exc))

@@ -102,7 +102,7 @@ def target_spec() -> TargetSpec | None:
                              help=spec_help(" · ") + "; several separated by ';'")
         return TargetSpec.parse(text, names)
     except ProbeError as exc:
-        st.error(str(exc))
+        st.error(_ui.plain(exc))
         return None
 
 
@@ -123,7 +123,7 @@ def use_case_section() -> None:
     try:
         plan = recipes.plan_use_case(ws.registry, dataset.name, use_case, generator=generator_kind, **options)
     except ProbeError as exc:
-        st.error(str(exc))
+        st.error(_ui.plain(exc))
         return
     resolved = {spec.resolved(dataset).model_id(): spec for spec in plan.model_specs()}
     missing = [spec for model_id, spec in resolved.items() if not ws.registry.exists(model_id)]
@@ -311,7 +311,7 @@ if mistakes and mistakes["count"]:
                     if others:
                         st.caption("others: " + ", ".join(sorted(others)))
         if "probe_verdict_problem" in st.session_state:
-            st.error(st.session_state.pop("probe_verdict_problem"))
+            st.error(_ui.plain(st.session_state.pop("probe_verdict_problem")))
         if not annotator:
             st.info("Enter your name to judge these images; verdicts are stored at once, per person.")
 
@@ -370,7 +370,7 @@ if hits:
                 added = suites.add_finding_checks(ws.registry, ws.store, suite_name, run.id, labelled,
                                                   device=_ui.device())
             except ProbeError as exc:
-                st.error(str(exc))
+                st.error(_ui.plain(exc))
             else:
                 st.success(f"Check {', '.join(map(str, added))} added to {suite_name}.")
         if not annotator:

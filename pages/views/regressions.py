@@ -51,7 +51,7 @@ with st.form("regressions_score", enter_to_submit=False):
         try:
             suites.submit_score(_ui.job_manager(), ws.registry, suite_name, to_score, _ui.device())
         except ProbeError as exc:
-            st.error(str(exc))
+            st.error(_ui.plain(exc))
 _ui.active_runs("regressions", (suites.SCORE_KIND,))
 failed = next((r for r in history.runs(ws.store, suites.SCORE_KIND, limit=1) if r.status == "failed"), None)
 if failed is not None and failed.config.get("suite") == suite_name:
@@ -60,7 +60,7 @@ if failed is not None and failed.config.get("suite") == suite_name:
 try:
     matrix = suites.suite_matrix(ws.store, suite_name)
 except ProbeError as exc:
-    st.error(str(exc))
+    st.error(_ui.plain(exc))
     st.stop()
 checks, versions = matrix["checks"], matrix["classifiers"]
 suite = matrix["suite"]

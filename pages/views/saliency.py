@@ -65,7 +65,7 @@ try:
     maps = smoothgrad(classifier.module, image[None].repeat(len(classes), 1, 1, 1).to(_ui.device()),
                       torch.tensor(classes, device=_ui.device()), noise_level=noise, samples=samples)
 except ProbeError as exc:
-    st.error(str(exc))
+    st.error(_ui.plain(exc))
     st.stop()
 scale = _ui.upscale_for_display(image.shape[-2]) * 3
 columns = st.columns(len(classes) + 2)
@@ -85,7 +85,7 @@ if scene is not None:
     try:
         removal = object_removal(classifier.module, scene, scene.numel() // SLOT, names.index(first), image.shape[-1])
     except ProbeError as exc:
-        st.error(str(exc))
+        st.error(_ui.plain(exc))
         st.stop()
     if not removal["objects"]:
         st.info("This scene is empty: there is no object to remove.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import struct
 from pathlib import Path
 
@@ -209,3 +210,20 @@ def test_bad_input_on_the_probe_page_gets_st_error_and_stores_nothing(app_env, t
     at = _probe_page(app_env, classifier=missing, generator=good)
     assert any("not found" in e.value and missing in e.value for e in at.error), [e.value for e in at.error]
     assert len(store.list_runs(limit=10_000)) == before
+
+
+def test_a_hostile_reference_in_the_address_is_shown_as_plain_text_not_a_link(app_env):
+    """``/?classifier=[Session expired, sign in](https://…)`` is refused and quoted as typed, with no Markdown
+    link, image or emphasis formed (security round two, item 6)."""
+    from streamlit.testing.v1 import AppTest
+
+    hostile = "[Session expired, sign in](https://evil.example/login)"
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
+    at.query_params["classifier"] = hostile
+    at.run()
+    at.switch_page("pages/views/probe.py").run()
+    assert not at.exception
+    quoting = [e.value for e in at.error if "Session expired" in e.value]
+    assert quoting, [e.value for e in at.error]
+    for body in quoting:  # quoted with every bracket and parenthesis escaped, so no link can form
+        assert hostile not in body and re.search(r"(?<!\\)\]\(|(?<!\\)\[", body) is None, body
