@@ -8,7 +8,7 @@ least one hit) and how many at least two chains reached. The Ambiguity matrix pa
 same settings (``probe_core.bayestrex.matrix_sampler_defaults``: they depend on the image size).
 Goals (issue 14), on 2 cores: at least 40 of 45 pairs on digits in at most 120 s; at least 38 of 45
 on MNIST (``--dataset mnist``, IDX files in ``$PROBE_DATA_DIR``; the paper reached 38) in at most
-15 minutes. ``--quick`` adds ``--chains 4 --warmup 10 --samples 10`` (a smoke run, not the figure).
+15 minutes. ``--quick`` adds ``--chains 2 --warmup 3 --samples 3`` (a smoke run, not the figure).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main() -> None:
     probe = [sys.executable, "-m", "probe_core.cli", "--workspace", args.workspace]
     subprocess.run([*probe, "models", "defaults", "--dataset", args.dataset], check=True, stdout=subprocess.DEVNULL)
     typed = ["sample", "--target", "ambiguous-matrix", "--dataset", args.dataset]
-    extra = ["--chains", "4", "--warmup", "10", "--samples", "10"] if args.quick else []
+    extra = ["--chains", "2", "--warmup", "3", "--samples", "3"] if args.quick else []
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "matrix.json"
         started = time.perf_counter()
