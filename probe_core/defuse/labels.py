@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from probe_core.data.classes import class_index
-from probe_core.errors import ProbeError
+from probe_core.errors import ProbeError, excerpt
 from probe_core.reporting.export import spreadsheet_safe
-from probe_core.team.accounts import Actor, Permission, local_owner, require
+from probe_core.team.accounts import Actor, Permission, PermissionDenied, local_owner, require
 
 NONE_OF_THE_ABOVE = "none"
 HUMAN = "human"
@@ -73,9 +73,19 @@ def label_images(store, review_image_ids: list[int], annotator: str, label: str 
     """Validate and store one annotator's label of review images at once (one transaction); returns row ids.
 
     One call with all of a cluster's images is the fast path ("all ten are a 9"); single images can
-    then be changed with further calls. ``actor`` (default the local owner) must be allowed to label.
+    then be changed with further calls. ``actor`` (default the local owner) must be allowed to label; a
+    signed-in person labels under their own name only (an admin, who manages accounts, may name another, as
+    the local owner and shell users do).
+
+    Raises
+    ------
+    PermissionDenied
+        When the actor may not label, or labels as someone else without managing accounts.
     """
-    require(actor or local_owner(), Permission.LABEL)
+    who = actor or local_owner()
+    require(who, Permission.LABEL)
+    if who.signed_in and annotator != who.name and not who.may(Permission.USERS):
+        raise PermissionDenied(f"{who.name} may label only under their own name, not as {excerpt(annotator)}")
     if not review_image_ids:
         raise ProbeError("no review images to label")
     name = normalise_label(label, class_names)

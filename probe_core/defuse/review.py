@@ -30,6 +30,7 @@ from probe_core.defuse.queries import (
     stored_embedding,
 )
 from probe_core.errors import ProbeError
+from probe_core.team.accounts import Permission, require
 
 
 def review_samples(vae, classifier, cluster: dict, count: int = 10, tau: float = 0.5, seed: int = 0) -> dict:
@@ -146,6 +147,8 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = 
     would. Returns the label source and one aggregated entry per cluster
     (``cluster_id`` plus the keys of :func:`~probe_core.defuse.labels.aggregate_images`).
     """
+    if registry.actor is not None:  # an oracle replaces the people: a run-starter's decision, as training is
+        require(registry.actor, Permission.RUN)
     check_abstain_threshold(abstain_below)
     dataset, classifier, vae = load_run_models(registry, store, distill_run, device)
     # the oracle stands in for people who know the true classes: its default is the clean data set's classifier

@@ -59,7 +59,7 @@ from probe_core.models.training import (
 )
 from probe_core.sampling.protocols import GeneratorCapabilities, generator_capabilities
 from probe_core.store import Store
-from probe_core.team.accounts import Actor, Permission, refuse_unlisted
+from probe_core.team.accounts import Actor, Permission, refuse_unlisted, require
 
 log = logging.getLogger(__name__)
 
@@ -589,12 +589,21 @@ class ModelRegistry:
 
     def get_or_train(self, spec: ModelSpec, progress: ProgressCallback | None = None,
                      device: str | torch.device | None = "cpu") -> LoadedModel:
-        """The stored model for ``spec``, training and registering it first if needed."""
+        """The stored model for ``spec``, training and registering it first if needed.
+
+        Raises
+        ------
+        PermissionDenied
+            When the model must be trained and this registry's actor may not train (an annotator): training
+            runs only as an admin's run, within the server's limits, never inside a page's lookup.
+        """
         dataset = load_dataset(spec.dataset_view(), self.data_dir)
         spec = spec.resolved(dataset)
         model_id = spec.model_id()
         with self._lock(model_id):
             if not self.exists(model_id):
+                if self.actor is not None:
+                    require(self.actor, Permission.RUN)
                 if progress is None:
                     if self.on_training is not None:
                         progress = self.on_training(spec, model_id)

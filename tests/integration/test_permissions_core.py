@@ -284,3 +284,40 @@ def test_the_account_log_reads_from_a_time_and_a_sign_out_is_logged_when_it_happ
         ("sign-out", "bea", 200.0), ("sign-out", "ann", 100.0)]
     assert [e["name"] for e in accounts.account_log(store, since=150.0)] == ["bea"]
     assert [e["name"] for e in accounts.account_log(store, limit=1)] == ["bea"]
+
+
+def test_training_auto_labelling_and_labelling_as_another_are_checked_in_the_core(trained_workspace, flawed_run,
+                                                                                  tmp_path):
+    """Whoever calls it: a registry acting as an annotator never trains (lookups of a model not trained yet,
+    a ``default`` to train, the oracle of auto-labelling), and a signed-in person labels under their own name
+    only; an admin may do all of it."""
+    from probe_core.defuse import review
+    from probe_core.models import ModelSpec
+    from probe_core.runs.workspace import Workspace
+
+    as_annotator = Workspace(tmp_path / "ws").registry.acting_as(ANNOTATOR)  # an empty workspace: all untrained
+    spec = ModelSpec(dataset="digits", kind="classifier", epochs=1)
+    for call in (lambda: as_annotator.get_or_train(spec),
+                 lambda: as_annotator.get_or_train_reference("default", "classifier", "digits")):
+        with pytest.raises(PermissionDenied, match="may not start runs, train"):
+            call()
+    assert as_annotator.list() == []  # nothing was trained
+    store = trained_workspace.store
+    runs_before = tuple(r.id for r in store.list_runs())
+    with pytest.raises(PermissionDenied, match="may not start runs, train"):
+        review.auto_label(trained_workspace.registry.acting_as(ANNOTATOR), store, flawed_run["distill_run"], "default")
+    assert tuple(r.id for r in store.list_runs()) == runs_before
+    # a trained model is a lookup, allowed to an annotator
+    assert trained_workspace.registry.acting_as(ANNOTATOR).get_or_train(
+        ModelSpec(dataset="digits", kind="classifier")).kind == "classifier"
+
+    names = tuple(str(k) for k in range(10))
+    distill_run = flawed_run["distill_run"]
+    cluster = store.get_clusters(distill_run)[0]
+    _, classifier, vae = queries.load_run_models(trained_workspace.registry, store, distill_run)
+    image_ids = review.review_images(store, vae, classifier, cluster, queries.distill_tau(store, distill_run))["ids"][:2]
+    with pytest.raises(PermissionDenied, match="only under their own name"):
+        label_tools.label_images(store, image_ids, "someone-else", "9", names, actor=ANNOTATOR)
+    assert label_tools.label_images(store, image_ids, ANNOTATOR.name, "9", names, actor=ANNOTATOR)
+    assert label_tools.label_images(store, image_ids, "ann-for-the-record", "9", names, actor=ADMIN)
+    assert label_tools.label_images(store, image_ids, "shell-user", "9", names)  # the local owner, a shell
