@@ -1,4 +1,4 @@
-# Model Probe: `make run` starts the dashboard, `make test` runs the test suite (`make test-fast`: unit tests only).
+# Model Probe: `make run` starts the dashboard, `make test` runs the whole test suite (`make test-fast`: the fast tier).
 # Both create .venv and install on first use. torch is installed first, from its
 # exact pin in requirements.txt, so that nothing pulls a CUDA build.
 PYTHON ?= python3
@@ -45,9 +45,9 @@ test-shuffled: $(STAMP)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/app/test_bad_input.py tests/unit/test_scaleout.py -k "spec or messages or split"
 
-# The unit tests alone: tiny fake models, no training, well under a minute.
+# The fast tier, for while you work: everything but the slow, e2e and ray tiers (docs/testing.md), in parallel.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not slow and not e2e and not ray" --durations=10
 
 # The example notebooks, executed top to bottom in a throw-away workspace (CI runs this after the tests).
 notebooks: $(STAMP)

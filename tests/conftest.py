@@ -55,8 +55,11 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 # using the fixture or by its marker (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``).
 GROUP_OF_FIXTURE = {"regression_suite": "regression-suite", "ray_instance": "ray"}
 GROUP_OF_MARKER = {"ray": "ray"}
-# Tiers (``make test-fast`` leaves these out; ``make test`` and CI run them all): ``e2e`` is given by the folder.
-TIER_OF_FOLDER = {"e2e": "e2e"}
+# Tiers (``make test-fast`` leaves these out; ``make test`` and CI run them all): ``e2e`` and ``slow`` are given by
+# the folder (the page tests run background jobs), ``slow`` also by a costly shared fixture or a module's own
+# ``pytestmark = pytest.mark.slow`` (training or long Defuse steps), ``ray`` by the module's mark.
+TIER_OF_FOLDER = {"e2e": "e2e", "app": "slow"}
+SLOW_FIXTURES = {"flawed_run", "regression_suite", "colours_workspace"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -76,6 +79,8 @@ def pytest_collection_modifyitems(items):
         folder = Path(str(item.path)).parent.name
         if folder in TIER_OF_FOLDER:
             item.add_marker(getattr(pytest.mark, TIER_OF_FOLDER[folder]))
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ def _check_spec(spec: str, class_names) -> None:
         assert targets and all(t.num_classes == len(class_names) for t in targets)
 
 
-@settings(max_examples=400)
+@settings(max_examples=max(400, settings.default.max_examples))  # `make fuzz`'s profile raises it
 @given(st.one_of(st.text(max_size=40), st.lists(SPEC_ALPHABET, max_size=12).map("".join)))
 @example("high:" + "\x00" * 35)  # found by a fuzz run: a 40-character spec whose message was 400 characters
 @example("ambiguous:" + "é\x01" * 15 + "," + "\x00" * 40)
@@ -48,7 +48,7 @@ def test_every_target_spec_parses_or_raises_the_projects_error(spec):
     _check_spec(spec, CLASS_NAMES)
 
 
-@settings(max_examples=100)
+@settings(max_examples=max(100, settings.default.max_examples))
 @given(st.text(max_size=200))
 @example("high:" + "x" * 300)
 def test_messages_stay_short_with_many_long_class_names(spec):

@@ -1,9 +1,12 @@
 """Every chain count works for every kind of target (the SMC start splits chains into islands)."""
 
+import pytest
 from helpers import write_tiny_plugin
 
 from probe_core.cli import main
 from probe_core.sampling.smc import MIN_ISLAND_SIZE, island_count
+
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
 
 
 def test_island_count_divides_every_chain_count_the_pages_accept_into_large_enough_islands():

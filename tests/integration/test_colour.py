@@ -3,10 +3,13 @@
 import json
 
 import numpy as np
+import pytest
 
 from make_default_models import COLOURS_FLAWED_DATASET
 
 from probe_core.cli import main
+
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
 
 
 def test_bayestrex_and_defuse_run_end_to_end_on_rgb_32x32(colours_workspace, tmp_path, capsys):

@@ -15,6 +15,8 @@ from probe_core.cli import main
 from probe_core.data.synthetic import SVHN_CLASSES, svhn_like, write_npz
 from probe_core.models.registry import REAL_SIZE_PERCEPTUAL, REAL_SIZE_VAE_LATENT
 
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
+
 
 @pytest.fixture(scope="module")
 def colour_npz(tmp_path_factory):

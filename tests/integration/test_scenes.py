@@ -12,6 +12,8 @@ from probe_core.scenes.world import (
     ScenePrior,
 )
 
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
+
 
 def test_scene_generator_switches_the_sampler_to_rwm_and_reports_scenes(scene_classifier):
     from probe_core.bayestrex import sample

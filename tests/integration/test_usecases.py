@@ -8,6 +8,8 @@ from probe_core.bayestrex import recipes as usecases
 from probe_core.errors import ProbeError
 from probe_core.runs.runconfig import config_of
 
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
+
 SHORT = {"chains": 8, "warmup": 60, "samples": 40}
 
 

@@ -9,6 +9,8 @@ from PIL import Image
 from probe_core.cli import main
 from probe_core.data import files
 
+pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
+
 
 def _rgb_folder(root):
     rng = np.random.default_rng(0)
