@@ -265,6 +265,15 @@ def _as_labels(array: np.ndarray, count: int, what: str, path: Path) -> np.ndarr
     return array.astype(np.int64)
 
 
+def _read_array(archive, key: str, path: Path) -> np.ndarray:
+    """One array of an ``.npz``; an array of Python objects (which only unpickling could read) is refused."""
+    try:
+        return archive[key]
+    except ValueError as exc:  # numpy's refusal of object arrays under allow_pickle=False
+        raise DataError(f"{path.name}: array {key!r} holds Python objects, which are never unpickled; save it as "
+                        f"numbers (x, y) or strings (class_names)") from exc
+
+
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
     """Read and check a ``.npz``: ``x``, ``y``, optionally ``class_names``, ``x_test`` and ``y_test``.
 
@@ -281,22 +290,22 @@ def load_arrays(path: Path) -> dict[str, np.ndarray]:
         if missing:
             raise DataError(f"{path} needs arrays x and y (missing: {', '.join(missing)}; has: "
                             f"{', '.join(archive.files)})")
-        x = _as_images(archive["x"], "x", path)
-        y = _as_labels(archive["y"], len(x), "y", path)
+        x = _as_images(_read_array(archive, "x", path), "x", path)
+        y = _as_labels(_read_array(archive, "y", path), len(x), "y", path)
         parts_x, parts_y, split = [x], [y], [np.full(len(x), 2, np.int8)]
         if ("x_test" in archive.files) != ("y_test" in archive.files):
             raise DataError(f"{path}: give x_test and y_test together")
         if "x_test" in archive.files:
-            x_test = _as_images(archive["x_test"], "x_test", path)
+            x_test = _as_images(_read_array(archive, "x_test", path), "x_test", path)
             if x_test.shape[1:] != x.shape[1:]:
                 raise DataError(f"{path}: x_test images {x_test.shape[1:]} differ from x images {x.shape[1:]}")
             parts_x.append(x_test)
-            parts_y.append(_as_labels(archive["y_test"], len(x_test), "y_test", path))
+            parts_y.append(_as_labels(_read_array(archive, "y_test", path), len(x_test), "y_test", path))
             split = [np.zeros(len(x), np.int8), np.ones(len(x_test), np.int8)]
         labels = np.concatenate(parts_y)
         count = int(labels.max()) + 1 if len(labels) else 0
         if "class_names" in archive.files:
-            names = [str(n) for n in archive["class_names"]]
+            names = [str(n) for n in _read_array(archive, "class_names", path)]
             if len(names) < count:
                 raise DataError(f"{path}: labels go up to {count - 1} but class_names has {len(names)} names")
         else:

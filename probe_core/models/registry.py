@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import re
 import threading
 import time
@@ -36,7 +37,7 @@ from probe_core.data.catalog import (
 )
 from probe_core.data.classes import ClassMatch, match_classes, split_class_map, with_class_map
 from probe_core.data.files import is_file_reference, short_name
-from probe_core.errors import ModelNotFoundError, ProbeError, check_number_ranges
+from probe_core.errors import ModelNotFoundError, ProbeError, check_number_ranges, excerpt
 from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
@@ -550,13 +551,19 @@ class ModelRegistry:
         record = self.store.get_model(model_id)
         if record is None:
             known = ", ".join(m["id"] for m in self.list()[:8]) or "none yet"
-            raise ModelNotFoundError(f"no model {model_id!r} in {self.models_dir} (known: {known})")
+            raise ModelNotFoundError(f"no model {excerpt(model_id)} in this workspace (known: {known})")
         path = Path(record["path"])
         if not path.is_file():
-            raise ModelNotFoundError(f"model {model_id!r} is registered but its file {path} is missing")
+            raise ModelNotFoundError(f"model {model_id!r} is registered but its weights file is missing from the "
+                                     f"workspace's models folder")
         arch = record["spec"]["architecture"]
         device = resolve_device(device)
-        weights = torch.load(path, map_location=device, weights_only=True)
+        try:
+            weights = torch.load(path, map_location=device, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as exc:
+            raise ProbeError(f"model {model_id!r}: its weights file cannot be loaded as plain tensors "
+                             f"({type(exc).__name__}); only tensors are ever loaded, never pickled code: train "
+                             f"it again, or register a file saved with torch.save(state_dict)") from exc
         if arch["class"] in (PLUGIN_ARCHITECTURE, MODEL_FILE_ARCHITECTURE):
             # a finetuned plugin or model-file classifier: its own module, our weights
             shape = tuple(record["spec"]["image_shape"]) if record["spec"].get("image_shape") else None
