@@ -74,8 +74,57 @@ def model_ref(kind: str, dataset: str | None = None) -> str:
     key = f"{kind}_ref:{dataset}"
     if key not in st.session_state:
         in_url = st.query_params.get("dataset", DEFAULT_DATASET) == dataset
-        st.session_state[key] = (st.query_params.get(kind) if in_url else None) or "default"
+        st.session_state[key] = _adopted_from_address(kind, dataset, st.query_params.get(kind) if in_url else None)
     return st.session_state[key]
+
+
+def _linked_key(kind: str, dataset: str) -> str:
+    return f"{kind}_link:{dataset}"
+
+
+def _adopted_from_address(kind: str, dataset: str, value: str | None) -> str:
+    """What a reference in the address becomes: a stored model id, ``default`` or a built generator at once; a
+    file (a plugin runs code when loaded) only after the person confirms it (:func:`linked_file_card`)."""
+    if not value or value == "default" or generator_source(value) is not None or workspace().registry.exists(value):
+        return value or "default"
+    st.session_state[_linked_key(kind, dataset)] = value
+    return "default"
+
+
+def linked_file_card(kind: str, dataset: str) -> None:
+    """The file a link named as this session's ``kind``, shown (path, size, sha256) with Load and Ignore.
+
+    A link never makes the server import code by itself: only a person who may load files, having seen what
+    the file is, loads it. Anything but a plugin or model file is refused, whatever exists at that path.
+    """
+    from probe_core.models.files import describe_linked_file
+
+    pending = st.session_state.get(_linked_key(kind, dataset))
+    if not pending:
+        return
+    with st.container(border=True):
+        if not may(Permission.LOAD):
+            st.error(f"The address names a {kind} file; your role may not load files, so it was not loaded.")
+            st.session_state.pop(_linked_key(kind, dataset))
+            return
+        try:
+            linked = describe_linked_file(pending)
+        except ProbeError as exc:
+            st.error(f"The address names a {kind} that is not loaded: {plain(exc)}")
+            st.session_state.pop(_linked_key(kind, dataset))
+            return
+        st.warning(f"The address asks this server to load a {kind} from a {linked.kind}"
+                   + (" (Python code that runs when it is loaded)" if linked.kind == "plugin" else "")
+                   + ". Load it only if you know this file.")
+        st.code(f"{linked.path}\n{linked.size:,} bytes\nsha256 {linked.sha256}", language=None)
+        load, ignore = st.columns(2)
+        if load.button("Load it", key=f"link_load_{kind}", type="primary"):
+            st.session_state.pop(_linked_key(kind, dataset))
+            set_model_ref(kind, linked.reference, dataset)
+            st.rerun()
+        if ignore.button("Ignore", key=f"link_ignore_{kind}"):
+            st.session_state.pop(_linked_key(kind, dataset))
+            st.rerun()
 
 
 def set_model_ref(kind: str, reference: str, dataset: str | None = None) -> None:
@@ -209,6 +258,7 @@ def session_model(kind: str, dataset: str):
     Lookups never train: an untrained default is trained on the Models page, and the page says so instead.
     """
     reference = model_ref(kind, dataset)
+    linked_file_card(kind, dataset)
     ws = workspace()
     try:
         if reference == "default":

@@ -28,9 +28,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from probe_core.errors import PluginError
+from probe_core.errors import PluginError, excerpt
 from probe_core.models.architectures import ProbabilityModel
-from probe_core.models.plugins import validate_classifier, validate_generator
+from probe_core.models.plugins import (
+    PLUGIN_PREFIX,
+    file_sha256,
+    is_plugin_reference,
+    parse_plugin_reference,
+    validate_classifier,
+    validate_generator,
+)
 
 MODEL_FILE_PREFIX = "modelfile:"
 MODEL_FILE_SUFFIXES = (".pt", ".ts", ".pt2")
@@ -203,3 +210,55 @@ def load_model_file(reference: str, kind: str, image_shape: tuple[int, int, int]
 def finetunable_net(module: nn.Module) -> nn.Module:
     """The module whose weights a finetuned copy stores (the classifier inside its probability wrapper)."""
     return module.net if isinstance(module, ProbabilityModel) else module
+
+
+@dataclass(frozen=True)
+class LinkedFile:
+    """A plugin or model file a reference names, described for a person to confirm before it is loaded.
+
+    Attributes
+    ----------
+    path : Path
+        Its absolute path.
+    kind : str
+        ``plugin`` (Python code that runs when loaded) or ``model file``.
+    size : int
+        Bytes.
+    sha256 : str
+        Of the file (and its sidecar, for a model file), as a stored reference pins it.
+    reference : str
+        The reference to load it by, pinned to this content.
+    """
+
+    path: Path
+    kind: str
+    size: int
+    sha256: str
+    reference: str
+
+
+def describe_linked_file(reference: str) -> LinkedFile:
+    """Describe the file a reference names, without loading it: what a link's reference is shown as.
+
+    Only plugins (``.py``) and model files (``.pt``, ``.pt2``, ``.ts``, with their ``.json`` sidecar) are
+    candidates: any other path is refused, whatever exists there.
+
+    Raises
+    ------
+    PluginError
+        For a reference that names no plugin or model file, or a file that does not exist.
+    """
+
+    text = str(reference or "")
+    if is_plugin_reference(text):
+        path, kind = parse_plugin_reference(text)[0], "plugin"
+    elif is_model_file_reference(text):
+        body = text[len(MODEL_FILE_PREFIX):] if text.startswith(MODEL_FILE_PREFIX) else text
+        path, kind = Path(body.partition(_DIGEST_MARK)[0]).expanduser().resolve(), "model file"
+    else:
+        raise PluginError(f"{excerpt(text)} names no plugin (.py) or model file (.pt, .pt2, .ts): nothing is loaded")
+    if not path.is_file():
+        raise PluginError(f"no {kind} at {excerpt(str(path))}")
+    digest = file_sha256(path) if kind == "plugin" else _digest(path)
+    pinned = f"{PLUGIN_PREFIX}{path}{_DIGEST_MARK}{digest}" if kind == "plugin" else model_file_reference(path)
+    return LinkedFile(path, kind, path.stat().st_size, digest, pinned)

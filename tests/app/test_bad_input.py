@@ -227,3 +227,36 @@ def test_a_hostile_reference_in_the_address_is_shown_as_plain_text_not_a_link(ap
     assert quoting, [e.value for e in at.error]
     for body in quoting:  # quoted with every bracket and parenthesis escaped, so no link can form
         assert hostile not in body and re.search(r"(?<!\\)\]\(|(?<!\\)\[", body) is None, body
+
+
+def test_a_link_naming_a_file_imports_nothing_until_the_admin_confirms_it(app_env, tmp_path):
+    """``/?classifier=/path/plugin.py`` shows the file (path, size, sha256) with Load and Ignore; nothing is
+    imported before Load, and a path that is no plugin or model file is refused whatever exists there."""
+    from helpers import write_tiny_plugin
+    from streamlit.testing.v1 import AppTest
+
+    from probe_core.models.plugins import file_sha256
+
+    plugin = write_tiny_plugin(tmp_path, extra="from pathlib import Path as _P\n"
+                                               "_P(__file__).with_suffix('.imported').write_text('x')\n")
+    marker = plugin.with_suffix(".imported")
+    app = str(Path(__file__).resolve().parents[2] / "app.py")
+    at = AppTest.from_file(app, default_timeout=120)
+    at.query_params["classifier"] = str(plugin)
+    at.run()
+    at.switch_page("pages/views/probe.py").run()
+    assert not at.exception and not marker.exists()  # shown, not imported
+    shown = " ".join(c.value for c in at.code)
+    assert str(plugin) in shown and file_sha256(plugin) in shown
+    assert any("Python code that runs" in w.value for w in at.warning)
+    next(b for b in at.button if b.label == "Load it").click().run()
+    assert not at.exception and marker.exists()  # the admin chose to load it
+    assert at.session_state["classifier_ref:digits"] == f"plugin:{plugin.resolve()}#sha256={file_sha256(plugin)}"
+
+    other = AppTest.from_file(app, default_timeout=120)
+    other.query_params["classifier"] = "/etc/passwd"
+    other.run()
+    other.switch_page("pages/views/probe.py").run()
+    assert not other.exception
+    assert any("names no plugin (.py) or model file" in e.value.replace("\\", "") for e in other.error)
+    assert other.session_state["classifier_ref:digits"] == "default"
