@@ -34,6 +34,7 @@ from pages.ui.session import (
     workspace,
 )
 from pages.ui.widgets import (
+    FOLLOWED_DISTILL_RUN,
     LIVE_REFRESH_S,
     MODELS_COLUMN_CONFIG,
     active_runs,
@@ -61,5 +62,5 @@ __all__ = [
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
-    "workspace", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form", "plain",
+    "workspace", "FOLLOWED_DISTILL_RUN", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form", "plain",
 ]

@@ -126,7 +126,8 @@ def shards_not_done(missing: list[dict] | None) -> None:
             f"{entry['covers']} ({entry['error']})" for entry in missing))
 
 
-def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None, dataset: str | None = None):
+def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=None, dataset: str | None = None,
+             on_change=None):
     """A select box over runs of a kind, newest first; returns the chosen run or None.
 
     The options are run ids (a run's other fields change while it runs), so the choice
@@ -142,19 +143,34 @@ def pick_run(kind: str, label: str, key: str, only_done: bool = False, describe=
     if key in st.session_state and st.session_state[key] not in by_id:
         del st.session_state[key]
     describe = describe or (lambda r: f"run {r.id} · {r.status} · {time.strftime('%H:%M', time.localtime(r.created_at))}")
-    chosen = st.selectbox(label, list(by_id), format_func=lambda run_id: describe(by_id[run_id]), key=key)
+    chosen = st.selectbox(label, list(by_id), format_func=lambda run_id: describe(by_id[run_id]), key=key,
+                          on_change=on_change)
     return by_id[chosen]
 
 
+# The distillation run the Failures, Label and Finetune pages follow together: labels given on one page are the
+# ones the next page finetunes with. Set when a person picks a run on any of them; cleared when a new one ends.
+FOLLOWED_DISTILL_RUN = "defuse_followed_run"
+
+
 def pick_distill_run(key: str):
-    """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages)."""
+    """The picker over finished Defuse distillation runs (Failures, Label and Finetune pages), all three on the
+    same run: a pick on one page is the run the other two open with, and the page says which run it is."""
     from probe_core.defuse.queries import DISTILL
 
     def describe(run) -> str:
         summary = run.result or {}
         return f"run {run.id} · {summary.get('clusters', '?')} clusters from {summary.get('failures', '?')} failures"
 
-    return pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe)
+    followed = st.session_state.get(FOLLOWED_DISTILL_RUN)
+    if followed is not None:
+        st.session_state[key] = followed  # pick_run drops it when that run is gone
+    run = pick_run(DISTILL, "Distillation run", key, only_done=True, describe=describe,
+                   on_change=lambda: st.session_state.__setitem__(FOLLOWED_DISTILL_RUN, st.session_state[key]))
+    if run is not None:
+        st.session_state[FOLLOWED_DISTILL_RUN] = run.id
+        st.caption(f"Following distillation run {run.id}: the Failures, Label and Finetune pages all use this run.")
+    return run
 
 
 def png_download(images, label: str, file_name: str, key: str, columns: int = 8) -> None:

@@ -84,7 +84,8 @@ if start:
         st.session_state["defuse_identify_run"] = run_id
 
 
-_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, EMBEDDING), reset=("defuse_distill_pick",))
+_ui.active_runs("defuse", (queries.IDENTIFY, queries.DISTILL, EMBEDDING),
+                reset=("defuse_distill_pick", _ui.FOLLOWED_DISTILL_RUN))  # a new run ends: every page follows it
 
 
 distill_run = _ui.pick_distill_run("defuse_distill_pick")

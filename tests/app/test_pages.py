@@ -540,3 +540,25 @@ def test_the_probe_page_offers_every_registered_target_kind(app_env, tmp_path):
         assert not at.exception and not at.error, [e.value for e in at.error]
         assert any("low confidence in 3" in c.value for c in at.caption)
         assert not at.button(key="probe_start").disabled
+
+
+def test_failures_label_and_finetune_follow_one_distillation_run(app_env, flawed_run):
+    """A run picked on the Label page is the one the Finetune page opens with (and the Failures page), so the
+    labels given are the ones finetuned with; each page says which run it follows."""
+    registry, store = app_env.registry, app_env.store
+    older = flawed_run["distill_run"]
+    newer, _ = steps.run_step(registry, store, steps.DistillRequest(identify_run=flawed_run["identify_run"],
+                                                                     max_samples=500))
+    at = open_page("pages/views/label.py")
+    assert at.selectbox(key="label_run_pick").value == newer  # the newest, at first
+    at.selectbox(key="label_run_pick").set_value(older).run()
+    assert not at.exception and any(f"Following distillation run {older}" in c.value for c in at.caption)
+    for page, key in (("pages/views/finetune.py", "finetune_run_pick"), ("pages/views/failures.py",
+                                                                          "defuse_distill_pick")):
+        at.switch_page(page).run()
+        assert not at.exception, at.exception
+        assert at.selectbox(key=key).value == older, page
+        assert any(f"Following distillation run {older}" in c.value for c in at.caption)
+    at.selectbox(key="defuse_distill_pick").set_value(newer).run()  # a pick on any page moves them all
+    at.switch_page("pages/views/label.py").run()
+    assert at.selectbox(key="label_run_pick").value == newer
