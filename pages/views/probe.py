@@ -327,14 +327,17 @@ if scenes_described:
                                     "prediction": names[int(np.argmax(s["confidences"]))],
                                     "confidence": float(np.max(s["confidences"]))} for i, s in enumerate(gallery)]),
                      hide_index=True)
-pick = st.slider("Inspect sample", 0, len(gallery) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") \
-    if len(gallery) > 1 else 0
+# the inspector reaches every stored hit (the gallery above shows the best 40), or the closest misses if none
+inspected = hits or gallery
+pick = st.slider(f"Inspect sample (of {len(inspected)} {'stored hits' if hits else 'closest samples'})", 0,
+                 len(inspected) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") if len(inspected) > 1 else 0
 a, b = st.columns([1, 3])
-a.image(_ui.image_grid(images[pick:pick + 1], columns=1, scale=_ui.upscale_for_display(images.shape[-2]) * 2))
+one = torch.as_tensor(inspected[pick]["image"])[None]
+a.image(_ui.image_grid(one, columns=1, scale=_ui.upscale_for_display(one.shape[-2]) * 2))
 if scenes_described:
-    a.caption("Scene: " + describe_scene(torch.as_tensor(gallery[pick]["z"])))
-b.plotly_chart(figures.confidence_bars(gallery[pick]["confidences"], names, f"chain {gallery[pick]['chain']}, "
-                                     f"step {gallery[pick]['step']}"), key="probe_inspect_bars")
+    a.caption("Scene: " + describe_scene(torch.as_tensor(inspected[pick]["z"])))
+b.plotly_chart(figures.confidence_bars(inspected[pick]["confidences"], names, f"chain {inspected[pick]['chain']}, "
+                                     f"step {inspected[pick]['step']}"), key="probe_inspect_bars")
 
 if hits:
     with st.expander("Mark findings for a regression suite: say what the hits show, keep them as a check"):

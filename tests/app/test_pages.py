@@ -68,6 +68,10 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     assert result["hit_rate"] > 0.5, result["summary"]
     assert any(s.value.startswith("Hits (") for s in at.subheader)
     assert len(at.image) >= 2
+    # the inspector reaches every stored hit, not only the 40 in the gallery (over 120 hits here)
+    stored_hits = sum(s["hit"] for s in app_env.store.get_samples(run.id))
+    assert stored_hits > 40
+    assert at.slider(key=f"probe_inspect_{run.id}_0").max == stored_hits - 1
     # the latent map is a job (the CLI test runs it); here it is computed in this process to save a worker
     assert any(b.key == f"probe_map_{run.id}" for b in at.button)
     latent_map(app_env.store, run.id)
