@@ -41,6 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
+# The dashboard opens on digits in the tests, whatever the shared workspace was used on last (other tests add
+# runs on other data sets); tests/app/test_app.py checks the opening on the last-used data set without it.
+os.environ.setdefault("PROBE_DATASET", "digits")
 # In-process page tests run background jobs in threads (fast to start); worker processes, the
 # dashboard's default, are tested in tests/integration/test_launchers.py and by every browser test's server.
 os.environ.setdefault("PROBE_LAUNCHER", "thread")

@@ -57,9 +57,10 @@ def run() -> None:
         st.navigation(pages, position="hidden")  # keeps the address's page for after signing in
         st.stop()
     _ui.sidebar_settings()
-    if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN):
-        # First start: train the embedded data set's default models in the background
-        # while the page is already up (deduplicated across reruns and tabs).
+    if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN) \
+            and st.session_state.get("dataset") == DEFAULT_DATASET:
+        # First start on the embedded data set: train its default models in the background while the page is
+        # already up (deduplicated across reruns and tabs). On any other data set nothing trains unasked.
         try:
             ws = _ui.workspace()
             start_default_training(_ui.job_manager(), ws.registry, DEFAULT_DATASET, device=_ui.device())

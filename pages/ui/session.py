@@ -11,12 +11,12 @@ import torch
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
 from pages.ui.text import plain
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, split_view
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
 from probe_core.data.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
 from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device
-from probe_core.runs import lifecycle
+from probe_core.runs import history, lifecycle
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.scaleout import SHARDS_RANGE, check_executor
 from probe_core.runs.workspace import Workspace, default_workspace_path
@@ -173,12 +173,22 @@ def sidebar_settings() -> None:
     """Data set, data folder and device pickers shared by every page."""
     names = [info.name for info in list_datasets()]
     yours = st.session_state.setdefault("user_datasets", [])
+    used = history.datasets_used(workspace().store)  # what this workspace's runs and models were made on
+    for name in used:  # a folder or .npz the workspace already holds models or runs for is offered by name
+        if is_file_reference(name) and name not in yours:
+            yours.append(name)
     if "dataset" not in st.session_state:
         from_url = st.query_params.get("dataset")
         if from_url and is_file_reference(split_view(from_url)[0]) and from_url not in yours \
                 and may(Permission.LOAD):
             yours.append(from_url)  # a shared link to someone's folder or .npz
-        st.session_state["dataset"] = from_url if from_url in names + yours else DEFAULT_DATASET
+        # the address's data set, else the server's (probe ui --dataset), else the one this workspace was used
+        # on last, else the embedded default
+        opening = os.environ.get(OPEN_DATASET_ENV) or next((name for name in used if name in names + yours),
+                                                           DEFAULT_DATASET)
+        if is_file_reference(split_view(opening)[0]) and opening not in yours:
+            yours.append(opening)
+        st.session_state["dataset"] = from_url if from_url in names + yours else opening
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
     for key in SIDEBAR_KEYS:
         # Set again each run: a session's first run (Streamlit's folder page mode, see the router) gives the
@@ -186,9 +196,10 @@ def sidebar_settings() -> None:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
     with st.sidebar:
-        choice = st.selectbox("Data set", names + yours + [YOUR_DATA], key="dataset",
-                              help="digits and scenes are embedded; mnist, fashion-mnist and idx read IDX files; "
-                                   "your own data is a folder of class sub-folders of images or a .npz")
+        choice = st.selectbox("Data set", yours + [n for n in names if n not in yours] + [YOUR_DATA], key="dataset",
+                              help="your data sets first (those this workspace has models or runs for, and those "
+                                   "you named); digits and scenes are embedded; mnist, fashion-mnist and idx read "
+                                   "IDX files from the data folder")
         if choice == YOUR_DATA:
             st.text_input("Folder of class sub-folders, or a .npz file", key="data_path",
                           help="DIR/<class>/*.png|jpg|bmp|webp (DIR/train and DIR/test are used as given), "

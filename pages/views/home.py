@@ -48,7 +48,8 @@ training_progress()
 
 dataset = _ui.current_dataset()
 if dataset is None:
-    st.info("Pick another data set in the sidebar, or name the folder that holds its IDX files.")
+    st.info("Pick another data set in the sidebar, or name yours there: a folder of class sub-folders of images, a "
+            ".npz, or (for mnist, fashion-mnist and idx) the data folder that holds the IDX files.")
     st.stop()
 entry = dataset_entry(dataset.name)
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from probe_core.cli.common import workspace_from_args
+from probe_core.data import OPEN_DATASET_ENV
 from probe_core.errors import ProbeError
 from probe_core.runs.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
 from probe_core.team.accounts import AUTH_ENV, INSECURE_ENV, check_exposure, sign_in_required
@@ -69,6 +70,8 @@ def _ui(args: argparse.Namespace) -> int:
         os.environ["PROBE_WORKSPACE"] = os.path.abspath(args.workspace)
     if args.data_dir:
         os.environ["PROBE_DATA_DIR"] = os.path.abspath(args.data_dir)
+    if args.dataset:
+        os.environ[OPEN_DATASET_ENV] = args.dataset
     if args.auth:
         os.environ[AUTH_ENV] = "1"
     if args.insecure_no_auth:
@@ -92,6 +95,8 @@ def add_ui_command(commands: argparse._SubParsersAction) -> None:
                         "workspace has an account)")
     parser.add_argument("--insecure-no-auth", action="store_true", help="serve beyond localhost with no "
                         "accounts: everyone who reaches the port acts as an admin (a warning is printed)")
+    parser.add_argument("--dataset", help="the data set the dashboard opens on: a name, a folder or a .npz (default: "
+                        "the one this workspace's runs and models were made on last, else digits; $PROBE_DATASET)")
     parser.add_argument("--max-runs", type=int, help="runs working at once over everybody; later ones wait "
                         "(default: the machine's cores, at least 2; $PROBE_MAX_RUNS)")
     parser.add_argument("--max-runs-per-person", type=int, help="runs of one person working at once; their "

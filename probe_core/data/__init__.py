@@ -9,6 +9,7 @@ from probe_core.data.datasets import (
     BUILTIN_DATASETS,
     DATA_DIR_ENV,
     DEFAULT_DATASET,
+    OPEN_DATASET_ENV,
     FASHION_MNIST_CLASSES,
     REAL_SIZE,
     REAL_SIZE_LABEL,
@@ -23,7 +24,7 @@ from probe_core.data.datasets import (
 from probe_core.data.idx import read_idx, write_idx
 
 __all__ = [
-    "BUILTIN_DATASETS", "DATA_DIR_ENV", "DEFAULT_DATASET", "FASHION_MNIST_CLASSES", "REAL_SIZE", "REAL_SIZE_LABEL",
+    "BUILTIN_DATASETS", "DATA_DIR_ENV", "DEFAULT_DATASET", "OPEN_DATASET_ENV", "FASHION_MNIST_CLASSES", "REAL_SIZE", "REAL_SIZE_LABEL",
     "DatasetEntry", "ImageDataset", "apply_view", "clean_dataset_name", "is_real_size", "resolve_data_folder",
     "split_view", "read_idx", "write_idx",
 ]

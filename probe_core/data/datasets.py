@@ -485,6 +485,8 @@ BUILTIN_DATASETS: tuple[DatasetEntry, ...] = (
 )
 
 DEFAULT_DATASET = "digits"
+# The data set the dashboard opens on (`probe ui --dataset`); unset: the one the workspace was used on last
+OPEN_DATASET_ENV = "PROBE_DATASET"
 
 
 def split_view(name: str) -> tuple[str, str]:

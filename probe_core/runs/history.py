@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from probe_core.data import split_view
 from probe_core.errors import ProbeError
 from probe_core.store import Run
 
@@ -45,3 +46,20 @@ def finished(store, kind: str, where: RunFilter | None = None, limit: int = 50) 
 def latest_ended(store, kind: str, where: RunFilter | None = None, limit: int = 20) -> Run | None:
     """The newest run of a kind that ended done or failed (a page shows the error when it failed)."""
     return next((run for run in runs(store, kind, where, limit) if run.status in ("done", "failed")), None)
+
+
+def datasets_used(store, limit: int = 200) -> list[str]:
+    """The data sets this workspace's runs and models were made on, the most recently used first.
+
+    Views (``name[mislabel=…]``) count as their base data set. What the dashboard offers first, so a person
+    finds the data they work on (a folder or ``.npz`` of theirs) without typing its path again.
+    """
+    dated = [(run.created_at, run.config.get("dataset")) for run in store.list_runs(limit=limit)]
+    dated += [(model.get("created_at") or 0.0, model.get("dataset")) for model in store.list_models()[:limit]]
+    used: list[str] = []
+    for _, name in sorted(dated, key=lambda pair: pair[0] or 0.0, reverse=True):
+        if isinstance(name, str) and name:
+            base = split_view(name)[0]
+            if base not in used:
+                used.append(base)
+    return used

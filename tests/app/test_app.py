@@ -68,3 +68,37 @@ def test_a_plugin_path_is_checked_where_it_is_typed(app_env, tmp_path):
     good = str(write_tiny_plugin(tmp_path))
     at.text_input(key="classifier_plugin_path:digits").input(good).run()
     assert not at.error and at.query_params["classifier"].startswith(f"plugin:{Path(good).resolve()}#sha256=")
+
+
+def test_the_dashboard_opens_on_the_data_the_workspace_was_used_on_and_trains_nothing_unasked(tmp_path, monkeypatch):
+    """A workspace whose runs were made on the user's .npz opens on it, offered by name first in the sidebar,
+    and the digits defaults are not trained (even with auto-training on): only digits chosen trains them."""
+    import numpy as np
+
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.runs.workspace import Workspace
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "mine.npz"
+    np.savez(data, x=rng.integers(0, 255, (60, 8, 8), dtype=np.uint8), y=np.repeat(np.arange(3), 20))
+    reference = canonical_dataset_name(str(data))
+    workspace = Workspace(tmp_path / "ws")
+    workspace.store.create_run("sample", {"dataset": reference, "target": "high:1"}, status="done")
+    monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "1")
+    monkeypatch.delenv("PROBE_DATASET")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert at.session_state["dataset"] == reference
+    assert at.sidebar.selectbox(key="dataset").options[0] == reference  # the user's data first
+    assert workspace.store.list_runs(kind="train") == []  # nothing trained that was not asked for
+    at.sidebar.selectbox(key="dataset").set_value("digits").run()
+    [training] = workspace.store.list_runs(kind="train")
+    assert training.config["dataset"] == "digits"
+    from probe_core.runs.jobs import JobManager
+
+    JobManager(workspace.store).cancel(training.id)  # the test needs only that it started
+    deadline = time.monotonic() + 120
+    while workspace.store.get_run(training.id).active and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not workspace.store.get_run(training.id).active
