@@ -73,10 +73,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	rm -rf $(BENCH_WORKSPACE)-quick
 	$(BIN)/python tests/data/make_default_models.py --install $(BENCH_WORKSPACE)-quick
-	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; \
-	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; done
-	for name in $(MNIST_QUICK); do echo "== benchmarks/$$name.py --dataset mnist --quick"; \
-	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --quick --workspace $(BENCH_WORKSPACE)-quick || exit 1; done
+	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; started=$$(date +%s); \
+	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; \
+	  echo "== benchmarks/$$name.py --quick took $$(( $$(date +%s) - started )) s"; done
+	for name in $(MNIST_QUICK); do echo "== benchmarks/$$name.py --dataset mnist --quick"; started=$$(date +%s); \
+	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --quick --workspace $(BENCH_WORKSPACE)-quick || exit 1; \
+	  echo "== benchmarks/$$name.py --dataset mnist --quick took $$(( $$(date +%s) - started )) s"; done
 	echo "== benchmarks/sampler.py --dataset mnist --quick --independence-moves 8 --equal-lengths"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/sampler.py --dataset mnist --quick --independence-moves 8 \
 	  --equal-lengths \
