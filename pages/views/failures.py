@@ -1,7 +1,5 @@
 """Failures: Defuse identification and distillation with progress, the failure map, and cluster cards."""
 
-from dataclasses import replace
-
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
@@ -34,13 +32,20 @@ if not generator.capabilities.encoder:
     st.stop()
 st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
 
+# what runs with the defaults, chosen from the data's size by the rule the CLI and the API use, shown in the form
+planned, plan_note = steps.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset)
+available = len(dataset.train_labels)
 with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
-    c1, c2, c3, c4 = st.columns(4)
+    c0, c1, c2, c3, c4 = st.columns(5)
     identify_defaults, distill_defaults = field_defaults(steps.IdentifyRequest), field_defaults(steps.DistillRequest)
     identify_ranges, distill_ranges = steps.IdentifyRequest.ranges, steps.DistillRequest.ranges
+    images = c0.number_input(f"Training images (of {available:,})", 1, available, planned.max_images or available,
+                             key=f"defuse_images_{dataset.name}",
+                             help="the first images of the training set whose codes are perturbed"
+                                  + (f"; {plan_note}" if plan_note else ""))
     per_image = c1.number_input("Perturbations per image (Q)", *identify_ranges["samples_per_image"],
-                                identify_defaults["samples_per_image"], key="defuse_q")
+                                planned.samples_per_image, key="defuse_q")
     keep = c2.number_input("Failures kept per image (M)", *identify_ranges["max_per_image"],
                            identify_defaults["max_per_image"], key="defuse_m")
     noise = c3.selectbox("Noise", NOISE_MODES, key=f"defuse_noise_{dataset.name}",
@@ -64,6 +69,10 @@ with st.form("defuse-find", enter_to_submit=False):
                           help="review and correction samples from N(μ, τΣ); the default comes from the image size "
                                f"({REAL_SIZE_REVIEW_TAU:g} on {REAL_SIZE_LABEL} and up, the papers' colour setting; "
                                f"{REVIEW_TAU:g} below)")
+    st.caption(f"With these values: {int(planned.max_images or available):,} images × {planned.samples_per_image} "
+               f"perturbations = {int(planned.max_images or available) * planned.samples_per_image:,} decodings"
+               + (" (chosen from the data's size: real-size images)" if plan_note else "")
+               + "; the fields above are what runs.")
     start = st.form_submit_button("Find failures", type="primary")
 if start:
     try:  # models and settings are checked (and references resolved) before a run is stored
@@ -72,14 +81,12 @@ if start:
         identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest.build(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
+            max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
             **_ui.scaleout()), _ui.device())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:
-        _, sized_note = steps.sized_identification(replace(identify, max_images=None), dataset)
-        if sized_note and identify.max_images is not None:
-            st.info(sized_note)
         run_id = steps.submit_step(manager, ws.registry, identify, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 

@@ -566,3 +566,26 @@ def test_failures_label_and_finetune_follow_one_distillation_run(app_env, flawed
     at.selectbox(key="defuse_distill_pick").set_value(newer).run()  # a pick on any page moves them all
     at.switch_page("pages/views/label.py").run()
     assert at.selectbox(key="label_run_pick").value == newer
+
+
+def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colours_workspace, monkeypatch):
+    """On 32x32 colour data the form's fields hold what runs (the images and Q chosen from the data's size, the
+    rule the CLI and the API use), and the run stores exactly those."""
+    monkeypatch.setenv("PROBE_WORKSPACE", str(colours_workspace.root))
+    monkeypatch.setenv("PROBE_DATASET", "colours")
+    data = load_dataset("colours")
+    planned, note = steps.sized_identification(steps.IdentifyRequest(dataset="colours"), data)
+    assert note and planned.max_images < len(data.train_labels)  # real size: fewer images, Q lowered
+    at = open_page("pages/views/failures.py")
+    assert at.number_input(key="defuse_images_colours").value == planned.max_images
+    assert at.number_input(key="defuse_q").value == planned.samples_per_image
+    assert any(f"{planned.max_images * planned.samples_per_image:,} decodings" in c.value for c in at.caption)
+    at.number_input(key="defuse_images_colours").set_value(20)
+    at.number_input(key="defuse_q").set_value(5)
+    next(b for b in at.button if b.label == "Find failures").click().run()
+    assert not at.exception
+    [identify] = colours_workspace.store.list_runs(kind=queries.IDENTIFY)
+    assert (identify.config["max_images"], identify.config["samples_per_image"]) == (20, 5)
+    from probe_core.runs.jobs import JobManager
+
+    JobManager(colours_workspace.store).cancel(identify.id)
