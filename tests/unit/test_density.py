@@ -1,0 +1,138 @@
+"""The code density fitted after training: whitening, the mixture's gradient, a class's component, and Bayes-TrEx's
+posterior and HMC on a generator seen through it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from probe_core.errors import ProbeError
+from probe_core.models.density import ClassCodeDensity, DensityGenerator, fit_code_density
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc
+from probe_core.sampling.protocols import generator_capabilities
+from probe_core.sampling.targets import TargetBatch, parse_targets
+
+CLASS_CENTRES = torch.tensor([[4.0, 0.0, 0.0, 1.0], [0.0, 4.0, 0.0, -1.0], [-3.0, -3.0, 2.0, 0.0]])
+MIXING = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.6, 0.8, 0.0, 0.0], [0.0, 0.3, 0.5, 0.0], [0.2, 0.0, 0.1, 0.3]])
+
+
+def _codes(count_per_class: int = 400, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three classes of correlated 4-d codes around their centres, offset from the origin."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(3).repeat_interleave(count_per_class)
+    noise = torch.randn(len(labels), 4, generator=generator) @ MIXING.T
+    return CLASS_CENTRES[labels] + noise + torch.tensor([10.0, -5.0, 3.0, 0.5]), labels
+
+
+def test_whitened_codes_have_zero_mean_and_identity_covariance_and_unwhiten_inverts():
+    codes, labels = _codes()
+    density = ClassCodeDensity().fit(codes, labels)
+    whitened = density.whiten(codes)
+    assert whitened.mean(0).abs().max() < 1e-4
+    assert torch.allclose(torch.cov(whitened.T), torch.eye(4), atol=1e-3)
+    assert torch.allclose(density.unwhiten(whitened), codes, atol=1e-4)
+    # each class's component sits at the whitened mean of that class's codes
+    for k in range(3):
+        assert torch.allclose(density.means_[k], whitened[labels == k].mean(0), atol=1e-4)
+    assert torch.allclose(density.weights_, torch.full((3,), 1 / 3))
+
+
+def test_the_mixture_is_a_pyro_distribution_with_the_gradient_of_its_log_density():
+    codes, labels = _codes()
+    density = ClassCodeDensity().fit(codes, labels)
+    prior = density.distribution(batch=5)
+    assert prior.batch_shape == (5,) and prior.event_shape == (4,)
+    w = torch.randn(5, 4, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+    (gradient,) = torch.autograd.grad(prior.log_prob(w).sum(), w)
+    assert torch.isfinite(gradient).all()
+    step = 1e-3  # central differences agree with autograd
+    for dim in range(4):
+        shift = torch.zeros(5, 4)
+        shift[:, dim] = step
+        with torch.no_grad():
+            numeric = (prior.log_prob(w + shift) - prior.log_prob(w - shift)) / (2 * step)
+        assert torch.allclose(gradient[:, dim], numeric, rtol=1e-2, atol=1e-2)
+    # log density of the mixture: log Σ_k π_k N(w; μ_k, Σ)
+    components = [density.class_distribution(k).log_prob(w.detach()) + density.weights_[k].log() for k in range(3)]
+    assert torch.allclose(prior.log_prob(w.detach()), torch.logsumexp(torch.stack(components), 0), atol=1e-4)
+
+
+def test_a_class_components_samples_are_that_class_and_the_mixtures_follow_the_weights():
+    codes, labels = _codes()
+    density = ClassCodeDensity().fit(codes, labels)
+    generator = DensityGenerator(_LinearAutoencoder(), density, class_names=("a", "b", "c"))
+    rng = torch.Generator().manual_seed(2)
+    drawn = density.sample(600, rng, class_index=1)
+    said = [generator.describe(w) for w in drawn[:200]]
+    assert sum("class b" in text for text in said) > 0.9 * len(said)
+    # in code space the class's samples sit around its codes' mean
+    assert torch.allclose(density.unwhiten(drawn).mean(0), codes[labels == 1].mean(0), atol=0.3)
+    mixed = density.sample(3000, rng)
+    nearest = torch.cdist(mixed, density.means_).argmin(1)
+    assert torch.allclose(torch.bincount(nearest, minlength=3) / 3000.0, density.weights_, atol=0.05)
+
+
+class _LinearAutoencoder(nn.Module):
+    """Codes (B, 4) to 8x8 images and back: a fixed linear decoder and its least-squares encoder."""
+
+    latent_dim = 4
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = nn.Parameter(torch.randn(64, 4) * 0.05, requires_grad=False)
+
+    def decode(self, z):
+        return torch.sigmoid(z @ self.weight.T).view(-1, 1, 8, 8)
+
+    def encode(self, x):
+        logits = torch.logit(x.reshape(len(x), 64).clamp(1e-4, 1 - 1e-4))
+        mean = torch.linalg.lstsq(self.weight, logits.T).solution.T
+        return mean, torch.full_like(mean, -4.0)
+
+
+class _FirstPixels(nn.Module):
+    """A 3-class classifier reading the first pixels of an 8x8 image."""
+
+    def forward(self, x):
+        return torch.softmax(20 * x.reshape(len(x), -1)[:, :3], dim=1)
+
+
+def test_a_generator_seen_through_its_density_encodes_into_it_and_hmc_runs_on_the_mixture_prior():
+    autoencoder = _LinearAutoencoder()
+    codes, labels = _codes()
+    images = autoencoder.decode(codes)
+    density = fit_code_density(autoencoder, images, labels)
+    generator = DensityGenerator(autoencoder, density)
+    capabilities = generator_capabilities(generator)
+    assert capabilities.structured_prior and capabilities.encoder and capabilities.sampler == "hmc"
+    # Defuse perturbs codes in the same space the sampler moves in: encoding decoded codes gives them back
+    whitened = density.whiten(codes[:50])
+    assert torch.allclose(generator.encode(generator.decode(whitened))[0], whitened, atol=1e-2)
+    targets = TargetBatch(parse_targets("high:1", ("0", "1", "2")), 4)
+    posterior = BayesTrExPosterior(_FirstPixels(), generator, targets)
+    z = density.sample(4, torch.Generator().manual_seed(3))
+    logp, gradient, probs = posterior.logdensity_and_grad(z)
+    log_prior, _, _ = posterior.log_terms(z)
+    assert torch.allclose(log_prior, density.distribution(4).log_prob(z), atol=1e-5)  # the mixture is p(z)
+    assert torch.isfinite(logp).all() and torch.isfinite(gradient).all() and probs.shape == (4, 3)
+    # chains may start where a class's codes live (the component of class 1)
+    start = density.sample(4, torch.Generator().manual_seed(4), class_index=1)
+    result = run_hmc(posterior, SamplerConfig(num_warmup=10, num_samples=10, seed=0), initial=start)
+    assert result.positions.shape[:2] == (4, 10) and torch.isfinite(result.positions).all()
+
+
+def test_bad_input_is_the_projects_error():
+    codes, labels = _codes(count_per_class=1)
+    with pytest.raises(ProbeError, match="needs at least 8 codes"):
+        ClassCodeDensity().fit(codes, labels)
+    with pytest.raises(ProbeError, match="ridge must be positive"):
+        ClassCodeDensity(ridge=0).fit(*_codes())
+    with pytest.raises(ProbeError, match="not fitted yet"):
+        ClassCodeDensity().distribution()
+    density = ClassCodeDensity().fit(*_codes())
+    with pytest.raises(ProbeError, match="no component for class 7"):
+        density.class_distribution(7)
+    with pytest.raises(ProbeError, match="needs encode"):
+        fit_code_density(nn.Linear(2, 2), torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
