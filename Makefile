@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
 BENCH_WORKSPACE ?= .bench-workspace
-BENCHMARKS := default_models generator_check sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out real_size defuse_real_size mutation
+BENCHMARKS := default_models generator_check generators sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out real_size defuse_real_size mutation
 # The same scripts on real MNIST (the README's "Real MNIST"): the 10,000 test images, split 80/20.
 MNIST_DIR ?= ../shared/data/mnist-t10k
 MNIST_BENCHMARKS := zoo_budgets table2 matrix_defaults sampler generator_check
