@@ -4,6 +4,7 @@ what the pages derive from them: the session's data set and models, starting a s
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -16,6 +17,8 @@ from probe_core.data.catalog import canonical_dataset_name, generator_source, li
 from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device
+from probe_core.models.files import describe_linked_file
+from probe_core.models.kept import KEPT_FOLDER
 from probe_core.runs import history, lifecycle
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.scaleout import SHARDS_RANGE, check_executor
@@ -83,12 +86,24 @@ def _linked_key(kind: str, dataset: str) -> str:
 
 
 def _adopted_from_address(kind: str, dataset: str, value: str | None) -> str:
-    """What a reference in the address becomes: a stored model id, ``default`` or a built generator at once; a
-    file (a plugin runs code when loaded) only after the person confirms it (:func:`linked_file_card`)."""
-    if not value or value == "default" or generator_source(value) is not None or workspace().registry.exists(value):
+    """What a reference in the address becomes: a stored model id, ``default``, a built generator, a reference
+    the workspace already holds (its runs name it) or a file the tool kept in the workspace (``probe_core.api``'s
+    ``show`` of an in-memory model) at once; any other file (a plugin runs code when loaded) only after the person
+    confirms it (:func:`linked_file_card`)."""
+    ws = workspace()
+    if not value or value == "default" or generator_source(value) is not None or ws.registry.exists(value) \
+            or value in ws.store.known_references() or _kept_by_the_workspace(value, ws):
         return value or "default"
     st.session_state[_linked_key(kind, dataset)] = value
     return "default"
+
+
+def _kept_by_the_workspace(reference: str, ws) -> bool:
+    try:
+        path = describe_linked_file(reference).path
+    except ProbeError:
+        return False
+    return path.is_relative_to(Path(ws.root).resolve() / KEPT_FOLDER)
 
 
 def linked_file_card(kind: str, dataset: str) -> None:
@@ -97,8 +112,6 @@ def linked_file_card(kind: str, dataset: str) -> None:
     A link never makes the server import code by itself: only a person who may load files, having seen what
     the file is, loads it. Anything but a plugin or model file is refused, whatever exists at that path.
     """
-    from probe_core.models.files import describe_linked_file
-
     pending = st.session_state.get(_linked_key(kind, dataset))
     if not pending:
         return

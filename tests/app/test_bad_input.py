@@ -260,3 +260,21 @@ def test_a_link_naming_a_file_imports_nothing_until_the_admin_confirms_it(app_en
     assert not other.exception
     assert any("names no plugin (.py) or model file" in e.value.replace("\\", "") for e in other.error)
     assert other.session_state["classifier_ref:digits"] == "default"
+
+
+def test_a_link_to_a_model_the_tool_kept_in_the_workspace_opens_at_once(app_env):
+    """``show`` (the notebook's) keeps an in-memory model as a file in the workspace and opens the dashboard on
+    it: that file is the workspace's own, so the link uses it without asking."""
+    import torch
+    from streamlit.testing.v1 import AppTest
+
+    from probe_core.models.kept import keep_classifier
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    reference = keep_classifier(app_env.root, net, [str(k) for k in range(10)], (1, 8, 8))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
+    at.query_params["classifier"] = reference
+    at.run()
+    at.switch_page("pages/views/probe.py").run()
+    assert not at.exception
+    assert at.session_state["classifier_ref:digits"] == reference and not at.code  # no confirmation asked
