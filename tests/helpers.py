@@ -287,3 +287,11 @@ def claim_group(tmp_path_factory, group: str) -> None:
         if owner and owner != worker:
             pytest.fail(f"group {group!r} is built on two xdist workers ({owner} and {worker}): "
                         "--dist loadgroup did not keep it on one (see tests/conftest.py)")
+
+
+def shown(markdown: str) -> str:
+    """What a person reads in a message's Markdown body: the pages escape quoted input (``pages.ui.text.plain``),
+    so AppTest's ``value`` holds ``\\(`` where the page shows ``(``."""
+    import re
+
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)

@@ -122,9 +122,11 @@ def linked_file_card(kind: str, dataset: str) -> None:
             return
         try:
             linked = describe_linked_file(pending)
-        except ProbeError as exc:
+        except ProbeError as exc:  # shown on every page until dismissed: the link named something unusable
             st.error(f"The address names a {kind} that is not loaded: {plain(exc)}")
-            st.session_state.pop(_linked_key(kind, dataset))
+            if st.button("Dismiss", key=f"link_dismiss_{kind}"):
+                st.session_state.pop(_linked_key(kind, dataset))
+                st.rerun()
             return
         st.warning(f"The address asks this server to load a {kind} from a {linked.kind}"
                    + (" (Python code that runs when it is loaded)" if linked.kind == "plugin" else "")

@@ -258,7 +258,7 @@ def describe_linked_file(reference: str) -> LinkedFile:
     else:
         raise PluginError(f"{excerpt(text)} names no plugin (.py) or model file (.pt, .pt2, .ts): nothing is loaded")
     if not path.is_file():
-        raise PluginError(f"no {kind} at {excerpt(str(path))}")
+        raise PluginError(f"{kind} file {path} not found")
     digest = file_sha256(path) if kind == "plugin" else _digest(path)
     pinned = f"{PLUGIN_PREFIX}{path}{_DIGEST_MARK}{digest}" if kind == "plugin" else model_file_reference(path)
     return LinkedFile(path, kind, path.stat().st_size, digest, pinned)

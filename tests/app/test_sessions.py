@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from helpers import require_shared_mnist
+from helpers import require_shared_mnist, shown
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -27,7 +27,7 @@ def test_two_sessions_with_different_data_folders_do_not_interfere(workspace, mo
     for _ in range(3):
         for name, at in (("alice", alice), ("bob", bob)):
             at.run()
-            seen[name].append([e.value for e in at.error] + [str(x.value) for x in at.exception])
+            seen[name].append([shown(e.value) for e in at.error] + [str(x.value) for x in at.exception])
     # Alice's folder holds MNIST: never an error; Bob's is empty: always his own folder's error.
     assert all(not messages for messages in seen["alice"]), seen["alice"]
     assert all(any(str(empty) in m for m in messages) for messages in seen["bob"]), seen["bob"]

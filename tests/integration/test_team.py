@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import shown
 from streamlit.testing.v1 import AppTest
 
 from probe_core.errors import ProbeError
@@ -96,7 +97,7 @@ def test_a_wrong_password_is_refused_and_opens_no_session(team):
     at.text_input[0].input("ann")
     at.text_input[1].input("not the password")
     at.button[0].click().run()
-    assert any("Wrong name or password" in e.value for e in at.error)
+    assert any("Wrong name or password" in shown(e.value) for e in at.error)
     assert "signed_in_actor" not in at.session_state and not at.title
     at.text_input[0].input("ann")
     at.text_input[1].input(PASSWORD)
@@ -138,7 +139,7 @@ def _act_as(actor: Actor, plugin: Path, classifier: str, vae: str) -> dict:
     at.session_state["signed_in_at"] = time.time()
     at.run()
     assert not at.exception, at.exception
-    return at.session_state["outcome"], [e.value for e in at.error]
+    return at.session_state["outcome"], [shown(e.value) for e in at.error]
 
 
 def test_an_annotator_cannot_start_runs_or_load_files_and_an_admin_can(team, tmp_path):
@@ -311,7 +312,7 @@ def test_the_app_served_on_a_network_address_without_accounts_shows_only_the_ref
     finally:
         config.set_option("server.address", address)
     assert not at.exception and not at.title
-    assert [e.value for e in at.error] and "no accounts" in at.error[0].value
+    assert [e.value for e in at.error] and "no accounts" in shown(at.error[0].value)
 
 
 def test_ten_wrong_passwords_lock_the_account_and_the_client_out_and_the_log_shows_it(workspace, capsys):
