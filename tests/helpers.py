@@ -295,3 +295,14 @@ def shown(markdown: str) -> str:
     import re
 
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+def load_linked_files(at, kinds: int = 2):
+    """Press the page's Load button for each file a link named (``pages.ui.session.linked_file_card``), as an
+    admin who knows the files does; returns the AppTest."""
+    for _ in range(kinds):
+        load = [button for button in at.button if button.label == "Load it"]
+        if not load:
+            break
+        load[0].click().run()
+    return at

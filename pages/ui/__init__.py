@@ -21,6 +21,7 @@ from pages.ui.session import (
     current_dataset,
     device,
     failures_of_run,
+    linked_file_card,
     job_manager,
     load_model,
     model_ref,
@@ -63,4 +64,5 @@ __all__ = [
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
     "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
     "workspace", "FOLLOWED_DISTILL_RUN", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form", "plain",
+    "linked_file_card",
 ]

@@ -57,6 +57,8 @@ def run() -> None:
         st.navigation(pages, position="hidden")  # keeps the address's page for after signing in
         st.stop()
     _ui.sidebar_settings()
+    for kind in _ui.MODEL_KINDS:  # a file a link named waits here, on every page, for an admin's Load
+        _ui.linked_file_card(kind, st.session_state.get("dataset", DEFAULT_DATASET))
     if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN) \
             and st.session_state.get("dataset") == DEFAULT_DATASET:
         # First start on the embedded data set: train its default models in the background while the page is

@@ -284,7 +284,6 @@ def session_model(kind: str, dataset: str):
     Lookups never train: an untrained default is trained on the Models page, and the page says so instead.
     """
     reference = model_ref(kind, dataset)
-    linked_file_card(kind, dataset)
     ws = workspace()
     try:
         if reference == "default":

@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from helpers import shown, write_tiny_plugin
+from helpers import load_linked_files, shown, write_tiny_plugin
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -187,11 +187,7 @@ def _probe_page(app_env, **models):
         at.query_params[kind] = reference
     at.run()
     at.switch_page("pages/views/probe.py").run()
-    for _ in models:
-        load = [b for b in at.button if b.label == "Load it"]
-        if not load:
-            break
-        load[0].click().run()
+    load_linked_files(at, len(models))
     assert not at.exception, at.exception
     return at
 
@@ -238,7 +234,7 @@ def test_a_hostile_reference_in_the_address_is_shown_as_plain_text_not_a_link(ap
 def test_a_link_naming_a_file_imports_nothing_until_the_admin_confirms_it(app_env, tmp_path):
     """``/?classifier=/path/plugin.py`` shows the file (path, size, sha256) with Load and Ignore; nothing is
     imported before Load, and a path that is no plugin or model file is refused whatever exists there."""
-    from helpers import shown, write_tiny_plugin
+    from helpers import load_linked_files, shown, write_tiny_plugin
     from streamlit.testing.v1 import AppTest
 
     from probe_core.models.plugins import file_sha256

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from helpers import rerun_until, write_tiny_plugin
+from helpers import load_linked_files, rerun_until, write_tiny_plugin
 from streamlit.testing.v1 import AppTest
 
 from probe_core.defuse import queries
@@ -16,6 +16,7 @@ def _page(page: str, **models) -> AppTest:
         at.query_params[kind] = reference
     at.run()
     at.switch_page(page).run()
+    load_linked_files(at, len(models))  # a file named in the address loads when an admin says so
     assert not at.exception, at.exception
     return at
 
