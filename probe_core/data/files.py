@@ -93,6 +93,41 @@ def parse_reference(reference: str) -> tuple[str, Path, dict]:
     return scheme, Path(path_text), options
 
 
+def reference_pin(reference: str) -> tuple[str, str]:
+    """What a file reference resolves to now: ``(real path, fingerprint)``.
+
+    The real path follows symlinks; the fingerprint is a folder's manifest (every image's split, class, name,
+    size and modification time: cheap, and any edit changes it) or an ``.npz`` file's sha256. An admin's use of
+    a reference pins it (:meth:`~probe_core.store.Store.pin_reference`); an annotator's resolution compares
+    the pin with this, so a folder or file re-pointed or changed after it was recorded is refused.
+
+    Raises
+    ------
+    DataError
+        For a reference that is no file reference, or whose folder or file is gone.
+    """
+    if not is_file_reference(reference):
+        raise DataError(f"{reference!r} is not a folder or .npz reference")
+    scheme, path, _ = parse_reference(reference)
+    real = path.expanduser().resolve()
+    if scheme == FOLDER_SCHEME:
+        return str(real), _fingerprint(folder_layout(real), {})
+    if not real.is_file():
+        raise DataError(f"array file {real} does not exist")
+    stat = real.stat()
+    return str(real), _file_sha256(str(real), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    """A file's sha256, read once per (path, size, modification time, inode): pages resolve data on every rerun."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def short_name(reference: str) -> str:
     """A readable name for ids and titles: the folder or file name."""
     return parse_reference(reference)[1].stem

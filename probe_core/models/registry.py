@@ -36,8 +36,8 @@ from probe_core.data.catalog import (
     load_dataset,
 )
 from probe_core.data.classes import ClassMatch, match_classes, split_class_map, with_class_map
-from probe_core.data.files import is_file_reference, short_name
-from probe_core.errors import ModelNotFoundError, ProbeError, check_number_ranges, excerpt
+from probe_core.data.files import is_file_reference, reference_pin, short_name
+from probe_core.errors import DataError, ModelNotFoundError, ProbeError, check_number_ranges, excerpt
 from probe_core.models.aligned import AlignedClassifier
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
@@ -493,13 +493,27 @@ class ModelRegistry:
         DataError
             As :func:`~probe_core.data.catalog.load_dataset`.
         """
+        base, _ = split_view(name)
         if not self._trusted():
-            base, _ = split_view(name)
             if self.data_dir is not None and str(self.data_dir) != os.environ.get(DATA_DIR_ENV, ""):
                 refuse_unlisted(self.actor, "the server's data folder")
             if not (base in DATASETS or base in {split_view(known)[0] for known in self.store.known_references()}):
                 refuse_unlisted(self.actor, "the embedded data sets and those an admin has added to the workspace")
+            if is_file_reference(base) and self._pin_now(base) != self.store.reference_pin(base):
+                # the folder or file was re-pointed or changed since an admin used it: not what was allowed
+                refuse_unlisted(self.actor, "the data sets an admin has added, as they were when added")
+        elif is_file_reference(base):
+            pin = self._pin_now(base)
+            if pin is not None and pin != self.store.reference_pin(base):
+                self.store.pin_reference(base, *pin)
         return load_dataset(name, self.data_dir)
+
+    @staticmethod
+    def _pin_now(reference: str) -> tuple[str, str] | None:
+        try:
+            return reference_pin(reference)
+        except DataError:
+            return None
 
     def _check_model_reference(self, reference: str | None) -> None:
         if self._trusted() or reference in (None, "default"):

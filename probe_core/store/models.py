@@ -36,6 +36,19 @@ class ModelTable(Database):
             params.append(kind)
         return [self._model_row(r) for r in self._query(sql + " ORDER BY created_at DESC", params)]
 
+    def pin_reference(self, reference: str, real_path: str, fingerprint: str) -> None:
+        """Record what a folder or .npz reference resolves to now (an admin's use; a later one replaces it)."""
+        with self.transaction() as connection:
+            connection.execute("INSERT INTO reference_pins (reference, real_path, fingerprint, pinned_at) "
+                               "VALUES (?,?,?,?) ON CONFLICT(reference) DO UPDATE SET real_path=excluded.real_path, "
+                               "fingerprint=excluded.fingerprint, pinned_at=excluded.pinned_at",
+                               (reference, real_path, fingerprint, time.time()))
+
+    def reference_pin(self, reference: str) -> tuple[str, str] | None:
+        """``(real path, fingerprint)`` a reference was pinned to, or None."""
+        rows = self._query("SELECT real_path, fingerprint FROM reference_pins WHERE reference=?", (reference,))
+        return (rows[0]["real_path"], rows[0]["fingerprint"]) if rows else None
+
     def known_references(self) -> set[str]:
         """Every data set and model reference the workspace holds: the data sets its models and suites were
         made on, and the data sets, classifiers and generators its runs name (in their request, progress or

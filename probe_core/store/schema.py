@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -198,5 +198,14 @@ MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX account_events_by_name ON account_events(name, at);
     CREATE INDEX account_events_by_client ON account_events(client, at);
+    """,
+    # What each folder or .npz reference resolved to when an admin last used it (probe_core.data.files.reference_pin)
+    10: """
+    CREATE TABLE reference_pins (
+        reference TEXT PRIMARY KEY,
+        real_path TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        pinned_at REAL NOT NULL
+    );
     """,
 }

@@ -97,6 +97,52 @@ def test_an_annotator_may_open_what_an_admin_added_to_the_workspace(workspace, t
     with pytest.raises(PermissionDenied):
         registry.dataset(reference)
     workspace.store.create_run("sample", {"dataset": reference, "classifier": "default"}, user="local:admin")
+    workspace.registry.dataset(reference)  # the admin's run resolved it: pinned to what it is now
     assert registry.dataset(reference).num_classes == 2
     with pytest.raises(PermissionDenied):  # a data folder an annotator names is never the server's
         workspace.for_data_dir(str(tmp_path), actor=ANNOTATOR).registry.dataset("mnist")
+
+
+def test_a_folder_or_file_re_pointed_after_an_admin_added_it_is_refused_until_an_admin_uses_it_again(workspace,
+                                                                                                      tmp_path):
+    """References are pinned to what they resolved to (real path and content): a symlink re-pointed or a file
+    changed after an admin added it is not what was allowed (security round two, item 5)."""
+    rng = np.random.default_rng(0)
+    first, second = tmp_path / "first.npz", tmp_path / "second.npz"
+    np.savez(first, x=rng.random((40, 8, 8)), y=np.arange(40) % 2)
+    np.savez(second, x=rng.random((30, 8, 8)), y=np.arange(30) % 3)
+    link = tmp_path / "data.npz"
+    link.symlink_to(first)
+    reference = f"arrays:{link}"
+    workspace.store.create_run("sample", {"dataset": reference}, user="local:admin")
+    workspace.registry.dataset(reference)  # an admin's use pins it
+    annotator = workspace.registry.acting_as(ANNOTATOR)
+    assert annotator.dataset(reference).num_classes == 2
+    link.unlink()
+    link.symlink_to(second)  # re-pointed after it was recorded
+    with pytest.raises(PermissionDenied, match="as they were when added"):
+        annotator.dataset(reference)
+    link.unlink()
+    link.symlink_to(first)
+    assert annotator.dataset(reference).num_classes == 2  # the same file again is what was allowed
+    np.savez(first, x=rng.random((40, 8, 8)), y=np.arange(40) % 4)  # changed in place
+    with pytest.raises(PermissionDenied, match="as they were when added"):
+        annotator.dataset(reference)
+    workspace.registry.dataset(reference)  # the admin uses it again: pinned anew
+    assert workspace.store.reference_pin(reference)[0] == str(first.resolve())
+    annotator.dataset(reference)  # allowed again
+    # a folder: its manifest (names, sizes, modification times) is the pin
+    from PIL import Image
+
+    folder = tmp_path / "folder"
+    for name in ("a", "b"):
+        (folder / name).mkdir(parents=True)
+        for index in range(3):
+            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(folder / name / f"{index}.png")
+    folder_reference = f"images:{folder}"
+    workspace.store.create_run("sample", {"dataset": folder_reference}, user="local:admin")
+    workspace.registry.dataset(folder_reference)
+    assert annotator.dataset(folder_reference).num_classes == 2
+    Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(folder / "a" / "new.png")
+    with pytest.raises(PermissionDenied, match="as they were when added"):
+        annotator.dataset(folder_reference)
