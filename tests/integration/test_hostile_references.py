@@ -14,6 +14,8 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 from helpers import write_tiny_plugin
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from probe_core.errors import ProbeError
 from probe_core.team.accounts import Actor, PermissionDenied
@@ -146,3 +148,50 @@ def test_a_folder_or_file_re_pointed_after_an_admin_added_it_is_refused_until_an
     Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(folder / "a" / "new.png")
     with pytest.raises(PermissionDenied, match="as they were when added"):
         annotator.dataset(folder_reference)
+
+
+_BAIT = {}
+
+
+def _bait() -> Path:
+    """One plugin per test process that writes a marker file when imported (outside any test's tmp_path, as
+    hypothesis reruns a test body with its function-scoped fixtures shared)."""
+    if "plugin" not in _BAIT:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="probe-bait-"))
+        _BAIT["plugin"] = write_tiny_plugin(folder, "bait.py", extra=MARKER_CODE)
+    return _BAIT["plugin"]
+
+
+def _spellings(path: Path):
+    """A reference built from pieces: a scheme or none, the path in one of its spellings, an option or none."""
+    text = str(path)
+    relative = os.path.relpath(path, Path.cwd())
+    forms = st.sampled_from([
+        text, relative, f"./{relative}", "/".join([".."] * 9) + text, quote(text), quote(text, safe=""),
+        quote(quote(text, safe=""), safe=""), text.replace("/", "\\"), text.replace("/", "\uff0f"), text + "\x00",
+        f"~/{relative}", f"file://{text}", text.upper(), f" {text} ", text[:-3] + ".PY"])
+    prefixes = st.sampled_from(["", "plugin:", "PLUGIN:", "modelfile:", "images:", "arrays:", "file:", "scene:",
+                                "x[/", "default[", "default#class_map=a=b["])
+    suffixes = st.sampled_from(["", "#sha256=00", "#class_map=0=0", "?x=1", "?size=8", "[mislabel=1->2:0.5]", "]",
+                                "#sha256=" + "0" * 64])
+    return st.tuples(prefixes, forms, suffixes).map("".join)
+
+
+@settings(max_examples=max(150, settings.default.max_examples),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_references_built_from_pieces_never_import_or_read_for_an_annotator(workspace, data):
+    """Prefixes, path spellings (relative, traversal, URL- and double-encoded, backslashes, full-width slashes,
+    NUL, case) and options combined by hypothesis (derandomized in CI): as an annotator every one is refused
+    by both resolvers, and the bait plugin is never imported."""
+    plugin = _bait()
+    marker = plugin.with_suffix(".imported")
+    reference = data.draw(_spellings(plugin))
+    registry = workspace.registry.acting_as(ANNOTATOR)
+    with pytest.raises(ProbeError):
+        registry.resolve(reference, "classifier", "digits")
+    with pytest.raises(ProbeError):
+        registry.dataset(reference)
+    assert not marker.exists(), reference
