@@ -321,3 +321,29 @@ def test_training_auto_labelling_and_labelling_as_another_are_checked_in_the_cor
     assert label_tools.label_images(store, image_ids, ANNOTATOR.name, "9", names, actor=ANNOTATOR)
     assert label_tools.label_images(store, image_ids, "ann-for-the-record", "9", names, actor=ADMIN)
     assert label_tools.label_images(store, image_ids, "shell-user", "9", names)  # the local owner, a shell
+
+
+def test_every_run_kind_s_bounded_settings_are_refused_top_level_and_nested():
+    """For each run kind the installed packages declare, every setting of its request type that the server
+    bounds is refused over its bound, written where the request keeps it or nested in a list of dicts."""
+    import dataclasses
+
+    from probe_core.runs.lifecycle import all_run_kinds
+    from probe_core.runs.limits import _BOUNDED_SETTINGS
+
+    limits = ServerLimits()
+    bounded = dict(_BOUNDED_SETTINGS)
+    checked = {}
+    for name, kind in all_run_kinds().items():
+        fields = {field.name for field in dataclasses.fields(kind.request_type)}
+        if "specs" in fields:  # a training request: its model specs carry epochs
+            fields |= {"epochs", "feature_epochs"}
+        checked[name] = sorted(fields & set(bounded))
+        for field in checked[name]:
+            too_many = getattr(limits, bounded[field]) + 1
+            for config in ({field: too_many}, {"specs": [{"kind": "vae"}, {field: too_many}]}):
+                with pytest.raises(ProbeError, match="this server allows at most"):
+                    limits.check_request(config)
+            limits.check_request({field: getattr(limits, bounded[field])})  # the bound itself is allowed
+    assert {"sample", "train", "defuse-identify", "defuse-correct", "compare"} <= {
+        name for name, fields in checked.items() if fields}, checked
