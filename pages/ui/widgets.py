@@ -73,7 +73,9 @@ MODELS_COLUMN_CONFIG = {
 def run_status_line(run) -> str:
     icon = {"running": ":material/autorenew:", "queued": ":material/schedule:", "done": ":material/check_circle:",
             "failed": ":material/error:", "cancelled": ":material/stop_circle:", "interrupted": ":material/warning:"}
-    return f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
+    left = history.describe_time_left(history.time_left(run))
+    return (f"{icon.get(run.status, '')} run {run.id} · {run.kind} · {run.status} · {run.message}"
+            + (f" · {left}" if left else ""))
 
 
 def model_choice(kind: str, dataset: str) -> None:

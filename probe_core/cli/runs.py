@@ -9,6 +9,7 @@ import time
 from probe_core.bayestrex.latent_map import latent_map, sampling_report
 from probe_core.cli.common import workspace_from_args
 from probe_core.reporting.export import format_table, write_file
+from probe_core.runs import history
 
 
 def _stamp(seconds: float | None) -> str:
@@ -28,8 +29,9 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"no runs in {workspace.root} yet")
         return 0
     rows = [[str(r.id), r.kind, r.status, f"{r.progress * 100:.0f}%", _stamp(r.started_at or r.created_at),
-             _stamp(r.finished_at), (r.error or r.message or "")[:70]] for r in runs]
-    print(format_table(rows, ["id", "kind", "status", "progress", "started", "ended", "message"]))
+             _stamp(r.finished_at) or history.describe_time_left(history.time_left(r)),
+             (r.error or r.message or "")[:70]] for r in runs]
+    print(format_table(rows, ["id", "kind", "status", "progress", "started", "ended (or time left)", "message"]))
     return 0
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable
 
 from probe_core.data import split_view
@@ -63,3 +64,28 @@ def datasets_used(store, limit: int = 200) -> list[str]:
             if base not in used:
                 used.append(base)
     return used
+
+
+# An estimate needs this much of the run behind it: the first reports (loading models, warm-up) are not its rate.
+MIN_PROGRESS_FOR_ESTIMATE = 0.02
+MIN_SECONDS_FOR_ESTIMATE = 3.0
+
+
+def time_left(run: Run, now: float | None = None) -> float | None:
+    """Seconds a running run has left, from its own measured rate: the time since it started over the
+    progress it reported, times what is left; None while queued, ended, or too early to tell."""
+    if run.status != "running" or run.started_at is None:
+        return None
+    elapsed = (time.time() if now is None else now) - run.started_at
+    if run.progress < MIN_PROGRESS_FOR_ESTIMATE or elapsed < MIN_SECONDS_FOR_ESTIMATE or run.progress >= 1:
+        return None
+    return elapsed * (1 - run.progress) / run.progress
+
+
+def describe_time_left(seconds: float | None) -> str:
+    """``about 2 min left``, ``about 40 s left``; empty when unknown."""
+    if seconds is None:
+        return ""
+    if seconds >= 90:
+        return f"about {round(seconds / 60):,} min left"
+    return f"about {max(5, round(seconds / 5) * 5)} s left"

@@ -49,7 +49,7 @@ def test_independence_jumps_are_a_sampler_option_the_run_records(trained_workspa
                  "--warmup", "40", "--samples", "10", "--independence-moves", "2", "--out", str(out)]) == 0
     [target] = json.loads(out.read_text())["targets"]
     assert target["summary"]["kept"] == 32 * 10 and target["summary"]["hits"] > 0
-    assert 0 < target["independence_acceptance"] <= 1  # digits, high: the fitted mixture is accepted often
+    assert 0.05 < target["independence_acceptance"] <= 1  # digits, high: the fitted mixture is accepted often
     run = trained_workspace.store.list_runs(kind="sample", limit=1)[0]
     assert run.config["independence_moves"] == 2 and run.config["target"] == "high:2"
 
@@ -60,7 +60,7 @@ def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
                  "--warmup", "40", "--samples", "20", "--out", str(out), "--npz", str(tmp_path / "s.npz")])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "high:7" in printed and "targets reached" in printed
+    assert "high:7" in printed and "1/1 targets reached" in printed
     result = json.loads(out.read_text())
     assert {"dataset", "classifier", "generator", "sampler", "seed", "wall_seconds", "targets"} <= set(result)
     [target] = result["targets"]

@@ -65,7 +65,8 @@ def test_user_data_goes_through_info_defaults_sample_and_defuse(tmp_path, make, 
     printed = capsys.readouterr()
     assert code == 0, printed.err
     summary = json.loads(out.read_text())
-    assert summary["failures"] > 0 and 0 <= summary["results"]["before"]["test_accuracy"] <= 1
+    # the flawed classifier learnt the rest of the data: well above the 1/3 of chance before any fix
+    assert summary["failures"] > 0 and summary["results"]["before"]["test_accuracy"] > 0.5
     # finetuning on the labelled failure regions raises the classifier's accuracy on held-out samples of them
     before, after = summary["results"]["before"], summary["results"]["defuse"]
     assert after["failure_accuracy"] > before["failure_accuracy"], summary["results"]
