@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from probe_core.runs.history import describe_time_left, time_left
