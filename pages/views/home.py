@@ -118,6 +118,9 @@ with st.form("train-model", enter_to_submit=False):
                             help="KL loss to soft targets 0.5 on y and 0.5 on (y+1) mod K (Bayes-TrEx Sec. 4.5)")
     epochs = st.number_input("Epochs (0 = default for this data set)", 0, MODEL_RANGES["epochs"][1], 0,
                              key="train_epochs")
+    latent = st.number_input("Latent size (VAE and GAN; 0 = the data set's default)", 0, MODEL_RANGES["latent_dim"][1],
+                             0, key="train_latent",
+                             help="what a weak generator's advice may name: a larger code keeps more of each image")
     seed = st.number_input("Seed", *MODEL_RANGES["seed"], 0, key="train_seed")
     submitted = st.form_submit_button("Train", key="train_submit")
 if submitted:
@@ -131,7 +134,8 @@ if submitted:
         elif subset_mode == "all except":
             classes = [c for c in range(dataset.num_classes) if c not in indices]
         spec = ModelSpec(dataset=dataset.base_name, kind=kind, classes=classes, ambiguous=ambiguous,
-                         epochs=int(epochs) or None, seed=int(seed))
+                         epochs=int(epochs) or None, seed=int(seed),
+                         latent_dim=int(latent) if int(latent) and kind != "classifier" else None)
         run_id = submit_training(manager, ws.registry, [spec], dataset.base_name, device=_ui.device())
         st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
     except ProbeError as exc:

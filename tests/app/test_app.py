@@ -34,6 +34,9 @@ def test_home_trains_a_model_from_the_form(app_env):
     assert (at.number_input(key="train_epochs").min, at.number_input(key="train_epochs").max) == (
         0, MODEL_RANGES["epochs"][1])
     assert (at.number_input(key="train_seed").min, at.number_input(key="train_seed").max) == MODEL_RANGES["seed"]
+    # the latent size a weak generator's advice names is in the form (0: the data set's default)
+    assert (at.number_input(key="train_latent").min, at.number_input(key="train_latent").max) == (
+        0, MODEL_RANGES["latent_dim"][1])
     assert (at.number_input(key="shards").min, at.number_input(key="shards").max) == (0, SHARDS_RANGE[1])
     at.number_input(key="train_epochs").set_value(2)
     at.number_input(key="train_seed").set_value(5)
