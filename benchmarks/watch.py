@@ -99,7 +99,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
             page.get_by_role("heading", name="Model Probe").first.wait_for(timeout=120_000)
         specs = workspace.registry.default_specs("digits", seed=0)
         if quick:
-            specs = [replace(spec, epochs=3) for spec in specs]
+            specs = [replace(spec, epochs=1) for spec in specs]
         manager = JobManager(workspace.store, ProcessLauncher())
         run = manager.wait(submit_training(manager, workspace.registry, specs, "digits", "benchmark"))
         for page in pages:
@@ -123,8 +123,8 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    config = SampleRequest.build(registry, "digits", "high:3", chains=32, warmup=60 if args.quick else 300,
-                            samples=60 if args.quick else 300, keep_every=5)
+    config = SampleRequest.build(registry, "digits", "high:3", chains=8 if args.quick else 32,
+                                 warmup=10 if args.quick else 300, samples=10 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds
     default_threads, all_cores = worker_threads(), len(os.sched_getaffinity(0))
     # (worker threads, tabs): the dashboard's default worker, watched by 0, 1 and 2 tabs, beside a worker
@@ -147,7 +147,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     medians = {condition: statistics.median(seconds) for condition, seconds in times.items()}
-    print(f"Probe run (high:3, 32 chains, {config.warmup} + {config.samples}), run time by tabs watching "
+    print(f"Probe run (high:3, {config.chains} chains, {config.warmup} + {config.samples}), run time by tabs watching "
           f"(median of {rounds} interleaved round{'s' if rounds != 1 else ''}; the dashboard's workers use "
           f"{default_threads} torch thread(s) of {all_cores} cores):")
     for (threads, tabs), seconds in medians.items():
@@ -163,7 +163,7 @@ def main() -> None:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
         trained = {tabs: training_seconds(tabs, browser, args.quick) for tabs in (0, 1)}
         browser.close()
-    print(f"default digits training{' (3 epochs each)' if args.quick else ''} with the Models page open: "
+    print(f"default digits training{' (1 epoch each)' if args.quick else ''} with the Models page open: "
           f"{trained[1]:.0f} s, closed: {trained[0]:.0f} s (ratio {trained[1] / trained[0]:.2f})")
 
 
