@@ -476,7 +476,7 @@ def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(tra
             _sign_in(page, server, people[1])
             _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
             _move_with_arrow(page, "ArrowLeft", 4, 3)  # back to the third cluster, where the two disagree
-            page.get_by_text("over 2 annotators").first.wait_for(timeout=60_000)
+            page.get_by_text("over 2 annotators").first.wait_for(timeout=120_000)  # a loaded machine redraws slowly
             body = page.inner_text("body")
             assert "agreement 50" in body, body[-2500:]
         distill_run = store.list_runs(kind="defuse-distill")[0].id
