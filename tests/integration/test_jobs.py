@@ -31,9 +31,8 @@ def test_job_success_failure_and_cancel(workspace):
     assert failed.status == "failed" and failed.error == "target vector must sum to 1"
     assert manager.wait(manager.submit("t", {}, crash), timeout=10).error == "RuntimeError: boom"
     run_id = manager.submit("t", {}, slow)
-    deadline = time.monotonic() + 60
-    while workspace.store.get_run(run_id).progress < 0.01:  # the job has reported steps: stop it mid-way
-        assert time.monotonic() < deadline, "the slow job reported no progress"
+    # wait on the condition, not a clock (pytest-timeout bounds a hang): the job has reported steps, or ended
+    while workspace.store.get_run(run_id).progress < 0.01 and workspace.store.get_run(run_id).active:
         time.sleep(0.01)
     manager.cancel(run_id)
     cancelled = manager.wait(run_id, timeout=10)
