@@ -1,26 +1,30 @@
-"""Generator recipes side by side: the prior Bayes-TrEx samples from and where its chains start (issue 68).
+"""Generator recipes side by side: the flat VAE against the regularized autoencoder with a fitted density (issue 68).
 
-For one data set's default classifier and VAE it compares, on the same trained VAE:
+For one data set (an embedded one, or the 32x32 SVHN-like and 64x64 sign-like stand-ins that
+``benchmarks/real_size.py`` builds from ``../shared``'s MNIST digits) it trains the default classifier, an
+independent judge (the same recipe, seed 1001, never probed) and each generator recipe:
 
-- **prior**: the VAE's N(0, I), or a density fitted on its training codes afterwards
-  (:class:`probe_core.models.density.ClassCodeDensity`: one Gaussian per class, shared covariance, whitened);
-- **start**: chains from prior draws, or from the target class's component (where that class's codes live).
+- **vae**: the data set's default VAE, sampled under its N(0, I) prior, and under a density fitted on its
+  training codes afterwards (:class:`probe_core.models.density.ClassCodeDensity`);
+- **rae**: the regularized autoencoder (``ModelSpec(kind="rae")``: a deterministic convolutional autoencoder
+  trained on pixels + SSIM + a feature network of its own, with the density fitted afterwards).
 
-and prints, per recipe: how often the classifier calls a decoding of the class's own component that class
-("class kept by samples"; the N(0, I) rows have no class component and show the prior's share), `high:C` chains
-that hit and the share of hits an independent classifier (the same recipe, seed 1001) agrees with, and the
-seconds the chains took. Run:
+It prints one row per recipe, prior and chain start: training seconds, the generator check's verdict and
+figures (FD-clf against the data's own train-vs-test, sharpness, the share of held-out images whose
+reconstructions keep their class, against the images), the class kept on training images, then ``high:C``
+chains (``SamplerConfig`` at the real-size defaults) started from prior draws or from the target class's
+component (``init="classes"``): chains that hit, the share of hits the judge calls the class, and seconds.
+Run:
 
-    .venv/bin/python benchmarks/generators.py --workspace WS [--dataset digits] [--classes 0,3,7] [--quick]
+    .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 | --dataset digits] [--quick]
 
-``--quick`` (CI's smoke run): one class, 4 chains, 10 + 10 iterations. What this does not measure yet: other
-generator families (an autoencoder trained without a prior) and the 32x32 and 64x64 stand-ins, which need
-their VAEs trained (``benchmarks/real_size.py`` trains them).
+``--quick`` (CI's smoke run): digits (or the stand-in's few images), short trainings, 4 chains of 10 + 10.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,73 +32,109 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_core.data.catalog import load_dataset  # noqa: E402
+from probe_core.data.catalog import canonical_dataset_name  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
-from probe_core.models.checks import judge_agreement  # noqa: E402
+from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
 from probe_core.models.density import DensityGenerator, fit_code_density  # noqa: E402
+from probe_core.models.training import classifier_accuracy  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc  # noqa: E402
 from probe_core.sampling.targets import TargetBatch, parse_targets  # noqa: E402
 
 JUDGE_SEED = 1001
+QUICK_EPOCHS = {"classifier": 2, "vae": 4, "rae": 4}
+
+
+def trained(registry, spec: ModelSpec, quick: bool):
+    """The model for ``spec`` (a quick run's with few epochs) and the seconds its training took."""
+    if quick:
+        spec = ModelSpec(**{**spec.__dict__, "epochs": QUICK_EPOCHS[spec.kind]})
+    model = registry.get_or_train(spec)
+    return model, model.metrics.get("train_seconds", float("nan"))
+
+
+def kept_on_training_images(classifier, generator, dataset, count: int = 1000) -> float:
+    """Accuracy on reconstructions of the first ``count`` training images over accuracy on the images."""
+    images, labels = dataset.train_images[:count], dataset.train_labels[:count]
+    with torch.no_grad():
+        reconstructions = torch.cat([generator.decode(generator.encode(images[s:s + 256])[0])
+                                     for s in range(0, len(images), 256)])
+    return classifier_accuracy(classifier, reconstructions, labels) / max(classifier_accuracy(classifier, images,
+                                                                                              labels), 1e-6)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", required=True)
-    parser.add_argument("--dataset", default="digits")
-    parser.add_argument("--classes", help="the classes probed with high:C (default: three spread over the classes)")
-    parser.add_argument("--quick", action="store_true", help="one class, 4 chains, 10 + 10 (a smoke run)")
+    parser.add_argument("--dataset", default="digits", help="an embedded data set (ignored with --size)")
+    parser.add_argument("--size", type=int, choices=(32, 64), help="the real-size stand-in of this size")
+    parser.add_argument("--classes", help="the classes probed with high:C (default: one, or three on small sets)")
+    parser.add_argument("--recipes", default="vae,rae", help="generator kinds compared (default vae,rae)")
+    parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(Path(__file__).resolve().parents[2]
+                                                                          / "shared" / "data" / "mnist-t10k")))
+    parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 10 + 10 (a smoke run)")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    registry = Workspace(args.workspace).registry
-    data = load_dataset(args.dataset, registry.data_dir)
-    classifier = registry.get_or_train(ModelSpec(dataset=args.dataset, kind="classifier"))
-    vae = registry.get_or_train(ModelSpec(dataset=args.dataset, kind="vae"))
-    judge = registry.get_or_train(ModelSpec(dataset=args.dataset, kind="classifier", seed=JUDGE_SEED))
+    began = time.perf_counter()
+    workspace = Workspace(args.workspace)
+    registry = workspace.registry
+    reference = args.dataset
+    if args.size:
+        from real_size import build_data
+        path, _ = build_data(args.size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
+        reference = canonical_dataset_name(str(path))
+    data = registry.dataset(reference)
+    classifier, classifier_seconds = trained(registry, ModelSpec(dataset=reference, kind="classifier"), args.quick)
+    judge, _ = trained(registry, ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED), args.quick)
     names = tuple(classifier.class_names)
     count = len(names)
     classes = ([names.index(c) for c in args.classes.split(",")] if args.classes
-               else [count // 7 % count] if args.quick else sorted({1 % count, count // 2, (2 * count) // 3}))
+               else [7 % count] if args.quick or args.size else sorted({1 % count, count // 2, (2 * count) // 3}))
     chains, steps = (4, 10) if args.quick else (16, 100)
-
-    started = time.perf_counter()
-    density = fit_code_density(vae.module, data.train_images, data.train_labels)
-    fit_seconds = time.perf_counter() - started
-    seen_through = DensityGenerator(vae.module, density, names)
-    print(f"{args.dataset}: classifier {classifier.id}, VAE {vae.id} (latent {vae.module.latent_dim}), judge "
-          f"{judge.id}; density fitted on {len(data.train_labels):,} training codes in {fit_seconds:.1f} s; "
-          f"{chains} chains, {steps} + {steps} iterations per target")
-    print("| recipe | class | class kept by samples | chains hit | judge agrees with hits | seconds |")
-    print("|---|---|---|---|---|---|")
+    print(f"{data.name}: {len(data.train_labels):,} training and {len(data.test_labels):,} test images of "
+          f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
+          f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
+          f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
+    print("| recipe | prior | start | train s | check | FD-clf ratio | sharpness | class kept held-out | "
+          "class kept training | class | chains hit | judge agrees with hits | chain s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = torch.Generator().manual_seed(0)
-    for cls in classes:
-        with torch.no_grad():  # decodings of the class's component: does the classifier see the class?
-            own = classifier.module(seen_through.decode(density.sample(256, rng, class_index=cls))).argmax(1)
-            prior = classifier.module(vae.module.decode(torch.randn(256, vae.module.latent_dim, generator=rng)))
-        kept = {"density": float((own == cls).float().mean()), "normal": float((prior.argmax(1) == cls).float().mean())}
-        for prior_name, start_name in (("N(0, I)", "prior"), ("density", "prior"), ("density", "class codes")):
-            generator = vae.module if prior_name == "N(0, I)" else seen_through
-            [target] = parse_targets(f"high:{names[cls]}", names)
-            targets = TargetBatch([target], chains)
-            posterior = BayesTrExPosterior(classifier.module, generator, targets)
-            initial = density.sample(chains, rng, class_index=cls) if start_name == "class codes" else None
-            config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=cls, init="prior")
-            began = time.perf_counter()
-            result = run_hmc(posterior, config, initial=initial)
-            seconds = time.perf_counter() - began
-            probs = result.probs.reshape(chains, steps, count)
-            hit = target.is_hit(probs.reshape(-1, count)).reshape(chains, steps)
-            positions = result.positions.reshape(chains * steps, -1)[hit.reshape(-1)]
-            with torch.no_grad():
-                images = generator.decode(positions) if len(positions) else None
-            agree, total = judge_agreement(judge.module, images, (cls,))
-            share = f"{agree / total:.0%} of {total}" if total else "no hits"
-            kept_text = (f"{kept['density']:.0%} (its component)" if prior_name == "density"
-                         else f"{kept['normal']:.0%} of N(0, I) draws")
-            print(f"| {prior_name} prior, start from {start_name} | {names[cls]} | {kept_text} | "
-                  f"{int(hit.any(1).sum())} of {chains} | {share} | {seconds:.1f} |", flush=True)
+    for kind in args.recipes.split(","):
+        model, seconds = trained(registry, ModelSpec(dataset=reference, kind=kind), args.quick)
+        loaded = registry.resolve(model.id, "generator", reference)
+        check = check_generator(loaded, classifier, data)
+        figures = check.figures
+        kept_training = kept_on_training_images(classifier.module, loaded.module, data)
+        if kind == "rae":
+            variants = [("fitted density", loaded.module)]
+        else:
+            density = fit_code_density(loaded.module, data.train_images, data.train_labels)
+            variants = [("N(0, I)", loaded.module), ("fitted density", DensityGenerator(loaded.module, density, names))]
+        for prior_name, generator in variants:
+            starts = ("prior", "classes") if isinstance(generator, DensityGenerator) else ("prior",)
+            for start in starts:
+                for cls in classes:
+                    [target] = parse_targets(f"high:{names[cls]}", names)
+                    posterior = BayesTrExPosterior(classifier.module, generator, TargetBatch([target], chains))
+                    config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=cls, init=start)
+                    started = time.perf_counter()
+                    result = run_hmc(posterior, config)
+                    chain_seconds = time.perf_counter() - started
+                    probs = result.probs.reshape(chains, steps, count)
+                    hit = target.is_hit(probs.reshape(-1, count)).reshape(chains, steps)
+                    positions = result.positions.reshape(chains * steps, -1)[hit.reshape(-1)]
+                    with torch.no_grad():
+                        images = generator.decode(positions) if len(positions) else None
+                    agree, total = judge_agreement(judge.module, images, (cls,))
+                    share = f"{agree / total:.0%} of {total}" if total else "no hits"
+                    print(f"| {kind} | {prior_name} | {start} | {seconds:.0f} | {check.verdict} | "
+                          f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
+                          f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
+                          f"{names[cls]} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",
+                          flush=True)
+    print(f"({time.perf_counter() - began:.0f} s in all)")
     return 0
 
 

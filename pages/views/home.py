@@ -6,7 +6,7 @@ from pages import ui as _ui
 from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import dataset_entry, list_datasets
 from probe_core.errors import ProbeError
-from probe_core.models import GENERATOR_KINDS, ModelSpec
+from probe_core.models import GENERATOR_KINDS, KINDS, ModelSpec
 from probe_core.models.jobs import start_default_training, submit_training
 from probe_core.models.registry import MODEL_RANGES
 from probe_core.runs import history
@@ -110,7 +110,7 @@ with pick_generator:
 st.header("Train a model")
 subset_mode = st.radio("Classes", ["all", "only these", "all except"], horizontal=True, key="train_subset_mode")
 with st.form("train-model", enter_to_submit=False):
-    kind = st.selectbox("Kind", ["classifier", "vae", "gan"], key="train_kind")
+    kind = st.selectbox("Kind", list(KINDS), key="train_kind")
     chosen = [] if subset_mode == "all" else st.multiselect(
         "Classes to train on" if subset_mode == "only these" else "Classes to leave out",
         list(dataset.class_names), key="train_classes")
@@ -118,7 +118,7 @@ with st.form("train-model", enter_to_submit=False):
                             help="KL loss to soft targets 0.5 on y and 0.5 on (y+1) mod K (Bayes-TrEx Sec. 4.5)")
     epochs = st.number_input("Epochs (0 = default for this data set)", 0, MODEL_RANGES["epochs"][1], 0,
                              key="train_epochs")
-    latent = st.number_input("Latent size (VAE and GAN; 0 = the data set's default)", 0, MODEL_RANGES["latent_dim"][1],
+    latent = st.number_input("Latent size (generators; 0 = the data set's default)", 0, MODEL_RANGES["latent_dim"][1],
                              0, key="train_latent",
                              help="what a weak generator's advice may name: a larger code keeps more of each image")
     seed = st.number_input("Seed", *MODEL_RANGES["seed"], 0, key="train_seed")

@@ -328,7 +328,8 @@ class ModelCheck:
 
 
 def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, class_names=None,
-          input_shape=None, class_map: str | None = None, workspace=None, device: str = "auto") -> ModelCheck:
+          input_shape=None, class_map: str | None = None, judge: str | None = None, workspace=None,
+          device: str = "auto") -> ModelCheck:
     """Check a classifier (and a generator) on a data set; trains nothing (as ``probe models check``).
 
     Parameters
@@ -343,6 +344,9 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
         A generator to check too (a module is kept in the workspace as a model file).
     class_map : str, optional
         ``MODEL=DATA,...`` where a reference's class names differ from the data set's.
+    judge : str, optional
+        With ``generator``: a classifier reference other than ``classifier`` that judges a short ``high:C`` probe's
+        hits (as ``probe models check --judge``); the generator is 'ok' only if it agrees with half of them.
 
     Returns
     -------
@@ -372,7 +376,10 @@ def check(classifier="default", dataset=DEFAULT_DATASET, generator=None, *, clas
     if generator is not None:
         generator = model_reference(space.root, generator, "generator")
         resolved = space.registry.resolve(generator, "generator", dataset, device=device)
-        result.generator = check_generator(resolved, loaded, data)
+        judging = None if judge is None else space.registry.resolve(judge, "classifier", dataset, device=device)
+        result.generator = check_generator(resolved, loaded, data, judge=judging)
+    elif judge is not None:
+        raise ProbeError("a judge judges a generator's hits: give a generator too")
     return result
 
 

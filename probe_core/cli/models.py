@@ -11,7 +11,7 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import load_dataset
 from probe_core.data.classes import with_class_map
 from probe_core.errors import ProbeError
-from probe_core.models import ModelSpec
+from probe_core.models import KINDS, ModelSpec
 from probe_core.models.checks import check_references
 from probe_core.reporting.export import format_table
 from probe_core.runs.progress import announce_training, progress_bar
@@ -77,7 +77,10 @@ def _models_defaults(args: argparse.Namespace) -> int:
 def _models_check(args: argparse.Namespace) -> int:
     workspace = workspace_from_args(args)
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
-    report = check_references(workspace.registry, classifier, args.dataset, args.generator, device=args.device)
+    if args.judge and not args.generator:
+        raise ProbeError("--judge judges a generator's hits: give --generator too")
+    report = check_references(workspace.registry, classifier, args.dataset, args.generator, device=args.device,
+                              judge=args.judge)
     clf = report["classifier"]
     if args.json:
         print(json.dumps(report, indent=1))
@@ -102,7 +105,7 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     sub = models.add_subparsers(dest="action", required=True)
     train = sub.add_parser("train", help="train a zoo model (returns the stored one if it exists)")
     train.add_argument("--dataset", default=DEFAULT_DATASET)
-    train.add_argument("--kind", required=True, choices=["classifier", "vae", "gan"])
+    train.add_argument("--kind", required=True, choices=list(KINDS))
     train.add_argument("--classes", type=lambda t: [p for p in t.split(",") if p], help="train on these classes only")
     train.add_argument("--exclude", type=lambda t: [p for p in t.split(",") if p], help="train without these classes")
     train.add_argument("--ambiguous", action="store_true", help="the always-ambiguous classifier variant")
@@ -126,6 +129,9 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
                        "(.pt/.ts TorchScript, .pt2 torch.export) with its sidecar .json")
     check.add_argument("--dataset", default=DEFAULT_DATASET)
     check.add_argument("--generator", help="also check this generator (id, 'default', plugin or model file)")
+    check.add_argument("--judge", help="with --generator: a classifier other than the probed one (id, 'default', "
+                       "plugin or model file) that judges a short high:C probe's hits; 'ok' then needs it to agree "
+                       "with half of them")
     check.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                        "from the data set's")
     check.add_argument("--json", action="store_true", help="print the check as JSON")

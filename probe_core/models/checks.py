@@ -26,6 +26,9 @@ import torch
 from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.training import _features, frechet_distance
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
+from probe_core.sampling.protocols import is_differentiable
+from probe_core.sampling.targets import TargetBatch, parse_targets
 
 CHECK_IMAGES = 2000  # test images a check looks at, at most (a seeded random subset of larger sets)
 # A classifier within this much of chance, whose best permutation of classes scores at least
@@ -53,7 +56,13 @@ GENERATOR_THRESHOLDS = {
     # figure no classifier enters. The default digits and colours generators measure 0.78-1.0; at 32x32 colour a
     # blurry VAE measured 0.25 and a GAN drawing coloured noise 1.82, which FD-clf (ratio 29) let through.
     "sharpness_ratio": (0.5, 1.6),
+    # With a judge (a classifier that is not the probed one): the share of a short high:C probe's hits it calls
+    # class C (a minimum). Hits are meant to look like the class; noise that fools only the probed classifier
+    # passes every figure above that is measured through that classifier.
+    "judge_agreement": 0.5,
 }
+# The judged probe: high:C for this many classes spread over the data's, chains of warm-up + samples each.
+JUDGE_PROBE = {"classes": 2, "chains": 8, "warmup": 20, "samples": 20}
 
 
 class ModelCheckError(ProbeError):
@@ -271,8 +280,54 @@ def _entropy(probabilities: torch.Tensor) -> float:
 _GENERATOR_CHECKS: dict[tuple, GeneratorCheck] = {}
 
 
+def judged_probe(generator: torch.nn.Module, classifier: torch.nn.Module, judge: torch.nn.Module, class_count: int,
+                 seed: int = 0) -> dict:
+    """A short ``high:C`` probe of the generator through the classifier, its hits judged by another classifier.
+
+    :data:`JUDGE_PROBE` gives the classes (spread over ``class_count``), chains and iterations; chains start from
+    the generator's prior. Gradients flow through ``generator`` (HMC) unless it declares itself not
+    differentiable (random-walk Metropolis).
+
+    Parameters
+    ----------
+    generator : torch.nn.Module
+        ``latent_dim`` and ``decode(z)``: (B, D) -> (B, C, H, W).
+    classifier, judge : torch.nn.Module
+        Images (B, C, H, W) to probabilities (B, K), in the data set's class order.
+    class_count : int
+        K.
+
+    Returns
+    -------
+    dict
+        ``judge_hits`` (hits of all classes), ``judge_agreed`` (those the judge calls the target class),
+        ``judge_agreement`` (their share, None without hits) and ``judge_classes`` (the class indices probed).
+    """
+    probe = JUDGE_PROBE
+    classes = sorted({(index * class_count) // probe["classes"] + class_count // (2 * probe["classes"])
+                      for index in range(probe["classes"])})
+    names = tuple(str(index) for index in range(class_count))
+    runner = run_hmc if is_differentiable(generator) else run_rwm
+    hits = agreed = 0
+    for cls in classes:
+        targets = TargetBatch(parse_targets(f"high:{cls}", names), probe["chains"])
+        posterior = BayesTrExPosterior(classifier, generator, targets)
+        result = runner(posterior, SamplerConfig(num_warmup=probe["warmup"], num_samples=probe["samples"],
+                                                 seed=seed + cls, init="prior"))
+        flat = result.probs.reshape(-1, class_count)
+        hit = targets.targets[0].is_hit(flat)
+        if hit.any():
+            with torch.no_grad():
+                images = generator.decode(result.positions.reshape(len(flat), -1)[hit])
+            said, judged = judge_agreement(judge, images, (cls,))
+            hits, agreed = hits + judged, agreed + said
+    return {"judge_hits": hits, "judge_agreed": agreed,
+            "judge_agreement": round(agreed / hits, 3) if hits else None, "judge_classes": classes}
+
+
 @torch.no_grad()
-def check_generator(generator, classifier, dataset, samples: int = 1000, seed: int = 0) -> GeneratorCheck:
+def check_generator(generator, classifier, dataset, samples: int = 1000, seed: int = 0,
+                    judge=None) -> GeneratorCheck:
     """Measure a resolved generator against the data set's held-out images, through ``classifier``.
 
     Parameters
@@ -284,13 +339,26 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     dataset : ImageDataset
     samples : int
         Prior draws decoded (and real images compared), at most.
+    judge : LoadedModel, optional
+        A classifier that is not ``classifier``, resolved for the data set: a short ``high:C`` probe
+        (:func:`judged_probe`) is run and its hits judged; the verdict is 'ok' only if the judge agrees with
+        :data:`GENERATOR_THRESHOLDS` ``judge_agreement`` of them.
 
     Returns
     -------
     GeneratorCheck
-        Cached per generator, classifier and data set in this process.
+        Cached per generator, classifier, judge and data set in this process.
+
+    Raises
+    ------
+    ProbeError
+        If ``judge`` is the probed classifier itself.
     """
-    key = (_model_key(generator), _model_key(classifier), dataset.name, samples, seed)
+    if judge is not None and _model_key(judge) == _model_key(classifier):
+        raise ProbeError(f"the judge must be another classifier than the probed one ({classifier.id}): its "
+                         f"agreement is meant to say whether hits look like the class to a model never probed")
+    key = (_model_key(generator), _model_key(classifier), dataset.name, samples, seed,
+           None if judge is None else _model_key(judge))
     if key in _GENERATOR_CHECKS:
         return _GENERATOR_CHECKS[key]
 
@@ -351,14 +419,26 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
                       f"{figures['real_accuracy']:.0%} of the "
                       f"images ({kept:.2f}x, limit {GENERATOR_THRESHOLDS['reconstruction_class_ratio']:g}x), so "
                       f"Defuse's failures near an image would be the generator's")
+    if judge is not None:
+        with torch.enable_grad():  # the probe's HMC differentiates through the generator
+            probe = judged_probe(module, classifier.module, judge.module, len(classifier.class_names), seed)
+        figures.update(probe, judge=judge.id)
+        agreement = figures["judge_agreement"]
+        if agreement is None:
+            failed.append(f"no chain of a short high:C probe (classes {figures['judge_classes']}) reached its class")
+        elif agreement < GENERATOR_THRESHOLDS["judge_agreement"]:
+            failed.append(f"an independent classifier ({judge.id}) calls only {agreement:.0%} of a short high:C "
+                          f"probe's {figures['judge_hits']} hits their class (limit "
+                          f"{GENERATOR_THRESHOLDS['judge_agreement']:.0%}): they fool the probed classifier "
+                          f"without looking like the class")
     verdict = "weak" if failed else "ok"
-    judge = check_classifier(classifier, dataset)
-    if judge.near_chance or not judge.usable:
+    judge_check = check_classifier(classifier, dataset)
+    if judge_check.near_chance or not judge_check.usable:
         # FD-clf and confidence are measured in this classifier's features; one that has not learned maps every
         # image alike (FD 0 against a train-vs-test FD of 0), so they cannot vouch for the samples
         verdict = "unjudged"
-        failed = [f"the classifier {classifier.id} that would judge its samples scores {judge.accuracy:.1%} "
-                  f"(chance {judge.chance:.1%})", *failed]
+        failed = [f"the classifier {classifier.id} that would judge its samples scores {judge_check.accuracy:.1%} "
+                  f"(chance {judge_check.chance:.1%})", *failed]
     result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy())
     _GENERATOR_CHECKS[key] = result
     return result
@@ -418,8 +498,11 @@ def judge_agreement(judge: torch.nn.Module, images, classes: tuple[int, ...], ba
 
 
 def check_references(registry, classifier: str, dataset: str, generator: str | None = None,
-                     device: str = "cpu") -> dict:
+                     device: str = "cpu", judge: str | None = None) -> dict:
     """``probe models check``: resolve (never train) and check a classifier, and a generator, on a data set.
+
+    ``judge`` (a classifier reference other than ``classifier``) adds the judged ``high:C`` probe to the generator's
+    check (:func:`judged_probe`).
 
     Returns
     -------
@@ -439,7 +522,8 @@ def check_references(registry, classifier: str, dataset: str, generator: str | N
               "usable": classifier_check.usable}
     if generator is not None:
         resolved = registry.resolve(generator, "generator", dataset, device=device)
-        generator_check = check_generator(resolved, loaded, data)
+        judging = None if judge is None else registry.resolve(judge, "classifier", dataset, device=device)
+        generator_check = check_generator(resolved, loaded, data, judge=judging)
         report["generator"] = generator_check.to_dict()
         report["generator_warning"] = generator_check.warning
     return report

@@ -90,6 +90,15 @@ class ClassCodeDensity:
             setattr(self, name, getattr(self, name).float())
         return self
 
+    @classmethod
+    def from_fitted(cls, mean: torch.Tensor, whitening: torch.Tensor, means: torch.Tensor, scale_tril: torch.Tensor,
+                    weights: torch.Tensor) -> "ClassCodeDensity":
+        """A fitted density from its arrays (those a :class:`DensityGenerator` keeps), shapes as the attributes."""
+        density = cls()
+        density.mean_, density.whitening_, density.means_ = mean, whitening, means
+        density.scale_tril_, density.weights_ = scale_tril, weights
+        return density
+
     def _require_fitted(self) -> None:
         if not hasattr(self, "weights_"):
             raise ProbeError("the code density is not fitted yet: call fit(codes, labels) first")
@@ -144,27 +153,71 @@ class DensityGenerator(nn.Module):
     Bayes-TrEx samples where the training codes live and Defuse perturbs codes in the same space. It satisfies
     :class:`~probe_core.sampling.protocols.StructuredPrior` and stays differentiable (HMC, not random walks).
 
+    The density's fitted arrays are buffers, so they travel in the module's ``state_dict`` (a stored model is
+    plain tensors) and move with ``.to(device)``.
+
     Parameters
     ----------
     generator : nn.Module
         ``latent_dim``, ``decode(z)`` (B, D) -> (B, C, H, W) and ``encode(x)`` -> (mean, log-variance).
-    density : ClassCodeDensity
-        Fitted on ``generator``'s codes of the training images.
+    density : ClassCodeDensity, optional
+        Fitted on ``generator``'s codes of the training images. None: an unfitted placeholder for ``num_classes``
+        classes, to be filled by :meth:`fit_density` or ``load_state_dict``.
     class_names : sequence of str, optional
         The data's class names, for :meth:`describe`.
+    num_classes : int, optional
+        The mixture's component count when ``density`` is None (default: ``len(class_names)``).
     """
 
-    def __init__(self, generator: nn.Module, density: ClassCodeDensity, class_names=None) -> None:
+    def __init__(self, generator: nn.Module, density: ClassCodeDensity | None = None, class_names=None,
+                 num_classes: int | None = None) -> None:
         super().__init__()
-        density._require_fitted()
-        if density.mean_.shape[0] != generator.latent_dim:
-            raise ProbeError(f"the density is over {density.mean_.shape[0]} dimensions, the generator's codes have "
-                             f"{generator.latent_dim}")
+        dim = int(generator.latent_dim)
         self.generator = generator
-        self.density = density
-        self.latent_dim = int(generator.latent_dim)
+        self.latent_dim = dim
         self.class_names = tuple(class_names) if class_names is not None else None
-        self._log_scale = torch.log(torch.diagonal(density.whitening_).abs())
+        if density is None:
+            classes = num_classes if num_classes is not None else len(self.class_names or ())
+            if classes < 1:
+                raise ProbeError("a density generator without a fitted density needs its class count")
+            self.register_buffer("code_mean", torch.zeros(dim))
+            self.register_buffer("code_whitening", torch.eye(dim))
+            self.register_buffer("class_means", torch.zeros(classes, dim))
+            self.register_buffer("class_scale_tril", torch.eye(dim))
+            self.register_buffer("class_weights", torch.full((classes,), 1.0 / classes))
+        else:
+            density._require_fitted()
+            if density.mean_.shape[0] != dim:
+                raise ProbeError(f"the density is over {density.mean_.shape[0]} dimensions, the generator's codes "
+                                 f"have {dim}")
+            self.register_buffer("code_mean", density.mean_.clone())
+            self.register_buffer("code_whitening", density.whitening_.clone())
+            self.register_buffer("class_means", density.means_.clone())
+            self.register_buffer("class_scale_tril", density.scale_tril_.clone())
+            self.register_buffer("class_weights", density.weights_.clone())
+
+    @property
+    def density(self) -> ClassCodeDensity:
+        """The fitted density, read from this module's buffers."""
+        return ClassCodeDensity.from_fitted(self.code_mean, self.code_whitening, self.class_means,
+                                            self.class_scale_tril, self.class_weights)
+
+    def fit_density(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512,
+                    ridge: float = DEFAULT_RIDGE) -> "DensityGenerator":
+        """Fit the density on the generator's mean codes of images (N, C, H, W) with labels (N,); returns self."""
+        fitted = fit_code_density(self.generator, images, labels, batch_size, ridge)
+        if len(fitted.weights_) > len(self.class_weights):
+            raise ProbeError(f"the labels name {len(fitted.weights_)} classes, the density has room for "
+                             f"{len(self.class_weights)}")
+        weights = torch.zeros_like(self.class_weights)
+        weights[:len(fitted.weights_)] = fitted.weights_
+        means = torch.zeros_like(self.class_means)
+        means[:len(fitted.means_)] = fitted.means_
+        for name, value in (("code_mean", fitted.mean_), ("code_whitening", fitted.whitening_),
+                            ("class_means", means), ("class_scale_tril", fitted.scale_tril_),
+                            ("class_weights", weights)):
+            getattr(self, name).copy_(value)
+        return self
 
     def decode(self, whitened: torch.Tensor) -> torch.Tensor:
         return self.generator.decode(self.density.unwhiten(whitened))
@@ -172,7 +225,8 @@ class DensityGenerator(nn.Module):
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_variance = self.generator.encode(images)
         # a diagonal approximation of the whitening's effect on the posterior's spread
-        return self.density.whiten(mean), log_variance - 2 * self._log_scale.to(log_variance)
+        log_scale = torch.log(torch.diagonal(self.code_whitening).abs())
+        return self.density.whiten(mean), log_variance - 2 * log_scale.to(log_variance)
 
     # -- StructuredPrior ----------------------------------------------------------------------
     def prior_distribution(self, batch: int):
@@ -180,6 +234,17 @@ class DensityGenerator(nn.Module):
 
     def sample_prior(self, count: int, generator: torch.Generator) -> torch.Tensor:
         return self.density.sample(count, generator)
+
+    # -- ClassConditionalPrior ----------------------------------------------------------------
+    def sample_for_targets(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """One whitened code per row of ``weights`` (B, K), from the component of a class drawn with those weights
+        (restricted to classes with codes); shape (B, D)."""
+        usable = (self.class_weights > 0).to(weights)
+        chosen = weights.detach().cpu().float() * usable.cpu()
+        chosen = torch.where(chosen.sum(1, keepdim=True) > 0, chosen, usable.cpu().expand_as(chosen))
+        classes = torch.multinomial(chosen, 1, generator=generator).squeeze(1)
+        noise = torch.randn(len(classes), self.latent_dim, generator=generator).to(self.class_means)
+        return self.class_means[classes.to(self.class_means.device)] + noise @ self.class_scale_tril.T
 
     def proposal(self, scale: float | torch.Tensor):
         """A symmetric Gaussian random walk in whitened coordinates (log ratio 0)."""
@@ -192,9 +257,8 @@ class DensityGenerator(nn.Module):
 
     def describe(self, whitened: torch.Tensor) -> str:
         """The class whose component is most likely at this code, with its posterior probability."""
-        components = dist.MultivariateNormal(self.density.means_, scale_tril=self.density.scale_tril_,
-                                             validate_args=False)
-        log_joint = components.log_prob(whitened[None]) + self.density.weights_.clamp_min(1e-30).log()
+        components = dist.MultivariateNormal(self.class_means, scale_tril=self.class_scale_tril, validate_args=False)
+        log_joint = components.log_prob(whitened[None]) + self.class_weights.clamp_min(1e-30).log()
         responsibility = torch.softmax(log_joint, 0)
         best = int(responsibility.argmax())
         name = self.class_names[best] if self.class_names else str(best)

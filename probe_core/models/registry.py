@@ -46,6 +46,7 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
+from probe_core.models.autoencoder import DensityAutoencoder, train_autoencoder
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
@@ -64,11 +65,11 @@ from probe_core.team.accounts import Actor, Permission, refuse_unlisted, require
 
 log = logging.getLogger(__name__)
 
-KINDS = ("classifier", "vae", "gan")
+KINDS = ("classifier", "vae", "gan", "rae")
 PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a plugin file
 MODEL_FILE_ARCHITECTURE = "modelfile"  # ... or from a TorchScript / torch.export file with its sidecar
 MODEL_SEED_ENV = "PROBE_MODEL_SEED"
-GENERATOR_KINDS = ("vae", "gan")
+GENERATOR_KINDS = ("vae", "gan", "rae")
 # Seeds of models and runs: what torch, numpy and Python's random all take.
 SEED_RANGE = (0, 2**31 - 1)
 # A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).
@@ -76,7 +77,8 @@ MODEL_RANGES = {"epochs": (1, 100_000), "seed": SEED_RANGE, "latent_dim": (1, 40
                 "feature_epochs": (1, 100_000)}
 MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent size", "kl_warmup": "KL warm-up epochs",
                        "feature_epochs": "the perceptual network's training epochs"}
-_ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES}
+_ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES,
+                  "DensityAutoencoder": DensityAutoencoder}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
     "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
@@ -88,14 +90,15 @@ FD_HELP = (
 def default_epochs(kind: str, image_shape: tuple[int, int, int]) -> int:
     """Epochs that train well within minutes on 2 CPU cores for this image size."""
     small = image_shape[1] <= 16
-    return {"classifier": 20 if small else 4, "vae": 400 if small else 15, "gan": 150 if small else 15}[kind]
+    return {"classifier": 20 if small else 4, "vae": 400 if small else 15, "gan": 150 if small else 15,
+            "rae": 200 if small else 15}[kind]
 
 
 # A user's folder or array file gets at least this many optimisation steps (batches of 64) per default model:
 # the image-size defaults are epochs made for the embedded sets (digits' 1,437 and MNIST's 8,000 images), which
 # left a small set with a few dozen steps (a VAE that decodes noise; on 72 8x8 images, a classifier so unsure
 # that no test image and no chain reached high confidence).
-MIN_TRAINING_STEPS = {"classifier": 500, "vae": 2000, "gan": 2000}
+MIN_TRAINING_STEPS = {"classifier": 500, "vae": 2000, "gan": 2000, "rae": 2000}
 MAX_SIZED_EPOCHS = 2000
 
 
@@ -112,12 +115,14 @@ def epochs_for_size(kind: str, image_shape: tuple[int, int, int], train_images: 
 # as many held-out images as the classifier gets right after 2,400 steps, 0.78x after 5,000 and 0.82x after
 # 7,500 (on augmented batches; the generator check wants 0.8x). Its feature network trains first, for
 # REAL_SIZE_FEATURE_STEPS (a third of the VAE's at 32x32).
-REAL_SIZE_STEPS = {"classifier": 3000, "vae": 7500, "gan": 1500}
+REAL_SIZE_STEPS = {"classifier": 3000, "vae": 7500, "gan": 1500, "rae": 3000}
 # A VAE step's convolutions run at the image's full size, so its cost grows with the pixels: above 32x32 it
 # takes proportionally fewer steps, never fewer than this. At 64x64 (sign-like stand-in, 3,870 images) 2,400 steps
 # left reconstructions that kept the class of 0.20x as many held-out images as the images, 4,900 with the feature
 # network's 2,500 steps 0.40x (0.63x with the pixel weight of training.perceptual_pixel_weight).
 REAL_SIZE_MIN_VAE_STEPS = 4900
+# The regularized autoencoder's steps fall the same way, to at least this many.
+REAL_SIZE_MIN_RAE_STEPS = 2000
 # The feature network's stem is strided above 32x32, so its steps cost about the same at any size: it keeps the
 # steps it has at 32x32 (at 64x64 a third of the VAE's epochs left it at 800 steps).
 REAL_SIZE_FEATURE_STEPS = 2500
@@ -157,8 +162,9 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         return None
     steps_per_epoch = max(1, math.ceil(train_images / batch_size))
     steps = REAL_SIZE_STEPS[kind]
-    if kind == "vae":
-        steps = max(REAL_SIZE_MIN_VAE_STEPS, round(steps * REAL_SIZE ** 2 / (image_shape[1] * image_shape[2])))
+    if kind in ("vae", "rae"):
+        fewest = REAL_SIZE_MIN_VAE_STEPS if kind == "vae" else REAL_SIZE_MIN_RAE_STEPS
+        steps = max(fewest, round(steps * REAL_SIZE ** 2 / (image_shape[1] * image_shape[2])))
     low, high = REAL_SIZE_EPOCHS
     epochs = min(high, max(low, math.ceil(steps / steps_per_epoch)))
     if kind == "classifier":
@@ -169,6 +175,11 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
                 "kl_warmup": epochs // 2, "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
                 # unset where it is the default third, so that the models it trained keep their ids
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
+    if kind == "rae":
+        feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
+        return {"architecture": "DensityAutoencoder", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
+                "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
+                "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     return {"architecture": "GANGenerator", "epochs": epochs, "latent_dim": 10 if num_classes <= 10 else 15}
 
 
@@ -178,6 +189,8 @@ def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
         return "ConvClassifier"
     if kind == "gan":
         return "GANGenerator"
+    if kind == "rae":
+        return "DensityAutoencoder"
     return default_vae_architecture(image_shape)
 
 
@@ -260,7 +273,8 @@ class ModelSpec:
                             MODEL_SETTING_WORDS)
         if self.latent_dim is not None and self.kind == "classifier":
             raise ProbeError("latent_dim applies to generators (vae, gan)")
-        allowed = {"classifier": tuple(CLASSIFIER_ARCHITECTURES), "vae": tuple(VAE_ARCHITECTURES), "gan": ("GANGenerator",)}[self.kind]
+        allowed = {"classifier": tuple(CLASSIFIER_ARCHITECTURES), "vae": tuple(VAE_ARCHITECTURES),
+                   "gan": ("GANGenerator",), "rae": ("DensityAutoencoder",)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.kl_warmup is not None and self.kind != "vae":
@@ -269,11 +283,12 @@ class ModelSpec:
             raise ProbeError(f"beta applies to VAEs and must be > 0, got {self.beta}")
         if self.augment and self.kind == "gan":
             raise ProbeError("augmentation applies to classifiers and VAEs")
-        if self.perceptual is not None and (self.kind != "vae" or self.perceptual not in PERCEPTUAL_NETWORKS):
-            raise ProbeError(f"a perceptual term applies to VAEs, with a network one of "
+        if self.perceptual is not None and (self.kind not in ("vae", "rae")
+                                            or self.perceptual not in PERCEPTUAL_NETWORKS):
+            raise ProbeError(f"a perceptual term applies to VAEs and autoencoders, with a network one of "
                              f"{', '.join(PERCEPTUAL_NETWORKS)}; got {self.perceptual!r} for a {self.kind}")
-        if self.feature_epochs is not None and (self.kind != "vae" or self.perceptual != "trained"):
-            raise ProbeError("feature_epochs applies to VAEs with a trained perceptual network (perceptual='trained')")
+        if self.feature_epochs is not None and (self.kind not in ("vae", "rae") or self.perceptual != "trained"):
+            raise ProbeError("feature_epochs applies to generators with a trained perceptual network (perceptual='trained')")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -642,6 +657,11 @@ class ModelRegistry:
             module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
                                                augment=bool(spec.augment), **common)
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
+        elif spec.kind == "rae":
+            module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
+                                                augment=bool(spec.augment), feature_epochs=spec.feature_epochs, **common)
+            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
+                    "class_names": list(dataset.class_names)}
         elif spec.kind == "vae":
             module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
                                         kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0,

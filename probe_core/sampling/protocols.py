@@ -7,6 +7,8 @@ the protocols it satisfies, never found out by its name:
 - :class:`Encoder`: ``encode(images) -> (mean, log_variance)``; Defuse needs it to perturb codes.
 - :class:`StructuredPrior`: a generator whose latents are not N(0, I) (the scene world's scene
   vectors): its own Pyro prior, prior draws, a random-walk proposal and a text description.
+- :class:`ClassConditionalPrior`: a prior with one component per class, so chains can start where their
+  target's classes live.
 - ``differentiable`` (a class attribute, default True): False for renderers without gradients,
   which are sampled with random-walk Metropolis instead of HMC.
 
@@ -60,6 +62,17 @@ class StructuredPrior(Protocol):
 
     def describe(self, z: torch.Tensor) -> str:
         """One latent (D,) in words."""
+        ...
+
+
+@runtime_checkable
+class ClassConditionalPrior(Protocol):
+    """A prior made of one component per class (a density fitted on class-labelled codes): chains may start in the
+    components of the classes their target names (``init="classes"``)."""
+
+    def sample_for_targets(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """One draw per row of ``weights`` (B, K), each from the component of a class chosen with those weights;
+        shape (B, D)."""
         ...
 
 

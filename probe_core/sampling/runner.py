@@ -18,10 +18,10 @@ import torch
 from probe_core.errors import ProbeError
 from probe_core.sampling import adaptation, hmc, imh, rwm
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
-from probe_core.sampling.protocols import StructuredPrior
+from probe_core.sampling.protocols import ClassConditionalPrior, StructuredPrior
 from probe_core.sampling.smc import SMCConfig, run_smc
 
-INIT_MODES = ("smc", "optimize", "prior", "uniform")
+INIT_MODES = ("smc", "optimize", "prior", "uniform", "classes")
 PREVIEW_CHAINS = 8
 # HMC's trajectory cap by default; with independence jumps HMC only has to move locally between them,
 # and shorter trajectories buy more ESS per second (README, "Real MNIST: the sampler at 28×28")
@@ -57,11 +57,12 @@ class SamplerConfig:
         local ones (warm-up included, so the proposal is fitted to draws of the same kernel).
     target_accept : float
         Dual-averaging target.
-    init : {"smc", "optimize", "prior", "uniform"}
+    init : {"smc", "optimize", "prior", "uniform", "classes"}
         Starting points: particles of the surrogate-bridged tempered SMC (with their step
         sizes and mass matrices; see :mod:`probe_core.sampling.smc`), a short Adam run on the
-        surrogate exp(-A·CE(soft target)) · prior from prior draws, prior draws, or
-        Uniform(-2, 2) per dimension as in the paper.
+        surrogate exp(-A·CE(soft target)) · prior from prior draws, prior draws,
+        Uniform(-2, 2) per dimension as in the paper, or draws from the prior's components of the classes
+        each chain's target names (a :class:`~probe_core.sampling.protocols.ClassConditionalPrior`'s).
     anneal_sigma_from : float or None
         Anneal σ geometrically from this value to the target σ over the first half
         of warm-up (None: no annealing).
@@ -154,6 +155,12 @@ def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
     A generator with its own prior (``sample_prior``, e.g. the scene world) always starts
     from prior draws: its codes are not Gaussian and it has no gradients to optimise with.
     """
+    if config.init == "classes":
+        if not isinstance(posterior.generator, ClassConditionalPrior):
+            raise ProbeError("init='classes' starts chains in the prior's class components: this generator's prior "
+                             "has none (a density autoencoder's has; use init='prior' or 'optimize')")
+        weights = posterior.targets.soft_labels()
+        return posterior.generator.sample_for_targets(weights, generator).to(posterior.device)
     if isinstance(posterior.generator, StructuredPrior):
         return posterior.generator.sample_prior(posterior.num_chains, generator).to(posterior.device)
     shape = (posterior.num_chains, posterior.latent_dim)

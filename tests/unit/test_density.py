@@ -136,3 +136,73 @@ def test_bad_input_is_the_projects_error():
         density.class_distribution(7)
     with pytest.raises(ProbeError, match="needs encode"):
         fit_code_density(nn.Linear(2, 2), torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
+
+
+def test_the_fitted_density_travels_in_the_state_dict_and_class_starts_follow_the_target():
+    codes, labels = _codes()
+    autoencoder = _LinearAutoencoder()
+    fitted = DensityGenerator(autoencoder, class_names=("a", "b", "c")).fit_density(autoencoder.decode(codes), labels)
+    reloaded = DensityGenerator(_LinearAutoencoder(), class_names=("a", "b", "c"))
+    reloaded.load_state_dict(fitted.state_dict())
+    rng = torch.Generator().manual_seed(5)
+    whitened = fitted.density.whiten(fitted.generator.encode(autoencoder.decode(codes))[0])
+    assert torch.allclose(reloaded.encode(autoencoder.decode(codes))[0], whitened, atol=1e-4)
+    assert torch.allclose(reloaded.decode(whitened[:20]), fitted.decode(whitened[:20]), atol=1e-6)
+    # a high:c chain starts in c's component; an ambiguous a,b chain in a's or b's, never c's
+    only_c = reloaded.sample_for_targets(torch.tensor([[0.0, 0.0, 1.0]]).repeat(100, 1), rng)
+    assert sum("class c" in reloaded.describe(w) for w in only_c) > 90
+    between = reloaded.sample_for_targets(torch.tensor([[0.5, 0.5, 0.0]]).repeat(200, 1), rng)
+    said = [reloaded.describe(w) for w in between]
+    assert sum("class c" in text for text in said) < 10
+    assert min(sum("class a" in text for text in said), sum("class b" in text for text in said)) > 50
+
+
+def test_init_classes_starts_chains_in_their_targets_components_and_is_refused_without_them():
+    autoencoder = _LinearAutoencoder()
+    codes, labels = _codes()
+    generator = DensityGenerator(autoencoder, class_names=("0", "1", "2")).fit_density(autoencoder.decode(codes),
+                                                                                     labels)
+    targets = TargetBatch(parse_targets("high:2", ("0", "1", "2")), 6)
+    posterior = BayesTrExPosterior(_FirstPixels(), generator, targets)
+    result = run_hmc(posterior, SamplerConfig(num_warmup=0, num_samples=1, seed=0, init="classes"))
+    first = result.positions[:, 0]
+    assert sum("class 2" in generator.describe(w) for w in first) >= 5
+    with pytest.raises(ProbeError, match="init='classes'"):
+        run_hmc(BayesTrExPosterior(_FirstPixels(), autoencoder, targets),
+                SamplerConfig(num_warmup=0, num_samples=1, init="classes"))
+
+
+@pytest.mark.parametrize("size, levels", [(8, 1), (32, 3), (64, 4)])
+def test_the_autoencoder_halves_to_four_pixels_and_keeps_its_shapes(size, levels):
+    from probe_core.models.autoencoder import ConvAutoencoder
+
+    network = ConvAutoencoder((3, size, size), latent_dim=12)
+    strided = [layer for layer in network.encoder if isinstance(layer, nn.Conv2d)]
+    assert len(strided) == levels
+    images = torch.rand(5, 3, size, size)
+    with torch.no_grad():
+        code, log_variance = network.encode(images)
+    assert code.shape == log_variance.shape == (5, 12)
+    with torch.no_grad():
+        decoded = network.decode(code)
+    assert decoded.shape == (5, 3, size, size) and 0 <= float(decoded.min()) <= float(decoded.max()) <= 1
+
+
+def test_a_trained_autoencoder_is_stored_resolves_again_and_samples_its_classes(tmp_path):
+    from probe_core.data.catalog import load_dataset
+    from probe_core.models import ModelSpec
+    from probe_core.runs.workspace import Workspace
+
+    model = Workspace(tmp_path).registry.get_or_train(ModelSpec(dataset="digits", kind="rae", epochs=3))
+    assert model.id.startswith("digits-rae-") and model.metrics["test_ssim"] > 0
+    again = Workspace(tmp_path).registry.resolve(model.id, "generator", "digits")  # a new registry reads the file
+    capabilities = again.capabilities
+    assert capabilities.structured_prior and capabilities.encoder and capabilities.sampler == "hmc"
+    for name in ("code_mean", "class_means", "class_scale_tril"):
+        assert torch.equal(getattr(again.module, name), getattr(model.module, name))
+    data = load_dataset("digits")
+    whitened = again.module.encode(data.train_images[:400])[0]
+    # the training codes are whitened: about zero mean and unit spread
+    whitened = whitened.detach()
+    assert whitened.mean(0).abs().max() < 0.5 and 0.5 < float(whitened.std(0).mean()) < 1.5
+    assert again.module.decode(whitened[:4]).shape == (4, 1, 8, 8)
