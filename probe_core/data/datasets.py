@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from probe_core.data.classes import class_index
 from probe_core.data.files import load_file_arrays, parse_reference
@@ -151,6 +152,15 @@ class ImageDataset:
         )
 
 
+    def resized(self, size: int) -> "ImageDataset":
+        """This data set's images resized to ``size`` x ``size`` (bilinear, antialiased), labels unchanged: what a
+        generator smaller than the data trains on (the Defuse authors' 64x64 generator of 128x128 signs)."""
+        if size == self.image_shape[1] == self.image_shape[2]:
+            return self
+        return replace(self, name=f"{self.name}@{size}px", train_images=resize_images(self.train_images, size, size),
+                       test_images=resize_images(self.test_images, size, size),
+                       source=f"{self.source}; resized to {size}x{size}")
+
     def mislabel(self, source: int, target: int, fraction: float) -> "ImageDataset":
         """A view with systematic annotation errors in the training split (the test split stays clean).
 
@@ -193,6 +203,16 @@ class ImageDataset:
                        train_labels=self.train_labels[keep],
                        source=f"{self.source}; the {len(dropped)} darkest training images of class "
                               f"{self.class_names[source]} left out")
+
+
+def resize_images(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Images (B, C, H, W) resized to (B, C, height, width): bilinear, antialiased when shrinking."""
+    if tuple(images.shape[-2:]) == (height, width):
+        return images
+    shrinking = height < images.shape[-2] or width < images.shape[-1]
+    return F.interpolate(images, size=(height, width), mode="bilinear", align_corners=False,
+                         antialias=shrinking).clamp(0.0, 1.0)
+
 
 
 def clean_dataset_name(name: str) -> str:

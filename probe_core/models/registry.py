@@ -50,6 +50,7 @@ from probe_core.models.autoencoder import DensityAutoencoder, train_autoencoder
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
+from probe_core.models.resized import seen_at
 from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
     ProgressCallback,
@@ -74,9 +75,10 @@ GENERATOR_KINDS = ("vae", "gan", "rae")
 SEED_RANGE = (0, 2**31 - 1)
 # A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).
 MODEL_RANGES = {"epochs": (1, 100_000), "seed": SEED_RANGE, "latent_dim": (1, 4096), "kl_warmup": (0, 100_000),
-                "feature_epochs": (1, 100_000)}
+                "feature_epochs": (1, 100_000), "image_size": (8, 4096)}
 MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent size", "kl_warmup": "KL warm-up epochs",
-                       "feature_epochs": "the perceptual network's training epochs"}
+                       "feature_epochs": "the perceptual network's training epochs",
+                       "image_size": "the generator's image size"}
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES,
                   "DensityAutoencoder": DensityAutoencoder}
 FD_METRIC = "fd_classifier_features"
@@ -129,6 +131,10 @@ REAL_SIZE_FEATURE_STEPS = 2500
 REAL_SIZE_EPOCHS = (8, 200)
 REAL_SIZE_PERCEPTUAL = "trained"
 REAL_SIZE_VAE_LATENT = 32
+# Generators of images with a side above this train on the data resized to it (the Defuse authors' 64x64
+# generator of 128x128 signs) and are seen through a differentiable resize (probe_core.models.resized): a
+# generator's training cost grows with its pixels, a classifier's far less.
+REAL_SIZE_GENERATOR_SIDE = 64
 # The generators trained by default at real size: the VAE alone. The GAN's check there is 'weak' (its samples
 # are not like the data: benchmarks/real_size.py) and it took a fifth of the defaults' training time;
 # ``probe models train --kind gan`` still trains one.
@@ -162,6 +168,10 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         return None
     steps_per_epoch = max(1, math.ceil(train_images / batch_size))
     steps = REAL_SIZE_STEPS[kind]
+    resized = {}
+    if kind != "classifier" and max(image_shape[1:]) > REAL_SIZE_GENERATOR_SIDE:
+        resized = {"image_size": REAL_SIZE_GENERATOR_SIDE}
+        image_shape = (image_shape[0], REAL_SIZE_GENERATOR_SIDE, REAL_SIZE_GENERATOR_SIDE)
     if kind in ("vae", "rae"):
         fewest = REAL_SIZE_MIN_VAE_STEPS if kind == "vae" else REAL_SIZE_MIN_RAE_STEPS
         steps = max(fewest, round(steps * REAL_SIZE ** 2 / (image_shape[1] * image_shape[2])))
@@ -171,16 +181,17 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         return {"architecture": "ResNetClassifier", "epochs": epochs, "augment": True}
     if kind == "vae":
         feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
-        return {"architecture": "VAE", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
+        return {**resized, "architecture": "VAE", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
                 "kl_warmup": epochs // 2, "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
                 # unset where it is the default third, so that the models it trained keep their ids
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     if kind == "rae":
         feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
-        return {"architecture": "DensityAutoencoder", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
+        return {**resized, "architecture": "DensityAutoencoder", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
                 "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
-    return {"architecture": "GANGenerator", "epochs": epochs, "latent_dim": 10 if num_classes <= 10 else 15}
+    return {**resized, "architecture": "GANGenerator", "epochs": epochs,
+            "latent_dim": 10 if num_classes <= 10 else 15}
 
 
 def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
@@ -246,6 +257,10 @@ class ModelSpec:
     feature_epochs : int, optional
         VAEs with a "trained" perceptual network: that network's training epochs (default a third of the VAE's;
         the real-size recipe sets it from :data:`REAL_SIZE_FEATURE_STEPS` when it also chooses the VAE's epochs).
+    image_size : int, optional
+        Generators only: train on the data resized to this side and serve it through a differentiable resize
+        (:mod:`probe_core.models.resized`); the real-size recipe sets :data:`REAL_SIZE_GENERATOR_SIDE` for larger
+        images. Default: the data's own size.
     """
 
     dataset: str = DEFAULT_DATASET
@@ -261,6 +276,7 @@ class ModelSpec:
     augment: bool | None = None
     perceptual: str | None = None
     feature_epochs: int | None = None
+    image_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -289,6 +305,9 @@ class ModelSpec:
                              f"{', '.join(PERCEPTUAL_NETWORKS)}; got {self.perceptual!r} for a {self.kind}")
         if self.feature_epochs is not None and (self.kind not in ("vae", "rae") or self.perceptual != "trained"):
             raise ProbeError("feature_epochs applies to generators with a trained perceptual network (perceptual='trained')")
+        if self.image_size is not None and (self.kind not in GENERATOR_KINDS or self.image_size % 4):
+            raise ProbeError(f"image_size applies to generators and must be a multiple of 4, got {self.image_size} "
+                             f"for a {self.kind}")
         if self.epochs is not None and self.epochs < 1:
             raise ProbeError(f"epochs must be >= 1, got {self.epochs}")
         if self.classes is not None:
@@ -306,6 +325,9 @@ class ModelSpec:
         if self.perceptual:
             parts.append(f"perceptual term in a {self.perceptual} ResNet's features"
                          + (f" ({self.feature_epochs} epochs)" if self.feature_epochs else ""))
+        if self.image_size:
+            parts.append(f"trained at {self.image_size}x{self.image_size} on the images resized, its samples resized "
+                         f"to the data's size for the classifier")
         return ", ".join(part for part in parts if part)
 
     def dataset_view(self) -> str:
@@ -327,7 +349,8 @@ class ModelSpec:
                            beta=self.beta, architecture=self.architecture or recipe["architecture"],
                            augment=self.augment if self.augment is not None else recipe.get("augment"),
                            perceptual=perceptual, feature_epochs=self.feature_epochs
-                           or (recipe.get("feature_epochs") if perceptual == "trained" and not self.epochs else None))
+                           or (recipe.get("feature_epochs") if perceptual == "trained" and not self.epochs else None),
+                           image_size=self.image_size or recipe.get("image_size"))
         if entry.sized_defaults:  # a user's data: epochs by its size
             sized = epochs_for_size(self.kind, dataset.image_shape, len(dataset.train_labels))
         else:
@@ -345,7 +368,7 @@ class ModelSpec:
         """A readable, stable id: ``digits-vae-s0-1a2b3c``."""
         fields = asdict(self)
         # unset, the newer fields keep the ids of the models trained before they existed
-        for newer in ("kl_warmup", "beta", "augment", "perceptual", "feature_epochs"):
+        for newer in ("kl_warmup", "beta", "augment", "perceptual", "feature_epochs", "image_size"):
             if fields[newer] is None:
                 del fields[newer]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:6]
@@ -653,6 +676,9 @@ class ModelRegistry:
                             device: torch.device) -> None:
         started = time.perf_counter()
         common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "progress": progress}
+        served = dataset  # a generator smaller than the data trains on the images resized, and serves the data
+        if spec.image_size and spec.kind != "classifier":
+            dataset = dataset.resized(spec.image_size)
         if spec.kind == "classifier":
             module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
                                                augment=bool(spec.augment), **common)
@@ -678,15 +704,16 @@ class ModelRegistry:
             reference_spec = ModelSpec(dataset=spec.dataset, kind="classifier", seed=spec.seed)
             if self.exists(self._model_id(reference_spec)):
                 reference = self.load(self._model_id(reference_spec), device)
-                metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, module, dataset.test_images)
+                metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, seen_at(module, served.image_shape),
+                                                              served.test_images)
                 metrics["fd_reference_classifier"] = reference.id
         record = asdict(spec)
         record.update(
             architecture={"class": type(module).__name__, "args": args},
             class_names=list(dataset.class_names),
             original_classes=list(dataset.original_classes),
-            dataset_view=dataset.name,
-            image_shape=list(dataset.image_shape),
+            dataset_view=served.name,
+            image_shape=list(served.image_shape),
         )
         self.register(module, record, metrics, spec.model_id())
 
@@ -793,6 +820,9 @@ class ModelRegistry:
         else:
             self._check_model_reference(reference)
             loaded = self._resolve_unmatched(reference, kind, dataset, device)
+            served = seen_at(loaded.module, data.image_shape)  # a smaller generator, resized to the data's size
+            if served is not loaded.module:
+                loaded = replace(loaded, module=served, capabilities=None)
         if self._resolved is not None:
             self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
         return loaded
