@@ -194,6 +194,18 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
             "latent_dim": 10 if num_classes <= 10 else 15}
 
 
+def _real_size_data(dataset: str) -> bool:
+    """Whether a data set gets the real-size defaults: a user's data (an entry with ``sized_defaults``) of 32x32
+    images and up (its images are read to know their size)."""
+    return dataset_entry(dataset).sized_defaults and is_real_size(load_dataset(generator_dataset(dataset)).image_shape)
+
+
+def default_generator_kind(dataset: str) -> str:
+    """The zoo kind behind a data set's ``default`` generator: the VAE, and at real size the first of
+    :data:`REAL_SIZE_ZOO_GENERATORS`."""
+    return REAL_SIZE_ZOO_GENERATORS[0] if _real_size_data(dataset) else "vae"
+
+
 def default_architecture(kind: str, image_shape: tuple[int, int, int]) -> str:
     """Architecture class name used by the zoo for a kind and image size."""
     if kind == "classifier":
@@ -746,7 +758,7 @@ class ModelRegistry:
             raise ProbeError(f"a default is a 'classifier' or a 'generator', got {kind!r}")
         if dataset_entry(dataset).default_generator is not None:
             return None
-        return ModelSpec(dataset=generator_dataset(dataset), kind="vae", seed=seed)
+        return ModelSpec(dataset=generator_dataset(dataset), kind=default_generator_kind(dataset), seed=seed)
 
     @staticmethod
     def default_specs(dataset: str = DEFAULT_DATASET, seed: int | None = None) -> list[ModelSpec]:
@@ -755,11 +767,7 @@ class ModelRegistry:
         A user's real-size data (a folder or ``.npz`` of 32x32 images and up: an entry with ``sized_defaults``)
         trains only :data:`REAL_SIZE_ZOO_GENERATORS`; its images are read to know their size.
         """
-        entry = dataset_entry(dataset)
-        kinds = entry.zoo_generators
-        if entry.sized_defaults and set(kinds) - set(REAL_SIZE_ZOO_GENERATORS):
-            if is_real_size(load_dataset(generator_dataset(dataset)).image_shape):
-                kinds = tuple(kind for kind in kinds if kind in REAL_SIZE_ZOO_GENERATORS)
+        kinds = REAL_SIZE_ZOO_GENERATORS if _real_size_data(dataset) else dataset_entry(dataset).zoo_generators
         generators = [ModelSpec(dataset=generator_dataset(dataset), kind=kind, seed=seed) for kind in kinds]
         return [ModelSpec(dataset=classifier_dataset(dataset), kind="classifier", seed=seed), *generators]
 
