@@ -9,8 +9,9 @@ independent judge (the same recipe, seed 1001, never probed) and each generator 
 - **rae**: the regularized autoencoder (``ModelSpec(kind="rae")``: a deterministic convolutional autoencoder
   trained on pixels + SSIM + a feature network of its own, with the density fitted afterwards).
 
-It prints one row per recipe, prior and chain start: training seconds, the generator check's verdict and
-figures (FD-clf against the data's own train-vs-test, sharpness, the share of held-out images whose
+It prints one row per recipe, prior and chain start: training seconds, the generator check's verdict with the
+judge (:func:`probe_core.models.checks.judged_probe`: the share of a short high:C probe's hits the judge agrees
+with) and figures (FD-clf against the data's own train-vs-test, sharpness, the share of held-out images whose
 reconstructions keep their class, against the images), the class kept on training images, then ``high:C``
 chains (``SamplerConfig`` at the real-size defaults) started from prior draws or from the target class's
 component (``init="classes"``): chains that hit, the share of hits the judge calls the class, and seconds.
@@ -97,14 +98,14 @@ def main() -> int:
           f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
           f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
           f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
-    print("| recipe | prior | start | train s | check | FD-clf ratio | sharpness | class kept held-out | "
+    print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
           "class kept training | class | chains hit | judge agrees with hits | chain s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = torch.Generator().manual_seed(0)
     for kind in args.recipes.split(","):
         model, seconds = trained(registry, ModelSpec(dataset=reference, kind=kind), args.quick)
         loaded = registry.resolve(model.id, "generator", reference)
-        check = check_generator(loaded, classifier, data)
+        check = check_generator(loaded, classifier, data, judge=judge)
         figures = check.figures
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
         if kind == "rae":
@@ -129,7 +130,8 @@ def main() -> int:
                         images = generator.decode(positions) if len(positions) else None
                     agree, total = judge_agreement(judge.module, images, (cls,))
                     share = f"{agree / total:.0%} of {total}" if total else "no hits"
-                    print(f"| {kind} | {prior_name} | {start} | {seconds:.0f} | {check.verdict} | "
+                    verdict = f"{check.verdict} ({figures['judge_agreement'] or 0:.0%} of {figures['judge_hits']})"
+                    print(f"| {kind} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
                           f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
                           f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
                           f"{names[cls]} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",

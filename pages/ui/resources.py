@@ -9,6 +9,7 @@ import torch
 
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.workspace import Workspace
+from probe_core.sampling.protocols import prior_draws
 
 AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
 
@@ -25,11 +26,11 @@ def get_job_manager(root: str) -> JobManager:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def generator_samples(root: str, model_id: str, count: int = 32, seed: int = 0):
-    """Decoded prior samples of a stored generator, shape (count, C, H, W); cached per model."""
+    """Decoded prior samples of a stored generator (its own prior where it has one), shape (count, C, H, W); cached
+    per model."""
     loaded = get_workspace(root).registry.load(model_id)
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return loaded.module.decode(torch.randn(count, loaded.module.latent_dim)).cpu()
+    with torch.no_grad():
+        return loaded.module.decode(prior_draws(loaded.module, count, torch.Generator().manual_seed(seed))).cpu()
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=16)

@@ -6,7 +6,7 @@ from pages import ui as _ui
 from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import dataset_entry, list_datasets
 from probe_core.errors import ProbeError
-from probe_core.models import GENERATOR_KINDS, KINDS, ModelSpec
+from probe_core.models import GENERATOR_KINDS, KIND_WORDS, KINDS, ModelSpec
 from probe_core.models.jobs import start_default_training, submit_training
 from probe_core.models.registry import MODEL_RANGES
 from probe_core.runs import history
@@ -71,7 +71,8 @@ models = [m for m in ws.registry.list() if m["dataset"].partition("[")[0] == dat
 if not models:
     st.info("No models for this data set yet." +
             (" The defaults are training (see above)." if dataset.base_name == DEFAULT_DATASET else ""))
-    trained = " and ".join(["classifier", *(kind.upper() for kind in entry.zoo_generators)])
+    trained = " and ".join(KIND_WORDS.get(spec.kind, spec.kind)
+                           for spec in ws.registry.default_specs(dataset.base_name))
     label = f"Train the default {trained}" + (f" (the generator is {entry.default_generator})"
                                               if entry.default_generator else "")
     if dataset.base_name != DEFAULT_DATASET and st.button(label):
@@ -84,7 +85,7 @@ else:
     st.dataframe(_ui.models_table(models), column_config=_ui.MODELS_COLUMN_CONFIG, hide_index=True)
     generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
     if generators:
-        st.subheader("Generator samples (z ~ N(0, I))")
+        st.subheader("Generator samples (z from each generator's prior)")
         columns = st.columns(min(len(generators), 3))
         root = str(ws.root.resolve())
         for index, model in enumerate(generators):

@@ -24,6 +24,7 @@ from probe_core.models.registry import (
     FD_HELP,
     FD_METRIC,
     GENERATOR_KINDS,
+    KIND_WORDS,
     KINDS,
     LoadedModel,
     ModelRegistry,
@@ -42,7 +43,7 @@ from probe_core.models.training import (
 
 __all__ = [
     "VAE", "MLPVAE", "make_vae", "ConvClassifier", "CountingClassifier", "GANDiscriminator", "GANGenerator", "ProbabilityModel", "Plugin", "load_plugin",
-    "validate_classifier", "validate_generator", "FD_HELP", "FD_METRIC", "GENERATOR_KINDS", "KINDS", "LoadedModel",
+    "validate_classifier", "validate_generator", "FD_HELP", "FD_METRIC", "GENERATOR_KINDS", "KIND_WORDS", "KINDS", "LoadedModel",
     "ModelRegistry", "ModelSpec", "default_epochs", "TrainingProgress", "ambiguous_soft_targets",
     "classifier_accuracy", "feature_frechet_distance", "train_classifier", "train_gan", "train_vae",
 ]

@@ -196,7 +196,8 @@ def train_autoencoder(
     latent_dim = int(latent_dim or dataset.default_latent_dim)
     features, first = None, perceptual_epochs(perceptual, epochs, feature_epochs)
     if perceptual is not None:
-        features = perceptual_network(dataset, perceptual, seed, device, _as_autoencoder(_shifted(progress, 0, first + epochs)), first)
+        stage = _as_autoencoder(_shifted(progress, 0, first + epochs))
+        features = perceptual_network(dataset, perceptual, seed, device, stage, first)
     progress = _as_autoencoder(_shifted(progress, first, first + epochs))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -27,7 +27,7 @@ from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.training import _features, frechet_distance
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
-from probe_core.sampling.protocols import is_differentiable
+from probe_core.sampling.protocols import is_differentiable, prior_draws
 from probe_core.sampling.targets import TargetBatch, parse_targets
 
 CHECK_IMAGES = 2000  # test images a check looks at, at most (a seeded random subset of larger sets)
@@ -368,9 +368,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     train = dataset.train_images[_check_subset(len(dataset.train_images), seed + 1)[:samples]]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        sample_prior = getattr(module, "sample_prior", None)
-        z = (sample_prior(len(real), torch.Generator().manual_seed(seed)) if callable(sample_prior)
-             else torch.randn(len(real), module.latent_dim))
+        z = prior_draws(module, len(real), torch.Generator().manual_seed(seed))
         device = next(iter(module.parameters()), torch.empty(0)).device
         generated = torch.cat([module.decode(z[s:s + 256].to(device)).cpu() for s in range(0, len(z), 256)]).float()
     if generated.shape[1:] != real.shape[1:]:

@@ -71,6 +71,9 @@ PLUGIN_ARCHITECTURE = "plugin"  # a registered model whose module comes from a p
 MODEL_FILE_ARCHITECTURE = "modelfile"  # ... or from a TorchScript / torch.export file with its sidecar
 MODEL_SEED_ENV = "PROBE_MODEL_SEED"
 GENERATOR_KINDS = ("vae", "gan", "rae")
+# Each zoo kind in words, for buttons and messages.
+KIND_WORDS = {"classifier": "classifier", "vae": "VAE", "gan": "GAN",
+              "rae": "autoencoder with a fitted code density"}
 # Seeds of models and runs: what torch, numpy and Python's random all take.
 SEED_RANGE = (0, 2**31 - 1)
 # A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).
@@ -316,7 +319,8 @@ class ModelSpec:
             raise ProbeError(f"a perceptual term applies to VAEs and autoencoders, with a network one of "
                              f"{', '.join(PERCEPTUAL_NETWORKS)}; got {self.perceptual!r} for a {self.kind}")
         if self.feature_epochs is not None and (self.kind not in ("vae", "rae") or self.perceptual != "trained"):
-            raise ProbeError("feature_epochs applies to generators with a trained perceptual network (perceptual='trained')")
+            raise ProbeError("feature_epochs applies to generators with a trained perceptual network "
+                             "(perceptual='trained')")
         if self.image_size is not None and (self.kind not in GENERATOR_KINDS or self.image_size % 4):
             raise ProbeError(f"image_size applies to generators and must be a multiple of 4, got {self.image_size} "
                              f"for a {self.kind}")
@@ -697,7 +701,8 @@ class ModelRegistry:
             args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
         elif spec.kind == "rae":
             module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
-                                                augment=bool(spec.augment), feature_epochs=spec.feature_epochs, **common)
+                                                augment=bool(spec.augment), feature_epochs=spec.feature_epochs,
+                                                **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
                     "class_names": list(dataset.class_names)}
         elif spec.kind == "vae":

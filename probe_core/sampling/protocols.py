@@ -76,6 +76,13 @@ class ClassConditionalPrior(Protocol):
         ...
 
 
+def prior_draws(generator, count: int, rng: torch.Generator) -> torch.Tensor:
+    """``count`` latents (count, D) from the generator's prior: its own (a :class:`StructuredPrior`) or N(0, I)."""
+    if isinstance(generator, StructuredPrior):
+        return generator.sample_prior(count, rng)
+    return torch.randn(count, int(generator.latent_dim), generator=rng)
+
+
 def is_differentiable(generator) -> bool:
     """Whether gradients flow through ``decode`` (a renderer declares ``differentiable = False``)."""
     return bool(getattr(generator, "differentiable", True))
