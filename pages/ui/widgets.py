@@ -43,13 +43,15 @@ def show_picture(images: torch.Tensor, caption: str | None = None, columns: int 
     st.image(image_grid(images, columns=columns, scale=scale), caption=caption)
 
 
-def models_table(models: list[dict]) -> pd.DataFrame:
+def models_table(models: list[dict], verdicts: dict[str, str] | None = None) -> pd.DataFrame:
+    """The stored models as a table; ``verdicts`` (model id -> its check in words) adds a check column."""
     rows = []
     for m in models:
         metrics = m["metrics"]
         rows.append({
             "id": m["id"],
             "kind": m["kind"],
+            **({"check": verdicts.get(m["id"], "")} if verdicts is not None else {}),
             "data": m["spec"].get("dataset_view", m["dataset"]),
             "test accuracy": metrics.get("test_accuracy"),
             "test ELBO": metrics.get("test_elbo"),
@@ -62,6 +64,9 @@ def models_table(models: list[dict]) -> pd.DataFrame:
 
 
 MODELS_COLUMN_CONFIG = {
+    "check": st.column_config.TextColumn("check", help="classifiers: accuracy on the test images; generators: the "
+                                         "generator check through the data set's default classifier (ok or weak, "
+                                         "with why)", width="large"),
     "test accuracy": st.column_config.ProgressColumn("test accuracy", min_value=0.0, max_value=1.0, format="percent",
                                                      color="blue"),
     "FD-clf": st.column_config.NumberColumn("FD-clf", help=FD_HELP, format="%.1f"),

@@ -495,6 +495,43 @@ def judge_agreement(judge: torch.nn.Module, images, classes: tuple[int, ...], ba
     return int(torch.isin(predicted, torch.tensor(classes)).sum()), len(images)
 
 
+def model_verdicts(registry, dataset: str, model_ids: list[str]) -> dict[str, str]:
+    """Each stored model's check on a data set, in a few words, for model tables (never trains).
+
+    Classifiers: their accuracy, or why they are refused. Generators: 'ok' or 'weak: reasons', judged through the
+    data set's default classifier; 'not checked' while that classifier is not trained.
+
+    Parameters
+    ----------
+    registry : ModelRegistry
+    dataset : str
+        The data set the models are listed for.
+    model_ids : list of str
+        Stored models of that data set.
+    """
+    data = load_dataset(dataset, registry.data_dir)
+    try:
+        reference = registry.resolve("default", "classifier", dataset)
+    except ProbeError:
+        reference = None
+    verdicts = {}
+    for model_id in model_ids:
+        try:
+            record = registry.store.get_model(model_id) or {}
+            if record.get("kind") == "classifier":
+                check = check_classifier(registry.resolve(model_id, "classifier", dataset), data)
+                verdicts[model_id] = (f"{check.accuracy:.1%} (chance {check.chance:.0%})" if check.usable
+                                      else f"refused: {check.message}")
+            elif reference is None:
+                verdicts[model_id] = "not checked: the default classifier is not trained"
+            else:
+                check = check_generator(registry.resolve(model_id, "generator", dataset), reference, data)
+                verdicts[model_id] = check.verdict + (f": {'; '.join(check.failed)}" if check.failed else "")
+        except ProbeError as exc:
+            verdicts[model_id] = f"cannot be checked: {exc}"
+    return verdicts
+
+
 def check_references(registry, classifier: str, dataset: str, generator: str | None = None,
                      device: str = "cpu", judge: str | None = None) -> dict:
     """``probe models check``: resolve (never train) and check a classifier, and a generator, on a data set.

@@ -17,6 +17,10 @@ def test_home_shows_data_models_and_samples(app_env):
     assert set(table["kind"]) >= {"classifier", "vae", "gan"}
     default = app_env.registry.default_id("digits", "classifier")
     assert table.loc[table["id"] == default, "test accuracy"].iloc[0] > 0.9
+    # each model's check where the model is: the classifier's accuracy, the default VAE's verdict with its reasons
+    assert "%" in table.loc[table["id"] == default, "check"].iloc[0]
+    vae = app_env.registry.default_id("digits", "vae")
+    assert table.loc[table["id"] == vae, "check"].iloc[0].startswith("ok")
     assert len(at.image) >= 3  # the test-image grid and one grid per generator
 
 
