@@ -19,6 +19,7 @@ from pytorch_msssim import ssim
 from torch import nn
 
 from probe_core.data import ImageDataset
+from probe_core.errors import ProbeError
 from probe_core.models.architectures import _check_shape
 from probe_core.models.density import DensityGenerator
 from probe_core.models.training import (
@@ -58,18 +59,23 @@ class ConvAutoencoder(nn.Module):
         Channels of every convolution.
     code_log_variance : float
         What :meth:`encode` reports as the codes' log-variance: that of the noise added to codes in training
-        (:func:`probe_core.models.training.train_autoencoder`), the spread around a code that still decodes cleanly.
+        (:func:`train_autoencoder`), the spread around a code that still decodes cleanly.
+    spatial : bool
+        Keep the code spatial: stop halving at a side of 8 and map the feature maps to ``latent_dim / 64``
+        channels with a 1x1 convolution (a code of 256 is 4 x 8 x 8), flattened; each code dimension then
+        describes one region of the image.
     """
 
     def __init__(self, image_shape: tuple[int, int, int], latent_dim: int, width: int = 64,
-                 code_log_variance: float = -4.6) -> None:
+                 code_log_variance: float = -4.6, spatial: bool = False) -> None:
         super().__init__()
         channels, height, width_px = _check_shape(image_shape)
         self.image_shape = (channels, height, width_px)
         self.latent_dim = int(latent_dim)
         self.code_log_variance = float(code_log_variance)
         down, side_h, side_w = 0, height, width_px
-        while side_h > 4 and side_w > 4 and side_h % 2 == 0 and side_w % 2 == 0:
+        smallest = 8 if spatial else 4
+        while side_h > smallest and side_w > smallest and side_h % 2 == 0 and side_w % 2 == 0:
             down, side_h, side_w = down + 1, side_h // 2, side_w // 2
         self._base = (width, side_h, side_w)
         # the outermost level (the largest feature maps) gets half the channels where there are three levels or
@@ -85,8 +91,17 @@ class ConvAutoencoder(nn.Module):
             if level:
                 decoder += [nn.BatchNorm2d(out), nn.LeakyReLU(0.2)]
         flat = width * side_h * side_w
-        self.encoder = nn.Sequential(*encoder, nn.Flatten(), nn.Linear(flat, self.latent_dim))
-        self.decoder_fc = nn.Sequential(nn.Linear(self.latent_dim, flat), nn.LeakyReLU(0.2))
+        if spatial:
+            code_channels, remainder = divmod(self.latent_dim, side_h * side_w)
+            if remainder or not code_channels:
+                raise ProbeError(f"a spatial code of {side_h}x{side_w} needs a latent size that is a multiple of "
+                                 f"{side_h * side_w}, got {self.latent_dim}")
+            self.encoder = nn.Sequential(*encoder, nn.Conv2d(width, code_channels, 1), nn.Flatten())
+            self.decoder_fc = nn.Sequential(nn.Unflatten(1, (code_channels, side_h, side_w)),
+                                            nn.Conv2d(code_channels, width, 1), nn.LeakyReLU(0.2), nn.Flatten())
+        else:
+            self.encoder = nn.Sequential(*encoder, nn.Flatten(), nn.Linear(flat, self.latent_dim))
+            self.decoder_fc = nn.Sequential(nn.Linear(self.latent_dim, flat), nn.LeakyReLU(0.2))
         self.decoder_conv = nn.Sequential(*decoder)
 
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,9 +130,22 @@ class DensityAutoencoder(DensityGenerator):
         The data's classes, one density component each.
     """
 
+    spatial = False
+
     def __init__(self, image_shape: tuple[int, int, int], latent_dim: int, class_names) -> None:
-        super().__init__(ConvAutoencoder(image_shape, latent_dim), class_names=class_names)
+        super().__init__(ConvAutoencoder(image_shape, latent_dim, spatial=self.spatial), class_names=class_names)
         self.image_shape = tuple(int(v) for v in image_shape)
+
+
+class SpatialDensityAutoencoder(DensityAutoencoder):
+    """A :class:`DensityAutoencoder` whose code is spatial (``ConvAutoencoder(spatial=True)``): at 64x64 a code of
+    256 is 4 channels of 8 x 8."""
+
+    spatial = True
+
+
+AUTOENCODER_ARCHITECTURES = {"DensityAutoencoder": DensityAutoencoder,
+                             "SpatialDensityAutoencoder": SpatialDensityAutoencoder}
 
 
 # The regularized autoencoder's loss (:func:`autoencoder_loss`): pixels + SSIM + features, an L2 penalty on codes
@@ -183,6 +211,7 @@ def train_autoencoder(
     perceptual: str | None = "trained",
     augment: bool = False,
     feature_epochs: int | None = None,
+    architecture: str = "DensityAutoencoder",
 ) -> tuple[DensityAutoencoder, dict]:
     """Train the zoo's regularized autoencoder, then fit its code density on the training images.
 
@@ -201,7 +230,7 @@ def train_autoencoder(
     progress = _as_autoencoder(_shifted(progress, first, first + epochs))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = DensityAutoencoder(dataset.image_shape, latent_dim, dataset.class_names).to(device)
+        model = AUTOENCODER_ARCHITECTURES[architecture](dataset.image_shape, latent_dim, dataset.class_names).to(device)
         network = model.generator
         shuffler = torch.Generator().manual_seed(seed)
         optimiser = torch.optim.Adam(network.parameters(), lr=learning_rate)

@@ -46,7 +46,7 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
-from probe_core.models.autoencoder import DensityAutoencoder, train_autoencoder
+from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES, train_autoencoder
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
@@ -83,7 +83,7 @@ MODEL_SETTING_WORDS = {"epochs": "training epochs", "latent_dim": "the latent si
                        "feature_epochs": "the perceptual network's training epochs",
                        "image_size": "the generator's image size"}
 _ARCHITECTURES = {**CLASSIFIER_ARCHITECTURES, "GANGenerator": GANGenerator, **VAE_ARCHITECTURES,
-                  "DensityAutoencoder": DensityAutoencoder}
+                  **AUTOENCODER_ARCHITECTURES}
 FD_METRIC = "fd_classifier_features"
 FD_HELP = (
     "FD-clf: Fréchet distance between generated and real test images on the default classifier's "
@@ -305,7 +305,7 @@ class ModelSpec:
         if self.latent_dim is not None and self.kind == "classifier":
             raise ProbeError("latent_dim applies to generators (vae, gan)")
         allowed = {"classifier": tuple(CLASSIFIER_ARCHITECTURES), "vae": tuple(VAE_ARCHITECTURES),
-                   "gan": ("GANGenerator",), "rae": ("DensityAutoencoder",)}[self.kind]
+                   "gan": ("GANGenerator",), "rae": tuple(AUTOENCODER_ARCHITECTURES)}[self.kind]
         if self.architecture is not None and self.architecture not in allowed:
             raise ProbeError(f"architecture {self.architecture!r} is not a {self.kind}; use one of {', '.join(allowed)}")
         if self.kl_warmup is not None and self.kind != "vae":
@@ -702,7 +702,7 @@ class ModelRegistry:
         elif spec.kind == "rae":
             module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
                                                 augment=bool(spec.augment), feature_epochs=spec.feature_epochs,
-                                                **common)
+                                                architecture=spec.architecture, **common)
             args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
                     "class_names": list(dataset.class_names)}
         elif spec.kind == "vae":

@@ -172,17 +172,18 @@ def test_init_classes_starts_chains_in_their_targets_components_and_is_refused_w
                 SamplerConfig(num_warmup=0, num_samples=1, init="classes"))
 
 
-@pytest.mark.parametrize("size, levels", [(8, 1), (32, 3), (64, 4)])
-def test_the_autoencoder_halves_to_four_pixels_and_keeps_its_shapes(size, levels):
+@pytest.mark.parametrize("size, levels, spatial, latent", [(8, 1, False, 12), (32, 3, False, 12), (64, 4, False, 12),
+                                                           (32, 2, True, 128), (64, 3, True, 256)])
+def test_the_autoencoder_halves_to_four_pixels_or_a_spatial_code_and_keeps_its_shapes(size, levels, spatial, latent):
     from probe_core.models.autoencoder import ConvAutoencoder
 
-    network = ConvAutoencoder((3, size, size), latent_dim=12)
-    strided = [layer for layer in network.encoder if isinstance(layer, nn.Conv2d)]
+    network = ConvAutoencoder((3, size, size), latent_dim=latent, spatial=spatial)
+    strided = [layer for layer in network.encoder if isinstance(layer, nn.Conv2d) and layer.stride == (2, 2)]
     assert len(strided) == levels
     images = torch.rand(5, 3, size, size)
     with torch.no_grad():
         code, log_variance = network.encode(images)
-    assert code.shape == log_variance.shape == (5, 12)
+    assert code.shape == log_variance.shape == (5, latent)
     with torch.no_grad():
         decoded = network.decode(code)
     assert decoded.shape == (5, 3, size, size) and 0 <= float(decoded.min()) <= float(decoded.max()) <= 1
@@ -190,9 +191,12 @@ def test_the_autoencoder_halves_to_four_pixels_and_keeps_its_shapes(size, levels
 
 def test_a_trained_autoencoder_is_stored_resolves_again_and_samples_its_classes(tmp_path):
     from probe_core.data.catalog import load_dataset
+    from probe_core.models.autoencoder import ConvAutoencoder
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
 
+    with pytest.raises(ProbeError, match="multiple of 64"):
+        ConvAutoencoder((3, 64, 64), latent_dim=100, spatial=True)
     model = Workspace(tmp_path).registry.get_or_train(ModelSpec(dataset="digits", kind="rae", epochs=3))
     assert model.id.startswith("digits-rae-") and model.metrics["test_ssim"] > 0
     again = Workspace(tmp_path).registry.resolve(model.id, "generator", "digits")  # a new registry reads the file
