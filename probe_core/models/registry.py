@@ -783,6 +783,10 @@ class ModelRegistry:
     def _model_id(self, spec: ModelSpec) -> str:
         return spec.resolved(load_dataset(spec.dataset_view(), self.data_dir)).model_id()
 
+    def model_id(self, spec: ModelSpec) -> str:
+        """The id of the model ``spec`` trains, resolved on its data (trained or not)."""
+        return self._model_id(spec)
+
     def default_id(self, dataset: str, kind: str) -> str:
         """The reference ``default`` stands for: a model id (trained or not) or a built generator's reference.
 
