@@ -423,7 +423,8 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
         figures.update(probe, judge=judge.id)
         agreement = figures["judge_agreement"]
         if agreement is None:
-            failed.append(f"no chain of a short high:C probe (classes {figures['judge_classes']}) reached its class")
+            probed = ", ".join(classifier.class_names[index] for index in figures["judge_classes"])
+            failed.append(f"no chain of a short high:C probe (classes {probed}) reached its class")
         elif agreement < GENERATOR_THRESHOLDS["judge_agreement"]:
             failed.append(f"an independent classifier ({judge.id}) calls only {agreement:.0%} of a short high:C "
                           f"probe's {figures['judge_hits']} hits their class (limit "
