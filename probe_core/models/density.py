@@ -25,6 +25,8 @@ from probe_core.errors import ProbeError
 # Added to the shared covariance's diagonal (in whitened units): a class with few codes, or codes on a
 # subspace, still gives a proper density.
 DEFAULT_RIDGE = 1e-3
+# A DensityGenerator's buffers, in the order of ClassCodeDensity.from_fitted's arguments.
+DENSITY_BUFFERS = ("code_mean", "code_whitening", "class_means", "class_scale_tril", "class_weights")
 
 
 class ClassCodeDensity:
@@ -180,27 +182,21 @@ class DensityGenerator(nn.Module):
             classes = num_classes if num_classes is not None else len(self.class_names or ())
             if classes < 1:
                 raise ProbeError("a density generator without a fitted density needs its class count")
-            self.register_buffer("code_mean", torch.zeros(dim))
-            self.register_buffer("code_whitening", torch.eye(dim))
-            self.register_buffer("class_means", torch.zeros(classes, dim))
-            self.register_buffer("class_scale_tril", torch.eye(dim))
-            self.register_buffer("class_weights", torch.full((classes,), 1.0 / classes))
+            arrays = (torch.zeros(dim), torch.eye(dim), torch.zeros(classes, dim), torch.eye(dim),
+                      torch.full((classes,), 1.0 / classes))
         else:
             density._require_fitted()
             if density.mean_.shape[0] != dim:
                 raise ProbeError(f"the density is over {density.mean_.shape[0]} dimensions, the generator's codes "
                                  f"have {dim}")
-            self.register_buffer("code_mean", density.mean_.clone())
-            self.register_buffer("code_whitening", density.whitening_.clone())
-            self.register_buffer("class_means", density.means_.clone())
-            self.register_buffer("class_scale_tril", density.scale_tril_.clone())
-            self.register_buffer("class_weights", density.weights_.clone())
+            arrays = (density.mean_, density.whitening_, density.means_, density.scale_tril_, density.weights_)
+        for name, value in zip(DENSITY_BUFFERS, arrays):
+            self.register_buffer(name, value.clone())
 
     @property
     def density(self) -> ClassCodeDensity:
         """The fitted density, read from this module's buffers."""
-        return ClassCodeDensity.from_fitted(self.code_mean, self.code_whitening, self.class_means,
-                                            self.class_scale_tril, self.class_weights)
+        return ClassCodeDensity.from_fitted(*(getattr(self, name) for name in DENSITY_BUFFERS))
 
     def fit_density(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512,
                     ridge: float = DEFAULT_RIDGE) -> "DensityGenerator":
@@ -213,9 +209,7 @@ class DensityGenerator(nn.Module):
         weights[:len(fitted.weights_)] = fitted.weights_
         means = torch.zeros_like(self.class_means)
         means[:len(fitted.means_)] = fitted.means_
-        for name, value in (("code_mean", fitted.mean_), ("code_whitening", fitted.whitening_),
-                            ("class_means", means), ("class_scale_tril", fitted.scale_tril_),
-                            ("class_weights", weights)):
+        for name, value in zip(DENSITY_BUFFERS, (fitted.mean_, fitted.whitening_, means, fitted.scale_tril_, weights)):
             getattr(self, name).copy_(value)
         return self
 
