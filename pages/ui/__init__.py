@@ -24,6 +24,7 @@ from pages.ui.session import (
     linked_file_card,
     job_manager,
     load_model,
+    model_checks,
     model_ref,
     prior_samples,
     scaleout,
@@ -58,7 +59,7 @@ from probe_core.reporting.render import image_grid, upscale_for_display
 __all__ = [
     "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",
     "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
-    "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_choice",
+    "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_checks", "model_choice",
     "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
+from probe_core.models.checks import model_verdicts
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.workspace import Workspace
 from probe_core.sampling.protocols import prior_draws
@@ -38,6 +39,13 @@ def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, 
     """A model resolved as ``actor`` (part of the cache key, so nobody gets what only another may load)."""
     return get_workspace(root).for_data_dir(data_dir, actor=actor).registry.resolve(reference, kind, dataset,
                                                                                      device=device_name)
+
+
+@st.cache_resource(show_spinner="Checking the models on this data…", max_entries=16)
+def _verdicts(root: str, dataset: str, model_ids: tuple[str, ...], data_dir: str | None, actor) -> dict[str, str]:
+    """:func:`~probe_core.models.checks.model_verdicts` once per set of models (page reruns do not reload them)."""
+    registry = get_workspace(root).for_data_dir(data_dir, actor=actor).registry
+    return model_verdicts(registry, dataset, list(model_ids))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Reading the failures…")

@@ -10,7 +10,7 @@ import streamlit as st
 import torch
 
 from pages.ui.auth import current_actor, may, require
-from pages.ui.resources import _failures, _load, get_job_manager, get_workspace
+from pages.ui.resources import _failures, _load, _verdicts, get_job_manager, get_workspace
 from pages.ui.text import plain
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
 from probe_core.data.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
@@ -314,6 +314,11 @@ def load_model(reference: str, kind: str, dataset: str):
         file and this person may not load files.
     """
     return _load(str(workspace().root.resolve()), reference, kind, dataset, device(), data_dir(), current_actor())
+
+
+def model_checks(dataset: str, model_ids: list[str]) -> dict[str, str]:
+    """Each stored model's check on ``dataset`` in words (model id -> text), cached per set of models."""
+    return _verdicts(str(workspace().root.resolve()), dataset, tuple(model_ids), data_dir(), current_actor())
 
 
 def session_models(dataset: str):

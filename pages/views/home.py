@@ -7,7 +7,6 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.data.catalog import dataset_entry, list_datasets
 from probe_core.errors import ProbeError
 from probe_core.models import GENERATOR_KINDS, KIND_WORDS, KINDS, ModelSpec
-from probe_core.models.checks import model_verdicts
 from probe_core.models.jobs import start_default_training, submit_training
 from probe_core.models.registry import MODEL_RANGES
 from probe_core.runs import history
@@ -83,8 +82,7 @@ if not models:
         except ProbeError as exc:
             st.error(_ui.plain(exc))
 else:
-    with st.spinner("Checking the models on this data…"):
-        verdicts = model_verdicts(ws.registry, dataset.name, [m["id"] for m in models])
+    verdicts = _ui.model_checks(dataset.name, [m["id"] for m in models])
     st.dataframe(_ui.models_table(models, verdicts), column_config=_ui.MODELS_COLUMN_CONFIG, hide_index=True)
     generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
     if generators:
