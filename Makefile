@@ -16,7 +16,7 @@ MNIST_QUICK := zoo_budgets table2 sampler
 # The README's MNIST zoo table: this grid, two one-thread models at once.
 ZOO_MNIST_ARGS := --epochs 15,30 --betas 1,4 --gan-epochs 15,30 --jobs 2 --threads 1
 
-.PHONY: install run test test-fast test-shuffled fuzz notebooks bench bench-quick clean-venv
+.PHONY: install run test test-fast test-shuffled fuzz notebooks wheel-check bench bench-quick clean-venv
 
 $(STAMP): requirements.txt requirements-ray.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,20 @@ test-fast: $(STAMP)
 # The example notebooks, executed top to bottom in a throw-away workspace (CI runs this after the tests).
 notebooks: $(STAMP)
 	$(BIN)/python examples/run_notebooks.py
+
+# Packaging, as a new user gets it: the built wheel and its declared dependencies (from the package index) in an
+# isolated environment, then `probe --version` and the installed copy of probe_core (CI runs this; the suite's
+# wheel test installs the wheel alone and serves the app from it).
+WHEEL_CHECK_DIR ?= .wheel-check
+wheel-check: $(STAMP)
+	rm -rf $(WHEEL_CHECK_DIR)
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_CHECK_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_CHECK_DIR)/env
+	$(WHEEL_CHECK_DIR)/env/bin/pip install --quiet --no-compile "$(TORCH_PIN)"
+	$(WHEEL_CHECK_DIR)/env/bin/pip install --quiet --no-compile $(WHEEL_CHECK_DIR)/dist/model_probe-*.whl
+	cd $(WHEEL_CHECK_DIR) && env/bin/probe --version && env/bin/python -c "import probe_core, sys; \
+	  sys.exit(0 if '/env/' in probe_core.__file__ else 'probe_core was not imported from the installed wheel')"
+	rm -rf $(WHEEL_CHECK_DIR)
 
 # Every figure in the README is printed by one of these (see each script's docstring).
 bench: $(STAMP)
