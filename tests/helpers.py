@@ -124,16 +124,26 @@ def require_shared_mnist() -> Path:
     return SHARED_MNIST
 
 
-def rerun_until(at, condition, timeout: float = 120.0):
-    """Rerun an AppTest page every second until ``condition(at)`` holds (a background run reached a state)."""
+def rerun_until(at, condition, timeout: float = 120.0, fallback: float = 3.0):
+    """Rerun an AppTest page until ``condition(at)`` holds (a background run reached a state).
+
+    The store is polled (its latest runs' status, progress and message, a cheap query) and the page rerun when
+    that state changed, or every ``fallback`` seconds for what the store does not show; while a run is only
+    working, the page is not redrawn for nothing.
+    """
+    store = _store_of_env()
     deadline = time.time() + timeout
+    seen, last_run = None, 0.0
     while time.time() < deadline:
-        time.sleep(1.0)
-        at.run()
-        assert not at.exception, at.exception
-        if condition(at):
-            return at
-    runs = [(r.id, r.kind, r.status, r.message, r.error) for r in _store_of_env().list_runs(limit=5)]
+        state = [(r.id, r.status, round(r.progress, 2), r.message) for r in store.list_runs(limit=5)]
+        if state != seen or time.time() - last_run >= fallback:
+            seen, last_run = state, time.time()
+            at.run()
+            assert not at.exception, at.exception
+            if condition(at):
+                return at
+        time.sleep(0.2)
+    runs = [(r.id, r.kind, r.status, r.message, r.error) for r in store.list_runs(limit=5)]
     raise AssertionError(f"the page never reached the expected state; errors on the page: "
                          f"{[e.value for e in at.error]}; latest runs: {runs}")
 
