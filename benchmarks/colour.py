@@ -9,7 +9,8 @@ mean confidence over all kept samples), then Defuse end to end on a classifier w
 clean default classifier as the oracle that labels the clusters: failures, clusters, failure
 regions, and test and failure-region accuracy before and after the correction and for the paper's
 baseline. The figure has one row of
-hits per target. ``--quick``: 4 chains, 10 + 10 iterations, a small Defuse (a smoke run, not the figures).
+hits per target. ``--quick``: one high-confidence and one ambiguous target, 4 chains, 10 + 10 iterations, a small Defuse (a smoke
+run, not the figures).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from probe_core.reporting.render import image_grid, png_bytes
 
 TARGETS = ("high:red", "high:green", "high:blue", "ambiguous:red,green", "ambiguous:green,blue", "ambiguous:red,blue")
+QUICK_TARGETS = ("high:red", "ambiguous:green,blue")
 HITS_PER_ROW = 10
 FLAWED = "colours[mislabel=red->green:0.4]"
 
@@ -56,7 +58,7 @@ def main() -> None:
     print(f"\nBayes-TrEx, batched HMC through the VAE, {chains} chains, {warmup} warm-up + {samples} samples per target")
     print(f"{'target':<27}{'hit rate':>9}  {'confidence, all samples (mean ± sd)':<40}{'s':>5}")
     with tempfile.TemporaryDirectory() as folder:
-        for target in TARGETS:
+        for target in QUICK_TARGETS if args.quick else TARGETS:
             out, arrays = Path(folder) / "run.json", Path(folder) / "run.npz"
             _, seconds = _probe(args.workspace, "sample", "--dataset", "colours", "--target", target, "--chains", chains,
                                 "--warmup", warmup, "--samples", samples, "--out", str(out), "--npz", str(arrays))
@@ -77,7 +79,8 @@ def main() -> None:
         flawed_out, _ = _probe(args.workspace, "models", "train", "--dataset", FLAWED, "--kind", "classifier")
         flawed = flawed_out.split(":")[0]
         summary_path = Path(folder) / "defuse.json"
-        small = ["--max-images", "300", "--samples-per-image", "10", "--lambdas", "1", "--epochs", "1"]
+        small = ["--max-images", "300", "--samples-per-image", "10", "--lambdas", "1", "--epochs", "1",
+                 "--samples-per-region", "16"]
         full = ["--samples-per-image", "50"]  # the paper's 17 λ, 3 epochs
         _, seconds = _probe(args.workspace, "defuse", "run", "--dataset", FLAWED, "--classifier", flawed,
                             "--noise-scale", "0.5", "--auto-label", "oracle:default",

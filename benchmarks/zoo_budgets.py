@@ -34,6 +34,7 @@ from probe_core.data.catalog import load_dataset
 from probe_core.models import ModelSpec
 from probe_core.models.registry import FD_METRIC
 from probe_core.runs.workspace import Workspace
+from quick_models import quick_generator_spec
 
 
 def _take_slot(slots, cores: list[int], threads: int) -> None:
@@ -96,6 +97,8 @@ def main() -> None:
              for epochs in _numbers(args.epochs) for beta in _numbers(args.betas, float)]
     specs += [ModelSpec(dataset=args.dataset, kind="gan", epochs=epochs, seed=args.seed)
               for epochs in _numbers(args.gan_epochs)]
+    if args.quick:  # the generators the other quick modes reuse (quick_models.py)
+        specs = [quick_generator_spec(args.dataset, kind) for kind in ("vae", "gan")]
     cores = sorted(os.sched_getaffinity(0))  # the workers split these among them
     torch.set_num_threads(args.threads)
     Workspace(args.workspace, data_dir=args.data_dir).registry.get_or_train(

@@ -1,8 +1,9 @@
 """Shared fixtures: a workspace with the real default digits models, trained once per session.
 
-Tests live in ``unit/`` (no training, under a minute: ``make test-fast``), ``integration/``,
-``app/`` (AppTest) and ``e2e/`` (a real browser and real processes); helpers every folder
-uses are in ``helpers.py``, never imported from here.
+Tests live in ``unit/`` (parts on small data; a model trained for a few seconds at most), ``integration/``,
+``app/`` (AppTest) and ``e2e/`` (a real browser and real processes); the tiers (``make test-fast`` leaves out
+``slow``, ``e2e`` and ``ray``) are marks given below. Helpers every folder uses are in ``helpers.py``, never
+imported from here.
 """
 
 from __future__ import annotations
