@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
 
 BENCH_WORKSPACE ?= .bench-workspace
-BENCHMARKS := default_models generator_check generators sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out real_size defuse_real_size mutation
+BENCHMARKS := default_models generator_check generators sampler table2 matrix_defaults defuse_noise defuse_protocols scenes scenes_probe colour cold_start watch user_data scale_out real_size defuse_real_size mutation suite_tiers
 # The same scripts on real MNIST (the README's "Real MNIST"): the 10,000 test images, split 80/20.
 MNIST_DIR ?= ../shared/data/mnist-t10k
 MNIST_BENCHMARKS := zoo_budgets table2 matrix_defaults sampler generator_check
@@ -70,7 +70,7 @@ wheel-check: $(STAMP)
 # Every figure in the README is printed by one of these (see each script's docstring).
 bench: $(STAMP)
 	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py"; \
-	  $(BIN)/python benchmarks/$$name.py $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || echo --workspace $(BENCH_WORKSPACE)) || exit 1; done
+	  $(BIN)/python benchmarks/$$name.py $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || [ $$name = suite_tiers ] || echo --workspace $(BENCH_WORKSPACE)) || exit 1; done
 	for name in $(MNIST_BENCHMARKS); do echo "== benchmarks/$$name.py --dataset mnist"; \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --workspace $(BENCH_WORKSPACE)-mnist \
 	  $$( [ $$name = zoo_budgets ] && echo $(ZOO_MNIST_ARGS) ) || exit 1; done
@@ -88,7 +88,7 @@ bench-quick: $(STAMP)
 	rm -rf $(BENCH_WORKSPACE)-quick
 	$(BIN)/python tests/data/make_default_models.py --install $(BENCH_WORKSPACE)-quick
 	for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py --quick"; started=$$(date +%s); \
-	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; \
+	  $(BIN)/python benchmarks/$$name.py --quick $$( [ $$name = scenes ] || [ $$name = default_models ] || [ $$name = mutation ] || [ $$name = suite_tiers ] || echo --workspace $(BENCH_WORKSPACE)-quick) || exit 1; \
 	  echo "== benchmarks/$$name.py --quick took $$(( $$(date +%s) - started )) s"; done
 	for name in $(MNIST_QUICK); do echo "== benchmarks/$$name.py --dataset mnist --quick"; started=$$(date +%s); \
 	  PROBE_DATA_DIR=$(MNIST_DIR) $(BIN)/python benchmarks/$$name.py --dataset mnist --quick --workspace $(BENCH_WORKSPACE)-quick || exit 1; \
