@@ -1,14 +1,15 @@
 """Where the test suite's time goes: ``make test``'s wall time and each tier's worker-seconds.
 
-Run: ``.venv/bin/python benchmarks/suite_tiers.py [--workers auto] [--quick]``
+Run: ``.venv/bin/python benchmarks/suite_tiers.py [--workers auto] [--marks EXPR] [--quick]``
 
 Runs the suite as ``make test`` does (``pytest -n auto --dist loadgroup``) with this file loaded as a pytest
 plugin, which adds up every test's setup, call and teardown durations (pytest's own ``--durations`` figures,
 reported by the xdist workers) by tier: ``e2e``, ``ray``, ``slow`` (the marks ``tests/conftest.py`` gives; a
 test with several counts under the first of these) and ``fast`` (the rest: what ``make test-fast`` runs). The
 worker-seconds of all tiers add up to about the workers times the wall time when the workers are busy to the
-end. Prints the tiers, the ten slowest tests and the wall time. ``--quick``: one small test file (the code
-path, not the figures). Under ``CI=true`` as in ``.ci/run``.
+end. Prints the tiers, the ten slowest tests and the wall time. ``--marks "not slow and not e2e and not ray"``
+times what ``make test-fast`` runs. ``--quick``: one small test file (the code path, not the figures). Under
+``CI=true`` as in ``.ci/run``.
 """
 
 from __future__ import annotations
@@ -29,28 +30,35 @@ TIMINGS_ENV = "PROBE_SUITE_TIMINGS"
 QUICK_TESTS = "tests/unit/test_target_spec.py"
 
 
-def pytest_runtest_logreport(report) -> None:
-    """(plugin hook) One line per test phase, in the controller, to the file named by :data:`TIMINGS_ENV`."""
-    path = os.environ.get(TIMINGS_ENV)
-    if not path:
+# The plugin pytest loads (written to a folder of its own: benchmarks/ on the tests' PYTHONPATH would let its
+# scripts shadow modules in every process the tests start). One line per test phase, in the controller.
+PLUGIN = f"""
+import json, os
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller gets every worker's reports too
         return
-    tier = next((name for name in TIERS[:-1] if name in report.keywords), "fast")
-    with open(path, "a") as out:
-        out.write(json.dumps({"test": report.nodeid.split("@")[0], "when": report.when, "tier": tier,
-                              "seconds": report.duration, "outcome": report.outcome}) + "\n")
+    tier = next((name for name in {TIERS[:-1]!r} if name in report.keywords), "fast")
+    with open(os.environ[{TIMINGS_ENV!r}], "a") as out:
+        out.write(json.dumps({{"test": report.nodeid.split("@")[0], "when": report.when, "tier": tier,
+                              "seconds": report.duration}}) + "\\n")
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="auto", help="pytest-xdist workers (make test: auto, one per core)")
+    parser.add_argument("--marks", help="only the tests these marks select (pytest -m), e.g. make test-fast's")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         timings = Path(folder) / "timings.jsonl"
+        (Path(folder) / "suite_tiers_plugin.py").write_text(PLUGIN)
         env = {**os.environ, "CI": "true", TIMINGS_ENV: str(timings),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
-        command = [sys.executable, "-m", "pytest", "-p", "suite_tiers", "-n", args.workers, "--dist", "loadgroup",
-                   "-q", "-p", "no:cacheprovider", *([QUICK_TESTS] if args.quick else [])]
+               "PYTHONPATH": os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))}
+        command = [sys.executable, "-m", "pytest", "-p", "suite_tiers_plugin", "-n", args.workers, "--dist", "loadgroup",
+                   "-q", "-p", "no:cacheprovider", *(["-m", args.marks] if args.marks else []),
+                   *([QUICK_TESTS] if args.quick else [])]
         started = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - started
@@ -64,7 +72,8 @@ def main() -> None:
         tests[row["tier"]].add(row["test"])
         per_test[row["test"]] += row["seconds"]
     threads = os.environ.get("OMP_NUM_THREADS", "default")
-    print(f"{'quick: ' + QUICK_TESTS if args.quick else 'the whole suite'}, -n {args.workers}, "
+    chosen = QUICK_TESTS if args.quick else "the whole suite"
+    print(f"{chosen}{f' (-m {args.marks!r})' if args.marks else ''}, -n {args.workers}, "
           f"OMP_NUM_THREADS={threads}: wall {wall:.0f} s ({wall / 60:.1f} min), "
           f"{sum(len(t) for t in tests.values())} tests")
     print(f"{'tier':<6}{'tests':>7}{'worker-s':>10}{'share':>8}")

@@ -101,13 +101,15 @@ def label_all(choice: str) -> None:
         st.session_state["label_problem"] = str(exc)
 
 
-def label_one(image_id: int, widget_key: str) -> None:
+def label_one(image_ids: list[int], numbers: str, widget_key: str) -> None:
+    """Label one picture: the review images ``image_ids`` (one, or copies a person cannot tell apart)."""
     choice = st.session_state[widget_key]
     if choice is None:
         return
     try:
-        label_tools.label_images(ws.store, [image_id], annotator, stored_label(choice), names,
+        label_tools.label_images(ws.store, image_ids, annotator, stored_label(choice), names,
                                  actor=_ui.current_actor())
+        st.session_state["label_saved"] = f"Saved: image {numbers} of cluster {cluster['id']} = {choice}"
     except ProbeError as exc:
         st.session_state["label_problem"] = str(exc)
 
@@ -134,22 +136,32 @@ else:
                      disabled=not annotator, on_change=label_all_picked, args=(pick_key,), width=360)
         st.button("none of the above", key=f"label_all_{len(names)}", disabled=not annotator, shortcut="N",
                   on_click=label_all, args=("none of the above",))
-for row_start in range(0, len(shown["ids"]), 5):
-    for column, position in zip(st.columns(5), range(row_start, min(row_start + 5, len(shown["ids"])))):
-        image_id = shown["ids"][position]
-        with column:
-            _ui.show_picture(shown["images"][position:position + 1], columns=1, height=LABEL_IMAGE_HEIGHT,
-                             caption=f"{position + 1}: classifier says {predictions[position]}")
-            current = mine.get(image_id)
-            current_choice = "none of the above" if current == label_tools.NONE_OF_THE_ABOVE else current
-            widget_key = f"label_image_{image_id}_{annotator}_{version}"
-            st.selectbox(f"Image {position + 1} shows", choices, key=widget_key, disabled=not annotator,
-                         index=choices.index(current_choice) if current_choice in choices else None,
-                         placeholder="class…", on_change=label_one, args=(image_id, widget_key))
+# every key press and choice answers at once, here under the buttons and as a toast, wherever the page is scrolled
 if "label_problem" in st.session_state:
     st.error(_ui.plain(st.session_state.pop("label_problem")))
 if "label_saved" in st.session_state:
-    st.success(_ui.plain(st.session_state.pop("label_saved")))  # the label may be typed text
+    saved = _ui.plain(st.session_state.pop("label_saved"))  # the label may be typed text
+    st.success(saved)
+    st.toast(saved)
+pictures = defuse_review.duplicate_groups(shown["images"])
+if len(pictures) < len(shown["ids"]):
+    st.caption(f"These {len(shown['ids'])} review images are {len(pictures)} different pictures: a picture that "
+               "appears more than once is asked about once, and your label is stored for each copy.")
+for row_start in range(0, len(pictures), 5):
+    for column, copies in zip(st.columns(5), pictures[row_start:row_start + 5]):
+        position, image_id = copies[0], shown["ids"][copies[0]]
+        numbers = ", ".join(str(copy + 1) for copy in copies)
+        with column:
+            _ui.show_picture(shown["images"][position:position + 1], columns=1, height=LABEL_IMAGE_HEIGHT,
+                             caption=f"{numbers}: classifier says {predictions[position]}"
+                             + (f" ({len(copies)} copies)" if len(copies) > 1 else ""))
+            current = mine.get(image_id)
+            current_choice = "none of the above" if current == label_tools.NONE_OF_THE_ABOVE else current
+            widget_key = f"label_image_{image_id}_{annotator}_{version}"
+            st.selectbox(f"Image {numbers} shows", choices, key=widget_key, disabled=not annotator,
+                         index=choices.index(current_choice) if current_choice in choices else None,
+                         placeholder="class…", on_change=label_one,
+                         args=([shown["ids"][copy] for copy in copies], numbers, widget_key))
 mine = labelled_by_me(cluster["id"])
 verdict = label_tools.cluster_labels(ws.store, cluster, names)
 st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotators so far: "

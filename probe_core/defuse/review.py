@@ -44,6 +44,39 @@ def review_samples(vae, classifier, cluster: dict, count: int = 10, tau: float =
     return {"latents": latents, "images": images, "probs": probs}
 
 
+# Review images whose every pixel differs by at most this many of 255 grey levels are one picture to a person:
+# a cluster with a tight Gaussian decodes to near copies, and the Label page asks about each such picture once.
+DUPLICATE_LEVELS = 4
+
+
+def duplicate_groups(images: torch.Tensor) -> list[list[int]]:
+    """Positions of review images a person cannot tell apart, grouped.
+
+    Parameters
+    ----------
+    images : torch.Tensor
+        (S, C, H, W) review images in [0, 1].
+
+    Returns
+    -------
+    list of list of int
+        Every position in exactly one group; each group in increasing order, the groups ordered by their first
+        position. Two images join a group when no pixel of theirs differs by more than
+        :data:`DUPLICATE_LEVELS` / 255 from its first image.
+    """
+    flat = torch.as_tensor(images, dtype=torch.float32).flatten(1)
+    tolerance = DUPLICATE_LEVELS / 255 + 1e-6
+    groups, grouped = [], set()
+    for first in range(len(flat)):
+        if first in grouped:
+            continue
+        same = [other for other in range(first, len(flat)) if other not in grouped
+                and float((flat[other] - flat[first]).abs().max()) <= tolerance]
+        grouped.update(same)
+        groups.append(same)
+    return groups
+
+
 def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
     """The cluster's stored review images, the ones annotators label; made and stored on first use.
 

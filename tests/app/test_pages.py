@@ -589,3 +589,47 @@ def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colou
     from probe_core.runs.jobs import JobManager
 
     JobManager(colours_workspace.store).cancel(identify.id)
+
+
+def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every_copy(trained_workspace, flawed_run,
+                                                                                      tmp_path, monkeypatch):
+    """A cluster whose ten review images are three pictures (copies differing by a grey level or two) gets three
+    questions; one answer labels each copy, and the answer is confirmed at once."""
+    import shutil
+
+    import numpy as np
+
+    from probe_core.runs.workspace import Workspace
+
+    root = tmp_path / "ws"  # a copy: the shared workspace's newest distillation run stays the flawed one
+    shutil.copytree(trained_workspace.root, root)
+    workspace = Workspace(root)
+    monkeypatch.setenv("PROBE_WORKSPACE", str(root))
+    store = workspace.store
+    source = store.get_run(flawed_run["distill_run"])
+    run_id = store.create_run(source.kind, source.config)
+    store.finish_run(run_id, "done", result=source.result)
+    template = store.get_clusters(flawed_run["distill_run"])[0]
+    [cluster_id] = store.add_clusters(run_id, [{key: template[key] for key in
+                                                ("cluster_index", "weight", "size", "mean", "covariance", "info")}])
+    digits = load_dataset("digits")
+    pictures = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]  # which of three training images each review image copies
+    rng = np.random.default_rng(0)
+    images = digits.train_images[:3].numpy()[pictures]
+    images = np.clip(images + rng.integers(-2, 3, images.shape) / 255, 0, 1).astype(np.float32)  # invisible noise
+    assert review.duplicate_groups(images) == [[0, 1, 2], [3, 4], [5, 6, 7, 8, 9]]
+    ids = store.put_review_images(cluster_id, np.zeros((10, len(template["mean"])), np.float32), images,
+                                  np.full(10, 8))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["annotator"] = "copy-checker"
+    at.run()
+    at.switch_page("pages/views/label.py").run()
+    at.selectbox(key="label_run_pick").set_value(run_id).run()
+    assert any("are 3 different pictures" in c.value for c in at.caption)
+    boxes = [box for box in at.selectbox if box.key and box.key.startswith("label_image_")]
+    assert [box.label for box in boxes] == ["Image 1, 2, 3 shows", "Image 4, 5 shows",
+                                            "Image 6, 7, 8, 9, 10 shows"]
+    boxes[1].select("3").run()
+    assert _my_image_labels(store, cluster_id, "copy-checker") == {ids[3]: "3", ids[4]: "3"}
+    saved = f"Saved: image 4, 5 of cluster {cluster_id} = 3"  # under the buttons, and as a toast
+    assert [shown(s.value) for s in at.success] == [saved] and [shown(t.value) for t in at.toast] == [saved]
