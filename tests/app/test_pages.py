@@ -596,13 +596,18 @@ def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every
     """A cluster whose ten review images are three pictures (copies differing by a grey level or two) gets three
     questions; one answer labels each copy, and the answer is confirmed at once."""
     import shutil
+    import sqlite3
 
     import numpy as np
 
-    from probe_core.runs.workspace import Workspace
+    from probe_core.runs.workspace import DATABASE_NAME, Workspace
 
     root = tmp_path / "ws"  # a copy: the shared workspace's newest distillation run stays the flawed one
-    shutil.copytree(trained_workspace.root, root)
+    shutil.copytree(trained_workspace.root, root, ignore=shutil.ignore_patterns(DATABASE_NAME + "*"))
+    live, copy = sqlite3.connect(trained_workspace.root / DATABASE_NAME), sqlite3.connect(root / DATABASE_NAME)
+    live.backup(copy)  # a consistent snapshot (copying a live database's files is not)
+    live.close()
+    copy.close()
     workspace = Workspace(root)
     monkeypatch.setenv("PROBE_WORKSPACE", str(root))
     store = workspace.store
