@@ -141,7 +141,7 @@ def _distill(args) -> int:
           f"(run {run_id})")
     _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
                     label_tools.DEFAULT_RHO)
-    print(f"next: label clusters, e.g. probe defuse label --run {run_id} --cluster ID --annotator YOU --failure "
+    print(f"next: label clusters, e.g. probe defuse label --run {run_id} --cluster ID --annotator YOU "
           f"--label CLASS (add --preview ID.png to see a cluster first)")
     return 0
 
@@ -218,6 +218,11 @@ def _write_preview(workspace, args) -> None:
     predictions = ", ".join(f"{position}: {names[int(p)]}" for position, p in enumerate(shown["predictions"], 1))
     print(f"the {len(shown['ids'])} review images of cluster {args.cluster} written to {args.preview}; "
           f"the classifier says {predictions}")
+    for copies in defuse_review.duplicate_groups(shown["images"]):
+        if len(copies) > 1:
+            numbers = " ".join(str(copy + 1) for copy in copies)
+            options = " ".join(f"--image {copy + 1}" for copy in copies)
+            print(f"images {numbers} are the same picture: label them together ({options} --label CLASS)")
 
 
 def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:

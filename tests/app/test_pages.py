@@ -592,7 +592,7 @@ def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colou
 
 
 def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every_copy(trained_workspace, flawed_run,
-                                                                                      tmp_path, monkeypatch):
+                                                                                      tmp_path, monkeypatch, capsys):
     """A cluster whose ten review images are three pictures (copies differing by a grey level or two) gets three
     questions; one answer labels each copy, and the answer is confirmed at once."""
     import shutil
@@ -638,3 +638,14 @@ def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every
     assert _my_image_labels(store, cluster_id, "copy-checker") == {ids[3]: "3", ids[4]: "3"}
     saved = f"Saved: image 4, 5 of cluster {cluster_id} = 3"  # under the buttons, and as a toast
     assert [shown(s.value) for s in at.success] == [saved] and [shown(t.value) for t in at.toast] == [saved]
+    # the CLI's preview says the same
+    from probe_core.cli import main
+
+    assert main(["--workspace", str(root), "defuse", "label", "--run", str(run_id), "--cluster", str(cluster_id),
+                 "--preview", str(tmp_path / "preview.png")]) == 0
+    printed = capsys.readouterr().out
+    assert "images 1 2 3 are the same picture" in printed and "images 6 7 8 9 10 are the same picture" in printed
+    assert "images 4 5 are the same picture: label them together (--image 4 --image 5 --label CLASS)" in printed
+    assert main(["--workspace", str(root), "defuse", "label", "--run", str(run_id), "--cluster", str(cluster_id),
+                 "--annotator", "copy-checker", "--image", "4", "--image", "5", "--label", "2"]) == 0
+    assert _my_image_labels(store, cluster_id, "copy-checker") == {ids[3]: "2", ids[4]: "2"}
