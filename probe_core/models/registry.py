@@ -719,8 +719,9 @@ class ModelRegistry:
             # FD-clf needs the data set's default classifier; it is not trained just for this metric (nothing
             # trains unless the run uses it), and the generator check scores any generator with the run's own
             reference_spec = ModelSpec(dataset=spec.dataset, kind="classifier", seed=spec.seed)
-            if self.exists(self._model_id(reference_spec)):
-                reference = self.load(self._model_id(reference_spec), device)
+            reference_id = self.model_id(reference_spec)
+            if self.exists(reference_id):
+                reference = self.load(reference_id, device)
                 metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, seen_at(module, served.image_shape),
                                                               served.test_images)
                 metrics["fd_reference_classifier"] = reference.id
@@ -778,14 +779,11 @@ class ModelRegistry:
 
     def missing_defaults(self, dataset: str = DEFAULT_DATASET) -> list[ModelSpec]:
         """Default specs of a data set that are not trained yet."""
-        return [s for s in self.default_specs(dataset) if not self.exists(self._model_id(s))]
-
-    def _model_id(self, spec: ModelSpec) -> str:
-        return spec.resolved(load_dataset(spec.dataset_view(), self.data_dir)).model_id()
+        return [s for s in self.default_specs(dataset) if not self.exists(self.model_id(s))]
 
     def model_id(self, spec: ModelSpec) -> str:
         """The id of the model ``spec`` trains, resolved on its data (trained or not)."""
-        return self._model_id(spec)
+        return spec.resolved(load_dataset(spec.dataset_view(), self.data_dir)).model_id()
 
     def default_id(self, dataset: str, kind: str) -> str:
         """The reference ``default`` stands for: a model id (trained or not) or a built generator's reference.
@@ -793,9 +791,9 @@ class ModelRegistry:
         ``kind`` is ``classifier``, ``generator``, or a zoo kind (``vae``, ``gan``).
         """
         if kind in GENERATOR_KINDS:
-            return self._model_id(ModelSpec(dataset=generator_dataset(dataset), kind=kind))
+            return self.model_id(ModelSpec(dataset=generator_dataset(dataset), kind=kind))
         spec = self.default_spec(dataset, kind)
-        return dataset_entry(dataset).default_generator if spec is None else self._model_id(spec)
+        return dataset_entry(dataset).default_generator if spec is None else self.model_id(spec)
 
     def generator_choices(self, dataset: str) -> list[str]:
         """Generator references for a data set: what its entry offers, then the workspace's trained generators."""
@@ -893,6 +891,6 @@ class ModelRegistry:
         base, _ = split_class_map(reference or "default")
         if base == "default":
             spec = self.default_spec(dataset, kind)
-            if spec is not None and not self.exists(self._model_id(spec)):
+            if spec is not None and not self.exists(self.model_id(spec)):
                 self.get_or_train(spec, progress=progress, device=device)
         return self.resolve(reference, kind, dataset, device)
