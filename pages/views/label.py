@@ -14,7 +14,8 @@ from probe_core.reporting import figures
 from probe_core.team.accounts import Permission
 
 # an annotator names what a review image shows: at 64 pixels a 32x32 colour decoding's digit was hard to read
-LABEL_IMAGE_HEIGHT = 128
+LABEL_IMAGE_HEIGHT = 160
+ZOOM_IMAGE_HEIGHT = 384  # one review image and its source, nearest-neighbour scaled
 
 ws = _ui.workspace()
 st.title("Label")
@@ -162,6 +163,30 @@ for row_start in range(0, len(pictures), 5):
                          index=choices.index(current_choice) if current_choice in choices else None,
                          placeholder="class…", on_change=label_one,
                          args=([shown["ids"][copy] for copy in copies], numbers, widget_key))
+with st.expander("Look closer: an image at full size, beside the training image it came from"):
+    closer = st.selectbox("Image", range(1, len(shown["ids"]) + 1), key=f"label_closer_{cluster['id']}",
+                          format_func=lambda number: f"image {number} (classifier says {predictions[number - 1]})")
+    sources = None
+    if st.toggle("Beside the training images they came from", key="label_sources",
+                 help="Review images are drawn from the cluster's region of the generator's codes; each is shown "
+                      "with the training image whose perturbation (one of the cluster's failures) lies nearest "
+                      "it, and that image's label: what the classifier got right beside what it gets wrong."):
+        try:  # reads the run's failures: only when asked
+            sources = defuse_review.review_sources(ws.registry, ws.store, distill_run.id, cluster, _ui.device(),
+                                                   models=(dataset, classifier, vae))
+        except ProbeError as exc:
+            st.error(_ui.plain(exc))
+    review_column, source_column = st.columns(2)
+    with review_column:
+        _ui.show_picture(shown["images"][closer - 1:closer], columns=1, height=ZOOM_IMAGE_HEIGHT,
+                         caption=f"review image {closer}: classifier says {predictions[closer - 1]}")
+    if sources is not None:
+        with source_column:
+            _ui.show_picture(sources["images"][closer - 1:closer], columns=1, height=ZOOM_IMAGE_HEIGHT,
+                             caption=f"training image {sources['index'][closer - 1]}, labelled "
+                                     f"{names[int(sources['label'][closer - 1])]}")
+        st.caption("All ten: the review images (top) over the training images they came from (bottom).")
+        _ui.show_picture(torch.cat([shown["images"], sources["images"]]), columns=len(shown["ids"]))
 mine = labelled_by_me(cluster["id"])
 verdict = label_tools.cluster_labels(ws.store, cluster, names)
 st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotators so far: "

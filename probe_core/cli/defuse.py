@@ -157,6 +157,8 @@ def _label(args) -> int:
         _write_preview(workspace, args)
     if args.novelty:
         _write_novelty(workspace, args, class_names)
+    if args.sources:
+        _write_sources(workspace, args, class_names)
     if oracle is not None:
         source, written = defuse_review.auto_label(workspace.registry, store, args.run, oracle,
                                                    rho=args.rho, device=args.device,
@@ -164,9 +166,9 @@ def _label(args) -> int:
         print(f"{len(written)} clusters labelled by the oracle (stored as {source}; human labels untouched)")
     if args.cluster is not None and (args.label is not None or args.failure is not None):
         _label_images(workspace, args, class_names)
-    elif args.cluster is not None and args.preview is None and args.novelty is None:
-        raise ProbeError("give --label CLASS (and --image N to label one image) for the cluster, --preview FILE or "
-                         "--novelty FILE")
+    elif args.cluster is not None and args.preview is None and args.novelty is None and args.sources is None:
+        raise ProbeError("give --label CLASS (and --image N to label one image) for the cluster, --preview FILE, "
+                         "--sources FILE or --novelty FILE")
     if args.export_csv:
         count = label_tools.export_labels_csv(store, args.run, args.export_csv)
         print(f"{count} labels written to {args.export_csv}")
@@ -225,15 +227,36 @@ def _write_preview(workspace, args) -> None:
             print(f"images {numbers} are the same picture: label them together ({options} --label CLASS)")
 
 
+def _cluster_of_run(workspace, args, flag: str) -> dict:
+    if args.cluster is None:
+        raise ProbeError(f"{flag} needs --cluster ID")
+    cluster = workspace.store.get_cluster(args.cluster)
+    if cluster is None or cluster["run_id"] != args.run:
+        raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
+    return cluster
+
+
+def _write_sources(workspace, args, class_names: tuple[str, ...]) -> None:
+    """``--sources FILE``: the review images over the training images they came from, listed."""
+    import torch
+
+    cluster = _cluster_of_run(workspace, args, "--sources")
+    found = defuse_review.review_sources(workspace.registry, workspace.store, args.run, cluster, args.device)
+    both = torch.cat([found["review_images"], torch.as_tensor(found["images"])])
+    write_file(args.sources, png_bytes(image_grid(both, columns=len(found["review_images"]),
+                                                  scale=upscale_for_display(both.shape[-2]))))
+    rows = [[position, index, class_names[label], f"{distance:.2f}"] for position, (index, label, distance)
+            in enumerate(zip(found["index"], found["label"], found["latent_distance"]), 1)]
+    print(f"{args.sources}: top row the review images, bottom row the training image each came from (the source "
+          f"of the cluster's failure nearest it in the generator's codes)")
+    print(format_table(rows, ["image", "training index", "its label", "code distance"]))
+
+
 def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     """``--novelty FILE``: the review images over their nearest misclassified training images (paper Fig. 6)."""
     import torch
 
-    if args.cluster is None:
-        raise ProbeError("--novelty needs --cluster ID")
-    cluster = workspace.store.get_cluster(args.cluster)
-    if cluster is None or cluster["run_id"] != args.run:
-        raise ProbeError(f"cluster {args.cluster} is not a cluster of run {args.run}")
+    cluster = _cluster_of_run(workspace, args, "--novelty")
     found = defuse_review.nearest_misclassified_training(workspace.registry, workspace.store, args.run, cluster,
                                                     args.device)
     if not found["misclassified_training_images"]:
@@ -431,6 +454,8 @@ def add_defuse_commands(commands: argparse._SubParsersAction) -> None:
     label.add_argument("--image", type=int, action="append",
                        help="label only this review image (1-10; repeat for several); default: all of them")
     label.add_argument("--preview", help="write a PNG of the cluster's review images (the ones labelled)")
+    label.add_argument("--sources", help="write a PNG of the review images over the training images they came "
+                                         "from (each the source of the cluster's failure nearest it), and list them")
     label.add_argument("--novelty", help="write a PNG of the review images over their nearest misclassified "
                                          "training images, and list them (is the failure new? paper Fig. 6)")
     label.add_argument("--auto-label", help="oracle:MODEL_OR_PLUGIN (demos and tests; stored apart from humans)")

@@ -97,6 +97,42 @@ def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
             "predictions": np.array([image["prediction"] for image in stored])}
 
 
+def review_sources(registry, store, distill_run: int, cluster: dict, device: str = "cpu",
+                   models: tuple | None = None) -> dict:
+    """Where each of a cluster's review images came from: the training image whose perturbed code (one of the
+    cluster's failures) lies nearest the review image's code.
+
+    Review images are drawn from the cluster's Gaussian, not perturbed from one image, so this names the
+    failure nearest each in the VAE's latent space and the training image that failure was perturbed from: a
+    person can compare what the classifier got right (the training image and its label) with what it gets
+    wrong. ``models``: the run's ``(dataset, classifier, vae)`` when already loaded.
+
+    Returns
+    -------
+    dict
+        ``review_images`` (S, C, H, W); ``images`` (S, C, H, W) the source training images; ``index`` (S,)
+        their training-set indices; ``label`` (S,) their class indices; ``latent_distance`` (S,) ℓ2 between
+        each review image's code and its nearest failure's code.
+
+    Raises
+    ------
+    ProbeError
+        If ``cluster`` kept no failures of the run (it is not one of the run's clusters).
+    """
+    dataset, classifier, vae = models or load_run_models(registry, store, distill_run, device)
+    shown = review_images(store, vae, classifier, cluster, distill_tau(store, distill_run))
+    failures = failures_of(store, distill_run)
+    members = np.flatnonzero(assignments_of(store, distill_run) == cluster["cluster_index"])
+    if not len(members):
+        raise ProbeError(f"cluster {cluster['id']} holds none of run {distill_run}'s failures")
+    distances = torch.cdist(torch.as_tensor(shown["latents"], dtype=torch.float32),
+                            torch.as_tensor(failures.latents[members], dtype=torch.float32))
+    nearest = distances.min(1)
+    source = torch.from_numpy(failures.source_index[members][nearest.indices.numpy()]).long()
+    return {"review_images": shown["images"], "images": dataset.train_images[source], "index": source.numpy(),
+            "label": dataset.train_labels[source].numpy(), "latent_distance": nearest.values.numpy()}
+
+
 @torch.no_grad()
 def nearest_misclassified_training(registry, store, distill_run: int, cluster: dict, device: str = "cpu",
                                    models: tuple | None = None) -> dict:

@@ -228,6 +228,14 @@ def test_label_page_labels_all_ten_images_at_once_then_one_by_one(app_env, flawe
     at.toggle(key="label_novelty").set_value(True).run()  # is the failure new? (paper Fig. 6)
     novelty = next(d.value for d in at.dataframe if "ℓ2 distance" in d.value.columns)
     assert len(novelty) == label_tools.REVIEW_IMAGES and (novelty["its label"] != novelty["classifier says"]).all()
+    pictures = len(at.image)
+    at.selectbox(key=f"label_closer_{cluster['id']}").set_value(4)
+    at.toggle(key="label_sources").set_value(True).run()  # each review image beside the training image it came from
+    assert not at.exception, at.exception
+    sources = review.review_sources(app_env.registry, app_env.store, flawed_run["distill_run"], cluster)
+    assert len(at.image) == pictures + 2  # the source at full size, and all ten over their sources
+    captions = " ".join(caption for element in at.image for caption in element.captions)
+    assert f"training image {sources['index'][3]}, labelled" in captions and "review image 4:" in captions
 
 
 def test_label_page_with_many_classes_labels_all_ten_images_from_a_searchable_list(app_env, flawed_run, monkeypatch):

@@ -372,3 +372,34 @@ def test_novelty_finds_the_nearest_misclassified_training_image_of_each_review_i
     assert main(["--workspace", str(trained_workspace.root), "defuse", "label", "--run", str(distill_run),
                  "--cluster", str(cluster["id"]), "--novelty", str(picture)]) == 0
     assert picture.stat().st_size > 500 and "misclassified training images" in capsys.readouterr().out
+
+
+def test_each_review_image_is_shown_beside_the_training_image_its_nearest_failure_was_perturbed_from(
+        trained_workspace, flawed_run, tmp_path, capsys):
+    from probe_core.cli import main
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    distill_run = flawed_run["distill_run"]
+    cluster = store.get_clusters(distill_run)[0]
+    found = defuse_review.review_sources(registry, store, distill_run, cluster)
+    failures = queries.failures_of(store, distill_run)
+    members = np.flatnonzero(queries.assignments_of(store, distill_run) == cluster["cluster_index"])
+    dataset, classifier, vae = queries.load_run_models(registry, store, distill_run)
+    shown = defuse_review.review_images(store, vae, classifier, cluster, queries.distill_tau(store, distill_run))
+    distances = np.linalg.norm(shown["latents"][:, None] - failures.latents[members][None], axis=2)
+    assert len(found["index"]) == label_tools.REVIEW_IMAGES
+    # each source is the training image of a failure of this cluster at the smallest code distance
+    for position, index in enumerate(found["index"]):
+        at_minimum = members[np.isclose(distances[position], distances[position].min(), rtol=1e-4, atol=1e-5)]
+        assert index in failures.source_index[at_minimum]
+        assert found["latent_distance"][position] == pytest.approx(distances[position].min(), rel=1e-4, abs=1e-5)
+    assert torch.equal(found["images"], dataset.train_images[torch.from_numpy(found["index"])])
+    assert (found["label"] == dataset.train_labels[torch.from_numpy(found["index"])].numpy()).all()
+    picture = tmp_path / "sources.png"
+    assert main(["--workspace", str(trained_workspace.root), "defuse", "label", "--run", str(distill_run),
+                 "--cluster", str(cluster["id"]), "--sources", str(picture)]) == 0
+    out = capsys.readouterr().out
+    assert picture.stat().st_size > 500 and "the training image each came from" in out
+    assert str(found["index"][0]) in out
+    assert main(["--workspace", str(trained_workspace.root), "defuse", "label", "--run", str(distill_run),
+                 "--sources", str(tmp_path / "x.png")]) == 2  # which cluster? one clear message
