@@ -1,10 +1,7 @@
 """Failures: Defuse identification and distillation with progress, the failure map, and cluster cards."""
 
-import numpy as np
-import plotly.graph_objects as go
 import streamlit as st
 import torch
-from plotly.colors import sample_colorscale
 
 from pages import ui as _ui
 from probe_core.data import REAL_SIZE_LABEL
@@ -15,6 +12,7 @@ from probe_core.defuse.cluster import REAL_SIZE_REVIEW_TAU, REVIEW_TAU, review_t
 from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE, default_noise
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
+from probe_core.reporting import figures
 from probe_core.runs import history
 from probe_core.runs.requests import field_defaults
 from probe_core.runs.runconfig import result_of
@@ -137,30 +135,13 @@ if cached is None:
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)
-    figure = go.Figure()
-    # customdata: failure i -> i, training image j -> -(j + 1); the hover image and the selection read it.
-    figure.add_trace(go.Scattergl(x=cached["train_xy"][:, 0], y=cached["train_xy"][:, 1], mode="markers",
-                                  name="training data", marker=dict(color="lightgrey", size=4),
-                                  customdata=-(np.arange(len(cached["train_xy"])) + 1),
-                                  hovertext=[f"training image, class {names[c]}" for c in cached["train_labels"]],
-                                  hoverinfo="text"))
-    index = cached["failure_index"]
-    kept = [c for c in np.unique(cached["failure_cluster"]) if c >= 0]
-    # one distinct colour per cluster however many there are (a qualitative palette repeats after 10-24)
-    colours = dict(zip(kept, sample_colorscale("Turbo", list(np.linspace(0.05, 0.95, max(len(kept), 2))))))
-    for cluster in np.unique(cached["failure_cluster"]):
-        members = cached["failure_cluster"] == cluster
-        rows = index[members]
-        hover = [f"failure {i}: predicted {names[failures.predictions[i]]}, true {names[failures.true_labels[i]]}"
-                 for i in rows]
-        figure.add_trace(go.Scattergl(
-            x=cached["failure_xy"][members, 0], y=cached["failure_xy"][members, 1], mode="markers",
-            name="no kept cluster" if cluster < 0 else f"cluster {cluster + 1}", customdata=rows,
-            marker=dict(size=4, color="black" if cluster < 0 else colours[cluster], opacity=0.7),
-            hovertext=hover, hoverinfo="text"))
-    # the legend sits below the map, clear of the tool bar in the top right corner
-    figure.update_layout(height=560, margin=dict(l=10, r=10, t=30, b=10), dragmode="lasso",
-                         legend=dict(itemsizing="constant", orientation="h", yanchor="top", y=-0.04, x=0))
+    kept_clusters = queries.clusters(ws.store, distill_run.id)
+    highlight = st.selectbox("Highlight a cluster", [None] + [c["cluster_index"] for c in kept_clusters],
+                             key=f"defuse_map_highlight_{distill_run.id}",
+                             format_func=lambda index: "none: all clusters in colour" if index is None else
+                             next(f"cluster {index + 1} (id {c['id']}, {c['size']:,} failures)"
+                                  for c in kept_clusters if c["cluster_index"] == index))
+    figure = figures.failure_map_figure(cached, names, failures.predictions, failures.true_labels, highlight)
     event = st.plotly_chart(figure, on_select="rerun", selection_mode=("points", "box", "lasso"), key="defuse_map")
 
     def image_of_point(point: int) -> tuple[torch.Tensor, str]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from probe_core.sampling.targets import report_classes
 
@@ -199,4 +200,56 @@ def confusion_figure(true_labels: np.ndarray, predictions: np.ndarray, class_nam
     figure.update_layout(height=420, title=title, xaxis=dict(type="category", title="prediction"),
                          yaxis=dict(type="category", title="true class", autorange="reversed"),
                          margin=dict(l=10, r=10, t=40, b=10))
+    return figure
+
+
+def failure_map_figure(embedding: dict, class_names: Sequence[str], predictions: np.ndarray,
+                       true_labels: np.ndarray, highlight: int | None = None) -> go.Figure:
+    """The failure map: training codes in grey and failures coloured by kept cluster, in the 2-D embedding.
+
+    Parameters
+    ----------
+    embedding : dict
+        :func:`probe_core.defuse.review.embedding`'s arrays: ``train_xy`` (N, 2), ``train_labels`` (N,),
+        ``failure_xy`` (M, 2), ``failure_cluster`` (M,) (-1: no kept cluster) and ``failure_index`` (M,).
+    class_names : sequence of str
+    predictions, true_labels : np.ndarray
+        Of every failure of the run, indexed by ``failure_index``.
+    highlight : int, optional
+        A kept cluster's index: it is drawn large and on top, every other failure faint and grey.
+
+    Returns
+    -------
+    go.Figure
+        One trace for the training codes, then one per cluster (the highlighted one last). Points carry
+        ``customdata``: failure i -> i, training image j -> -(j + 1).
+    """
+    figure = go.Figure()
+    figure.add_trace(go.Scattergl(x=embedding["train_xy"][:, 0], y=embedding["train_xy"][:, 1], mode="markers",
+                                  name="training data", marker=dict(color="lightgrey", size=4),
+                                  customdata=-(np.arange(len(embedding["train_xy"])) + 1),
+                                  hovertext=[f"training image, class {class_names[c]}"
+                                             for c in embedding["train_labels"]], hoverinfo="text"))
+    index, assigned = embedding["failure_index"], embedding["failure_cluster"]
+    kept = [c for c in np.unique(assigned) if c >= 0]
+    # one distinct colour per cluster however many there are (a qualitative palette repeats after 10-24)
+    colours = dict(zip(kept, sample_colorscale("Turbo", list(np.linspace(0.05, 0.95, max(len(kept), 2))))))
+    order = sorted(np.unique(assigned), key=lambda cluster: cluster == highlight)
+    for cluster in order:
+        members = assigned == cluster
+        rows = index[members]
+        hover = [f"failure {i}: predicted {class_names[predictions[i]]}, true {class_names[true_labels[i]]}"
+                 for i in rows]
+        colour = "black" if cluster < 0 else colours[cluster]
+        marker = dict(size=4, color=colour, opacity=0.7)
+        if highlight is not None:
+            marker = dict(size=8, color=colour, opacity=1.0) if cluster == highlight else \
+                dict(size=3, color="grey", opacity=0.15)
+        figure.add_trace(go.Scattergl(
+            x=embedding["failure_xy"][members, 0], y=embedding["failure_xy"][members, 1], mode="markers",
+            name="no kept cluster" if cluster < 0 else f"cluster {cluster + 1}", customdata=rows, marker=marker,
+            hovertext=hover, hoverinfo="text"))
+    # the legend sits below the map, clear of the tool bar in the top right corner
+    figure.update_layout(height=560, margin=dict(l=10, r=10, t=30, b=10), dragmode="lasso",
+                         legend=dict(itemsizing="constant", orientation="h", yanchor="top", y=-0.04, x=0))
     return figure

@@ -198,6 +198,13 @@ def test_failure_map_answers_a_hovered_point_with_its_image(app_env, flawed_run)
     stored = sorted(c["cluster_index"] + 1 for c in app_env.store.get_clusters(run_id))
     assert set(numbers) <= set(stored) and min(numbers) >= 1
     assert any(m.value.startswith(f"**Cluster {stored[0]}** (id ") for m in at.markdown)
+    # a cluster chosen to highlight is drawn large and last (on top); every other failure faint and grey
+    chosen = sorted(int(t["name"].split()[1]) for t in clusters)[1] - 1
+    at.selectbox(key=f"defuse_map_highlight_{run_id}").set_value(chosen).run()
+    assert not at.exception, at.exception
+    traces = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert traces[-1]["name"] == f"cluster {chosen + 1}" and traces[-1]["marker"]["size"] == 8
+    assert {t["marker"]["color"] for t in traces[1:-1]} == {"grey"}
 
 
 def _my_image_labels(store, cluster_id: int, annotator: str) -> dict[int, str]:
