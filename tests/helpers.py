@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -316,3 +317,27 @@ def load_linked_files(at, kinds: int = 2):
             break
         load[0].click().run()
     return at
+
+
+def probe_here(argv: list[str], stdin: str = ""):
+    """Run the ``probe`` command in this process, as a subprocess would run ``python -m probe_core.cli``, without
+    its seconds of imports: returns a ``subprocess.CompletedProcess`` (exit code, stdout, stderr). ``stdin`` is
+    what a script pipes in (not a terminal). The environment the command sets (``--workspace``'s data cache) is
+    put back afterwards."""
+    import io
+    import subprocess
+    from unittest import mock
+
+    from probe_core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous_stdin, sys.stdin = sys.stdin, io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), mock.patch.dict(os.environ):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.stdin = previous_stdin
+    return subprocess.CompletedProcess(["probe", *argv], code, out.getvalue(), err.getvalue())

@@ -1,6 +1,6 @@
 import json
-import subprocess
-import sys
+
+from helpers import probe_here
 
 from probe_core.cli import main
 
@@ -16,17 +16,11 @@ def test_data_commands(capsys, tmp_path):
 
 def test_errors_are_one_line_with_nonzero_exit(tmp_path, monkeypatch):
     monkeypatch.delenv("PROBE_DATA_DIR", raising=False)
-    result = subprocess.run(
-        [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path), "data", "info", "mnist"],
-        capture_output=True, text=True,
-    )
+    result = probe_here(["--workspace", str(tmp_path), "data", "info", "mnist"])
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert "PROBE_DATA_DIR" in result.stderr
-    result = subprocess.run(
-        [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path), "models", "train", "--kind", "vae",
-         "--ambiguous"], capture_output=True, text=True,
-    )
+    result = probe_here(["--workspace", str(tmp_path), "models", "train", "--kind", "vae", "--ambiguous"])
     assert result.returncode == 2 and result.stderr.startswith("error: --ambiguous applies to classifiers only")
 
 

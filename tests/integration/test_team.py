@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import shown
+from helpers import probe_here, shown
 from streamlit.testing.v1 import AppTest
 
 from probe_core.errors import ProbeError
@@ -191,18 +191,16 @@ def test_relabelling_keeps_the_history_and_the_export_names_who_and_when(workspa
         (None, "mislabel"), ("mislabel", "misclassification")]
     assert sorted(label["label"] for label in store.get_labels(review_image_id=images[0])) == ["5", "5"]
 
-    probe = [sys.executable, "-m", "probe_core.cli", "--workspace", str(workspace.root), "labels", "export"]
-    rows = json.loads(subprocess.run(probe + ["--format", "json"], capture_output=True, text=True,
-                                     check=True).stdout)
+    probe = ["--workspace", str(workspace.root), "labels", "export"]
+    rows = json.loads(probe_here(probe + ["--format", "json"]).stdout)
     assert {(r["item"], r["annotator"], r["label"]) for r in rows} == {
         ("review_image", "ann", "5"), ("review_image", "bea", "5"), ("test_image", "ann", "misclassification")}
     assert all(r["labelled_at"].endswith("+00:00") for r in rows)
-    done = subprocess.run(probe + ["--history", "--format", "csv", "-o", str(tmp_path / "h.csv")],
-                          capture_output=True, text=True)
+    done = probe_here(probe + ["--history", "--format", "csv", "-o", str(tmp_path / "h.csv")])
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "h.csv").read_text().splitlines()
     assert lines[0] == "item,item_id,annotator,source,old_label,new_label,changed_at" and len(lines) == 6
-    bad = subprocess.run(probe + ["--format", "xml"], capture_output=True, text=True)
+    bad = probe_here(probe + ["--format", "xml"])
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
@@ -265,17 +263,16 @@ def test_probe_ui_refuses_another_host_without_accounts(tmp_path):
 
 
 def test_users_commands_read_the_password_from_stdin(tmp_path):
-    probe = [sys.executable, "-m", "probe_core.cli", "--workspace", str(tmp_path / "ws"), "users"]
-    added = subprocess.run(probe + ["add", "ann", "--role", "annotator"], input=PASSWORD + "\n",
-                           capture_output=True, text=True)
+    probe = ["--workspace", str(tmp_path / "ws"), "users"]
+    added = probe_here(probe + ["add", "ann", "--role", "annotator"], stdin=PASSWORD + "\n")
     assert added.returncode == 0, added.stderr
-    short = subprocess.run(probe + ["add", "bob", "--role", "admin"], input="short\n", capture_output=True, text=True)
+    short = probe_here(probe + ["add", "bob", "--role", "admin"], stdin="short\n")
     assert short.returncode == 2 and "at least 8" in short.stderr
-    listed = subprocess.run(probe + ["list"], capture_output=True, text=True, check=True).stdout
+    listed = probe_here(probe + ["list"]).stdout
     assert "ann" in listed and "annotator" in listed and "bob" not in listed
-    role = subprocess.run(probe + ["role", "ann", "admin"], capture_output=True, text=True)
+    role = probe_here(probe + ["role", "ann", "admin"])
     assert role.returncode == 0
-    removed = subprocess.run(probe + ["remove", "nobody"], capture_output=True, text=True)
+    removed = probe_here(probe + ["remove", "nobody"])
     assert removed.returncode == 2 and "no account" in removed.stderr
     assert Store(tmp_path / "ws" / "probe.sqlite").get_user("ann")["role"] == "admin"
 
