@@ -461,24 +461,36 @@ def _label_three_clusters_with_hotkeys(page, keys: list[str]) -> None:
                 if attempt == 2:
                     raise
         page.wait_for_timeout(500)
-        _move_with_arrow(page, "ArrowRight", position, position + 1)
+        _move_to_cluster(page, position + 1)
 
 
-def _move_with_arrow(page, key: str, position: int, expected: int) -> None:
-    """Press ``key`` until the page shows cluster ``expected``; pressed again only while it still shows
-    ``position`` (an arrow pressed while a rerun redraws the page can be lost, and one press too many would skip
-    a cluster)."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+def _shown_position(page) -> int:
+    """The cluster position the Label page's heading shows ("Cluster 4 (id 17) · 3 of 31" -> 3)."""
+    heading = page.get_by_text(re.compile(r"· \d+ of \d+")).first
+    heading.wait_for(timeout=60_000)
+    return int(re.search(r"· (\d+) of ", heading.inner_text()).group(1))
 
-    for attempt in range(3):
+
+def _move_to_cluster(page, expected: int) -> None:
+    """Press Right or Left until the Label page shows cluster ``expected`` and stays there.
+
+    A key pressed while a rerun redraws the page can be lost, or only late: pressing again after a wait could
+    move one cluster too far (a label then lands on the wrong cluster), so each press is chosen from the
+    position the page shows, and the position must hold for a second."""
+    for _ in range(8):
+        current = _shown_position(page)
+        if current == expected:
+            page.wait_for_timeout(1_000)  # a late key press may still move it
+            if _shown_position(page) == expected:
+                return
+            continue
         page.get_by_role("heading", name="Label").first.click()
-        page.keyboard.press(key)
-        try:
-            page.get_by_text(f"· {expected} of ").first.wait_for(timeout=20_000)
-            return
-        except PlaywrightTimeout:
-            if attempt == 2 or page.get_by_text(f"· {position} of ").count() == 0:
-                raise
+        page.keyboard.press("ArrowRight" if current < expected else "ArrowLeft")
+        for _ in range(80):  # up to 20 s for the page to move
+            page.wait_for_timeout(250)
+            if _shown_position(page) != current:
+                break
+    raise AssertionError(f"the Label page shows cluster position {_shown_position(page)}, not {expected}")
 
 
 def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(trained_workspace, flawed_run,
@@ -513,13 +525,14 @@ def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(tra
             assert page.get_by_text(f"Labelling as {people[0]}").count() == 0
             _sign_in(page, server, people[1])
             _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
-            _move_with_arrow(page, "ArrowLeft", 4, 3)  # back to the third cluster, where the two disagree
+            _move_to_cluster(page, 3)  # back to the third cluster, where the two disagree
             try:
                 page.get_by_text("over 2 annotators").first.wait_for(timeout=120_000)  # a loaded machine redraws slowly
             except Exception as exc:  # a rare failure (twice in ~40 fresh checks): say what the page and store held
-                votes = {name: len([l for c in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)
-                                    for l in store.get_labels(cluster_id=c["id"], per_image=True)
-                                    if l["annotator"] == name]) for name in people}
+                votes = {name: {c["id"]: len([l for l in store.get_labels(cluster_id=c["id"], per_image=True)
+                                              if l["annotator"] == name])
+                                for c in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)[:5]}
+                         for name in people}
                 raise AssertionError(f"no agreement line; stored votes {votes}; page: "
                                      f"{page.inner_text('body')[:6000]!r}; server log: "
                                      f"{server.log.read_text()[-3000:]}") from exc
