@@ -171,9 +171,10 @@ with st.expander("Look closer: an image at full size, beside the training image 
                  help="Review images are drawn from the cluster's region of the generator's codes; each is shown "
                       "with the training image whose perturbation (one of the cluster's failures) lies nearest "
                       "it, and that image's label: what the classifier got right beside what it gets wrong."):
-        try:  # reads the run's failures: only when asked
+        try:  # reads the run's failures (once per server): only when asked
             sources = defuse_review.review_sources(ws.registry, ws.store, distill_run.id, cluster, _ui.device(),
-                                                   models=(dataset, classifier, vae))
+                                                   models=(dataset, classifier, vae),
+                                                   failures=_ui.failures_of_run(distill_run.id))
         except ProbeError as exc:
             st.error(_ui.plain(exc))
     review_column, source_column = st.columns(2)

@@ -98,14 +98,15 @@ def review_images(store, vae, classifier, cluster: dict, tau: float) -> dict:
 
 
 def review_sources(registry, store, distill_run: int, cluster: dict, device: str = "cpu",
-                   models: tuple | None = None) -> dict:
+                   models: tuple | None = None, failures=None) -> dict:
     """Where each of a cluster's review images came from: the training image whose perturbed code (one of the
     cluster's failures) lies nearest the review image's code.
 
     Review images are drawn from the cluster's Gaussian, not perturbed from one image, so this names the
     failure nearest each in the VAE's latent space and the training image that failure was perturbed from: a
     person can compare what the classifier got right (the training image and its label) with what it gets
-    wrong. ``models``: the run's ``(dataset, classifier, vae)`` when already loaded.
+    wrong. ``models``: the run's ``(dataset, classifier, vae)`` and ``failures``: its
+    :class:`~probe_core.defuse.identification.FailureSet`, when already loaded.
 
     Returns
     -------
@@ -121,7 +122,7 @@ def review_sources(registry, store, distill_run: int, cluster: dict, device: str
     """
     dataset, classifier, vae = models or load_run_models(registry, store, distill_run, device)
     shown = review_images(store, vae, classifier, cluster, distill_tau(store, distill_run))
-    failures = failures_of(store, distill_run)
+    failures = failures if failures is not None else failures_of(store, distill_run)
     members = np.flatnonzero(assignments_of(store, distill_run) == cluster["cluster_index"])
     if not len(members):
         raise ProbeError(f"cluster {cluster['id']} holds none of run {distill_run}'s failures")
