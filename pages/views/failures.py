@@ -122,6 +122,7 @@ m4.metric("Distillation", f"{summary.seconds:.0f} s")
 dataset_of_run, classifier_of_run, vae_of_run = queries.load_run_models(ws.registry, ws.store, distill_run.id,
                                                                          _ui.device())
 
+clusters = queries.clusters(ws.store, distill_run.id)
 st.subheader("Failure map (UMAP of latent codes)")
 cached = queries.stored_embedding(ws.store, distill_run.id)
 if cached is None:
@@ -135,12 +136,11 @@ if cached is None:
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)
-    kept_clusters = queries.clusters(ws.store, distill_run.id)
-    highlight = st.selectbox("Highlight a cluster", [None] + [c["cluster_index"] for c in kept_clusters],
+    highlight = st.selectbox("Highlight a cluster", [None] + [c["cluster_index"] for c in clusters],
                              key=f"defuse_map_highlight_{distill_run.id}",
                              format_func=lambda index: "none: all clusters in colour" if index is None else
                              next(f"cluster {index + 1} (id {c['id']}, {c['size']:,} failures)"
-                                  for c in kept_clusters if c["cluster_index"] == index))
+                                  for c in clusters if c["cluster_index"] == index))
     figure = figures.failure_map_figure(cached, names, failures.predictions, failures.true_labels, highlight)
     event = st.plotly_chart(figure, on_select="rerun", selection_mode=("points", "box", "lasso"), key="defuse_map")
 
@@ -177,7 +177,6 @@ def review(cluster_id: int, count: int, tau: float, model_ids: tuple[str, str]):
     return shown["images"], shown["probs"].argmax(1).numpy()
 
 
-clusters = queries.clusters(ws.store, distill_run.id)
 columns = st.columns(3)
 for position, cluster in enumerate(clusters):
     info = cluster["info"]

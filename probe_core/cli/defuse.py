@@ -236,15 +236,19 @@ def _cluster_of_run(workspace, args, flag: str) -> dict:
     return cluster
 
 
-def _write_sources(workspace, args, class_names: tuple[str, ...]) -> None:
-    """``--sources FILE``: the review images over the training images they came from, listed."""
+def _write_rows(path: str, top, bottom) -> None:
+    """A PNG of images (S, C, H, W) over as many others, one row each."""
     import torch
 
+    both = torch.cat([top, torch.as_tensor(bottom)])
+    write_file(path, png_bytes(image_grid(both, columns=len(top), scale=upscale_for_display(both.shape[-2]))))
+
+
+def _write_sources(workspace, args, class_names: tuple[str, ...]) -> None:
+    """``--sources FILE``: the review images over the training images they came from, listed."""
     cluster = _cluster_of_run(workspace, args, "--sources")
     found = defuse_review.review_sources(workspace.registry, workspace.store, args.run, cluster, args.device)
-    both = torch.cat([found["review_images"], torch.as_tensor(found["images"])])
-    write_file(args.sources, png_bytes(image_grid(both, columns=len(found["review_images"]),
-                                                  scale=upscale_for_display(both.shape[-2]))))
+    _write_rows(args.sources, found["review_images"], found["images"])
     rows = [[position, index, class_names[label], f"{distance:.2f}"] for position, (index, label, distance)
             in enumerate(zip(found["index"], found["label"], found["latent_distance"]), 1)]
     print(f"{args.sources}: top row the review images, bottom row the training image each came from (the source "
@@ -254,17 +258,13 @@ def _write_sources(workspace, args, class_names: tuple[str, ...]) -> None:
 
 def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     """``--novelty FILE``: the review images over their nearest misclassified training images (paper Fig. 6)."""
-    import torch
-
     cluster = _cluster_of_run(workspace, args, "--novelty")
     found = defuse_review.nearest_misclassified_training(workspace.registry, workspace.store, args.run, cluster,
                                                     args.device)
     if not found["misclassified_training_images"]:
         print("the classifier gets every training image right: nothing to compare with, the failure is new")
         return
-    both = torch.cat([found["review_images"], torch.as_tensor(found["images"])])
-    write_file(args.novelty, png_bytes(image_grid(both, columns=len(found["review_images"]),
-                                                  scale=upscale_for_display(both.shape[-2]))))
+    _write_rows(args.novelty, found["review_images"], found["images"])
     rows = [[position, index, class_names[label], class_names[prediction], f"{distance:.2f}", f"{anywhere:.2f}"]
             for position, (index, label, prediction, distance, anywhere) in enumerate(zip(
                 found["index"], found["label"], found["prediction"], found["distance"],
