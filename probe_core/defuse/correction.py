@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.models.training import classifier_accuracy
+from probe_core.models.training import adam, classifier_accuracy
 from probe_core.runs.scaleout import Reporter, ShardTask
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
     device = next(classifier.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     model = copy.deepcopy(classifier).to(device)
-    optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    optimiser = adam(model.parameters(), learning_rate)
     best = None
     for epoch in range(1, epochs + 1):
         model.train()

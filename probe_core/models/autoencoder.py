@@ -28,6 +28,7 @@ from probe_core.models.training import (
     TrainingProgress,
     _batches,
     _shifted,
+    adam,
     augment_batch,
     perceptual_epochs,
     perceptual_network,
@@ -233,7 +234,7 @@ def train_autoencoder(
         model = AUTOENCODER_ARCHITECTURES[architecture](dataset.image_shape, latent_dim, dataset.class_names).to(device)
         network = model.generator
         shuffler = torch.Generator().manual_seed(seed)
-        optimiser = torch.optim.Adam(network.parameters(), lr=learning_rate)
+        optimiser = adam(network.parameters(), learning_rate)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(epochs, 1))
         images = dataset.train_images
         for epoch in range(1, epochs + 1):
