@@ -53,6 +53,7 @@ from pages.ui.widgets import (
     shards_not_done,
     show_picture,
     suite_choice,
+    training_fix_button,
 )
 from probe_core.reporting.render import image_grid, upscale_for_display
 
@@ -63,7 +64,8 @@ __all__ = [
     "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",
     "prior_samples", "run_progress", "run_status_line", "scaleout", "session_model", "session_models", "set_model_ref",
-    "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "upscale_for_display",
+    "shards_not_done", "show_picture", "sidebar_settings", "start_sampling", "suite_choice", "training_fix_button",
+    "upscale_for_display",
     "workspace", "FOLLOWED_DISTILL_RUN", "current_actor", "may", "require", "needs_sign_in", "sign_in", "sign_in_form", "plain",
     "linked_file_card",
 ]

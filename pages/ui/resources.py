@@ -42,7 +42,7 @@ def _load(root: str, reference: str, kind: str, dataset: str, device_name: str, 
 
 
 @st.cache_resource(show_spinner="Checking the models on this data…", max_entries=16)
-def _verdicts(root: str, dataset: str, model_ids: tuple[str, ...], data_dir: str | None, actor) -> dict[str, str]:
+def _verdicts(root: str, dataset: str, model_ids: tuple[str, ...], data_dir: str | None, actor) -> dict:
     """:func:`~probe_core.models.checks.model_verdicts` once per set of models (page reruns do not reload them)."""
     registry = get_workspace(root).for_data_dir(data_dir, actor=actor).registry
     return model_verdicts(registry, dataset, list(model_ids))

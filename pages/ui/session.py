@@ -316,8 +316,9 @@ def load_model(reference: str, kind: str, dataset: str):
     return _load(str(workspace().root.resolve()), reference, kind, dataset, device(), data_dir(), current_actor())
 
 
-def model_checks(dataset: str, model_ids: list[str]) -> dict[str, str]:
-    """Each stored model's check on ``dataset`` in words (model id -> text), cached per set of models."""
+def model_checks(dataset: str, model_ids: list[str]) -> dict:
+    """Each stored model's check on ``dataset`` (model id -> :class:`~probe_core.models.checks.ModelVerdict`),
+    cached per set of models."""
     return _verdicts(str(workspace().root.resolve()), dataset, tuple(model_ids), data_dir(), current_actor())
 
 

@@ -28,6 +28,7 @@ from probe_core.data import split_view
 from probe_core.data.catalog import generator_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import FD_HELP, FD_METRIC
+from probe_core.models.jobs import submit_training
 from probe_core.reporting.render import image_grid, upscale_for_display
 from probe_core.runs import history
 
@@ -43,15 +44,16 @@ def show_picture(images: torch.Tensor, caption: str | None = None, columns: int 
     st.image(image_grid(images, columns=columns, scale=scale), caption=caption)
 
 
-def models_table(models: list[dict], verdicts: dict[str, str] | None = None) -> pd.DataFrame:
-    """The stored models as a table; ``verdicts`` (model id -> its check in words) adds a check column."""
+def models_table(models: list[dict], verdicts: dict | None = None) -> pd.DataFrame:
+    """The stored models as a table; ``verdicts`` (model id -> its :class:`~probe_core.models.checks.ModelVerdict`)
+    adds a check column."""
     rows = []
     for m in models:
         metrics = m["metrics"]
         rows.append({
             "id": m["id"],
             "kind": m["kind"],
-            **({"check": verdicts.get(m["id"], "")} if verdicts is not None else {}),
+            **({"check": verdicts[m["id"]].words if m["id"] in verdicts else ""} if verdicts is not None else {}),
             "data": m["spec"].get("dataset_view", m["dataset"]),
             "test accuracy": metrics.get("test_accuracy"),
             "test ELBO": metrics.get("test_elbo"),
@@ -277,6 +279,8 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
         return False
     if not classifier_check.usable:
         st.error(f"Model check failed, so no run can start: {classifier_check.message}")
+        if classifier_check.remedy is not None:
+            training_fix_button(classifier_check.remedy, dataset, key=f"fix-{classifier_check.classifier}-check")
         return False
     verdict = "" if generator_check is None else f" · generator {generator_check.verdict}"
     with st.expander(f"Model check: classifier {classifier_check.accuracy:.1%} on {classifier_check.images} test "
@@ -288,9 +292,33 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
         if generator_check is not None:
             if generator_check.weak:
                 st.warning(generator_check.warning)
+                if generator_check.remedy is not None:
+                    training_fix_button(generator_check.remedy, dataset, key=f"fix-{generator_check.generator}-check")
             st.caption("Generator figures: " + ", ".join(f"{k} {v}" for k, v in generator_check.figures.items()))
             show_picture(torch.from_numpy(generator_check.samples), "samples of the generator", columns=16)
     return True
+
+
+def training_fix_button(remedy, dataset, key: str) -> None:
+    """A button that trains a weak model's remedy (:mod:`probe_core.models.remedies`) in the background.
+
+    It says what it trains and for about how long before it is pressed, and that training started at once; once
+    the fix is trained it names the new model instead."""
+    what = "classifier" if remedy.spec.kind == "classifier" else "generator"
+    fixed = remedy.spec.resolved(dataset).model_id()
+    if workspace().registry.exists(fixed):
+        st.caption(f"The fix for `{remedy.weak_model}` ({remedy.description}) is trained: `{fixed}`. Pick it as "
+                   f"this session's {what} on the Models page; its check is in the models table.")
+        return
+    st.caption(f"Fix for `{remedy.weak_model}`: {remedy.description}. Same as `{remedy.command}`.")
+    if st.button(f"Train the fix ({remedy.time_words})", key=key):
+        try:
+            run_id = submit_training(job_manager(), workspace().registry, [remedy.spec],
+                                     split_view(remedy.spec.dataset)[0], device=device())
+            st.success(f"Training started (run {run_id}); its progress is at the top of the Models page. "
+                       f"When it ends, pick the new {what} for this session there.")
+        except ProbeError as exc:
+            st.error(plain(exc))
 
 
 @st.fragment(run_every=LIVE_REFRESH_S)

@@ -84,6 +84,10 @@ if not models:
 else:
     verdicts = _ui.model_checks(dataset.name, [m["id"] for m in models])
     st.dataframe(_ui.models_table(models, verdicts), column_config=_ui.MODELS_COLUMN_CONFIG, hide_index=True)
+    for model in models:  # the fix beside the verdict: a weak model the tool trained, trained longer
+        remedy = verdicts[model["id"]].remedy if model["id"] in verdicts else None
+        if remedy is not None:
+            _ui.training_fix_button(remedy, dataset, key=f"fix-{model['id']}")
     generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
     if generators:
         st.subheader("Generator samples (z from each generator's prior)")
@@ -123,6 +127,11 @@ with st.form("train-model", enter_to_submit=False):
     latent = st.number_input("Latent size (generators; 0 = the data set's default)", 0, MODEL_RANGES["latent_dim"][1],
                              0, key="train_latent",
                              help="what a weak generator's advice may name: a larger code keeps more of each image")
+    kl_warmup = st.number_input("KL warm-up epochs (VAEs; empty = half of the epochs)", *MODEL_RANGES["kl_warmup"],
+                                value=None, key="train_kl_warmup",
+                                help="epochs over which the KL term's weight rises to β, as the fix's command names")
+    beta = st.number_input("β, the KL weight (VAEs; empty = the data set's)", min_value=0.01, value=None,
+                           key="train_beta", help="a β-VAE for β > 1")
     seed = st.number_input("Seed", *MODEL_RANGES["seed"], 0, key="train_seed")
     submitted = st.form_submit_button("Train", key="train_submit")
 if submitted:
@@ -135,9 +144,12 @@ if submitted:
             classes = indices
         elif subset_mode == "all except":
             classes = [c for c in range(dataset.num_classes) if c not in indices]
+        vae = kind == "vae"
         spec = ModelSpec(dataset=dataset.base_name, kind=kind, classes=classes, ambiguous=ambiguous,
                          epochs=int(epochs) or None, seed=int(seed),
-                         latent_dim=int(latent) if int(latent) and kind != "classifier" else None)
+                         latent_dim=int(latent) if int(latent) and kind != "classifier" else None,
+                         kl_warmup=int(kl_warmup) if vae and kl_warmup is not None else None,
+                         beta=float(beta) if vae and beta is not None else None)
         run_id = submit_training(manager, ws.registry, [spec], dataset.base_name, device=_ui.device())
         st.success(f"Training started (run {run_id}); progress appears at the top of this page.")
     except ProbeError as exc:

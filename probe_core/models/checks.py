@@ -25,6 +25,7 @@ import torch
 
 from probe_core.data.catalog import load_dataset
 from probe_core.errors import ProbeError
+from probe_core.models.remedies import TrainingRemedy, longer_training
 from probe_core.models.training import _features, frechet_distance
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
 from probe_core.sampling.protocols import is_differentiable, prior_draws
@@ -98,6 +99,8 @@ class ClassifierCheck:
     near_chance : bool
         Accuracy within :data:`NEAR_CHANCE_MARGIN` of chance: it has not learned the data. Refused before a
         run unless the user insists (``allow_weak_classifier``), and then every result carries the flag.
+    remedy : TrainingRemedy or None
+        For a classifier near chance that the tool trained: its recipe trained longer.
     """
 
     classifier: str
@@ -112,9 +115,10 @@ class ClassifierCheck:
     usable: bool
     message: str
     near_chance: bool = False
+    remedy: TrainingRemedy | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "remedy": None if self.remedy is None else self.remedy.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,8 @@ class GeneratorCheck:
     thresholds : dict
     samples : np.ndarray
         A grid of prior samples, shape (16, C, H, W) in [0, 1].
+    remedy : TrainingRemedy or None
+        For a weak generator the tool trained: its recipe trained longer (:mod:`probe_core.models.remedies`).
     """
 
     generator: str
@@ -147,6 +153,7 @@ class GeneratorCheck:
     failed: list = field(default_factory=list)
     thresholds: dict = field(default_factory=lambda: dict(GENERATOR_THRESHOLDS))
     samples: np.ndarray | None = None
+    remedy: TrainingRemedy | None = None
 
     @property
     def weak(self) -> bool:
@@ -161,15 +168,21 @@ class GeneratorCheck:
         if self.verdict == "unjudged":
             return (f"generator {self.generator} cannot be judged on this data: {'; '.join(self.failed)}. Train a "
                     f"classifier that has learned the data first; until then its samples are not vouched for")
+        own = ("bring your own with an encoder (a model file or a plugin .py, trained where more capacity fits: "
+               "docs/models.md), or pick another generator")
+        if self.remedy is None:
+            advice = own[0].upper() + own[1:]
+        else:
+            advice = (f"Fix: {self.remedy.description}, with `{self.remedy.command}` (the Models page's fix button "
+                      f"trains the same; the new model gets its own check); or {own}")
         return (f"generator {self.generator} is weak on this data ({'; '.join(self.failed)}), so results built on "
-                f"it may be meaningless. Train a better one (`probe models train --kind vae --epochs N "
-                f"--latent-dim D`), bring your own with an encoder (a model file or a plugin .py, trained where "
-                f"more capacity fits: docs/models.md), or pick another generator")
+                f"it may be meaningless. {advice}")
 
     def to_dict(self) -> dict:
         """JSON-ready, without the sample grid."""
         return {"generator": self.generator, "verdict": self.verdict, "figures": self.figures,
-                "failed": list(self.failed), "thresholds": dict(self.thresholds)}
+                "failed": list(self.failed), "thresholds": dict(self.thresholds),
+                "remedy": None if self.remedy is None else self.remedy.to_dict()}
 
 
 def _check_subset(count: int, seed: int = 0) -> np.ndarray:
@@ -235,6 +248,7 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     wrongly_matched = (len(covered) > 1 and accuracy <= chance + NEAR_CHANCE_MARGIN
                        and permutation_accuracy >= accuracy + PERMUTATION_GAIN)
     class_map = match.mapping if match is not None else {n: n for n in classifier.class_names}
+    remedy = None
     if wrongly_matched:
         shown = ", ".join(f"{says}={means}" for says, means in list(moved.items())[:12])
         message = (f"classifier {classifier.id} scores {accuracy:.0%} on {dataset.name} (chance {chance:.0%}), but "
@@ -242,16 +256,18 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
                    f"set's wrongly. Reassignment found (what it says = what the data calls it): {shown}. Check the "
                    f"class names, or give the class map, e.g. --class-map \"MODEL_NAME=DATA_NAME,...\"")
     elif near_chance:
+        remedy = longer_training(classifier.id, getattr(classifier, "record", None))
+        fix = (f"{remedy.description}: `{remedy.command}`" if remedy is not None else
+               "train it better where it was made, or bring another")
         message = (f"classifier {classifier.id} is near chance on {dataset.name}: {accuracy:.1%} on {len(chosen)} "
                    f"test images (chance {chance:.1%}): it has not learned the data, so what is sampled or found "
-                   f"with it says nothing about a trained model. Train it better (`probe models train --kind "
-                   f"classifier --dataset {dataset.name} --epochs N`, or retrain the defaults), or insist with "
+                   f"with it says nothing about a trained model. Fix: {fix}; or insist with "
                    f"--allow-weak-classifier (every result is then flagged)")
     else:
         message = f"classifier {classifier.id}: {accuracy:.1%} on {len(chosen)} test images of {dataset.name}"
     result = ClassifierCheck(classifier.id, dataset.name, accuracy, per_class, class_map, int(len(chosen)), chance,
                              permutation_accuracy, moved, not (wrongly_matched or near_chance), message,
-                             near_chance and not wrongly_matched)
+                             near_chance and not wrongly_matched, remedy)
     _CLASSIFIER_CHECKS[key] = result
     return result
 
@@ -438,7 +454,8 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
         verdict = "unjudged"
         failed = [f"the classifier {classifier.id} that would judge its samples scores {judge_check.accuracy:.1%} "
                   f"(chance {judge_check.chance:.1%})", *failed]
-    result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy())
+    remedy = longer_training(generator.id, getattr(generator, "record", None)) if verdict == "weak" else None
+    result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy(), remedy=remedy)
     _GENERATOR_CHECKS[key] = result
     return result
 
@@ -496,11 +513,27 @@ def judge_agreement(judge: torch.nn.Module, images, classes: tuple[int, ...], ba
     return int(torch.isin(predicted, torch.tensor(classes)).sum()), len(images)
 
 
-def model_verdicts(registry, dataset: str, model_ids: list[str]) -> dict[str, str]:
-    """Each stored model's check on a data set, in a few words, for model tables (never trains).
+@dataclass(frozen=True)
+class ModelVerdict:
+    """A stored model's check in a few words, and its fix where longer training is one.
 
-    Classifiers: their accuracy, or why they are refused. Generators: 'ok' or 'weak: reasons', judged through the
-    data set's default classifier; 'not checked' while that classifier is not trained.
+    Attributes
+    ----------
+    words : str
+        Classifiers: their accuracy, or why they are refused. Generators: 'ok' or 'weak: reasons'.
+    remedy : TrainingRemedy or None
+        A weak generator's or a near-chance classifier's recipe trained longer (:mod:`probe_core.models.remedies`).
+    """
+
+    words: str
+    remedy: TrainingRemedy | None = None
+
+
+def model_verdicts(registry, dataset: str, model_ids: list[str]) -> dict[str, ModelVerdict]:
+    """Each stored model's check on a data set, for model tables (never trains).
+
+    Generators are judged through the data set's default classifier; 'not checked' while that classifier is not
+    trained.
 
     Parameters
     ----------
@@ -521,15 +554,16 @@ def model_verdicts(registry, dataset: str, model_ids: list[str]) -> dict[str, st
             record = registry.store.get_model(model_id) or {}
             if record.get("kind") == "classifier":
                 check = check_classifier(registry.resolve(model_id, "classifier", dataset), data)
-                verdicts[model_id] = (f"{check.accuracy:.1%} (chance {check.chance:.0%})" if check.usable
-                                      else f"refused: {check.message}")
+                verdicts[model_id] = ModelVerdict(f"{check.accuracy:.1%} (chance {check.chance:.0%})" if check.usable
+                                                  else f"refused: {check.message}", check.remedy)
             elif reference is None:
-                verdicts[model_id] = "not checked: the default classifier is not trained"
+                verdicts[model_id] = ModelVerdict("not checked: the default classifier is not trained")
             else:
                 check = check_generator(registry.resolve(model_id, "generator", dataset), reference, data)
-                verdicts[model_id] = check.verdict + (f": {'; '.join(check.failed)}" if check.failed else "")
+                verdicts[model_id] = ModelVerdict(check.verdict + (f": {'; '.join(check.failed)}" if check.failed
+                                                                   else ""), check.remedy)
         except ProbeError as exc:
-            verdicts[model_id] = f"cannot be checked: {exc}"
+            verdicts[model_id] = ModelVerdict(f"cannot be checked: {exc}")
     return verdicts
 
 

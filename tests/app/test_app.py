@@ -56,6 +56,26 @@ def test_home_trains_a_model_from_the_form(app_env):
     assert models and models[0]["spec"]["seed"] == 5
 
 
+def test_the_train_form_takes_every_setting_a_fix_command_names(app_env):
+    """Epochs, latent size, KL warm-up, β and seed (what `probe models train` and the fix button take) reach the
+    trained VAE's recipe; left empty, KL warm-up and β are the recipe's."""
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.selectbox(key="train_kind").select("vae")
+    assert at.number_input(key="train_kl_warmup").value is None and at.number_input(key="train_beta").value is None
+    for key, value in (("train_epochs", 2), ("train_latent", 3), ("train_kl_warmup", 1), ("train_beta", 2.5),
+                       ("train_seed", 11)):
+        at.number_input(key=key).set_value(value)
+    at.button(key="train_submit").click().run()
+    assert not at.exception and any("Training started" in s.value for s in at.success)
+    deadline, models = time.time() + 60, []
+    while time.time() < deadline and not models:
+        models = [m for m in app_env.registry.list(kind="vae") if m["spec"]["seed"] == 11]
+        time.sleep(0.5)
+    assert models, "the VAE of the form was not trained"
+    spec = models[0]["spec"]
+    assert (spec["epochs"], spec["latent_dim"], spec["kl_warmup"], spec["beta"]) == (2, 3, 1, 2.5)
+
+
 def test_missing_data_folder_is_a_message_not_a_traceback(app_env, monkeypatch):
     monkeypatch.delenv("PROBE_DATA_DIR", raising=False)
     at = AppTest.from_file(APP, default_timeout=60).run()

@@ -664,3 +664,24 @@ def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every
     assert main(["--workspace", str(root), "defuse", "label", "--run", str(run_id), "--cluster", str(cluster_id),
                  "--annotator", "copy-checker", "--image", "4", "--image", "5", "--label", "2"]) == 0
     assert _my_image_labels(store, cluster_id, "copy-checker") == {ids[3]: "2", ids[4]: "2"}
+
+
+def test_the_models_page_offers_a_weak_generators_fix_with_its_time_and_the_button_trains_it(app_env):
+    """A weak generator the tool trained: beside the table, its fix (the recipe trained twice as long) with the time
+    it should take; the button trains exactly what the warning's command would, then names the new model."""
+    from probe_core.models.remedies import longer_training
+
+    registry = app_env.registry
+    weak = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1, seed=7), progress=lambda p: None)
+    remedy = longer_training(weak.id, weak.record)
+    fixed = remedy.spec.resolved(load_dataset("digits")).model_id()
+    assert not registry.exists(fixed)
+    at = open_page("pages/views/home.py")
+    [button] = [b for b in at.button if b.key == f"fix-{weak.id}"]
+    assert button.label == f"Train the fix ({remedy.time_words})" and "about" in remedy.time_words
+    assert any("2x as long (2 epochs instead of 1" in c.value and remedy.command in c.value for c in at.caption)
+    button.click().run()
+    assert not at.exception and any("Training started" in s.value for s in at.success)
+    rerun_until(at, lambda at: registry.exists(fixed) and any(f"is trained: `{fixed}`" in c.value for c in at.caption))
+    assert registry.load(fixed).record["spec"]["epochs"] == 2
+    assert not [b for b in at.button if b.key == f"fix-{weak.id}"]  # trained: no second button

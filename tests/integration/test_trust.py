@@ -157,6 +157,25 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     weak = check_generator(weak_vae, classifier, data)
     assert weak.verdict == "weak" and weak.failed and "weak" in weak.warning
     assert weak.samples.shape == (16, 1, 8, 8)
+    # the advice is the recipe trained twice as long, a command that runs as written and makes the model the
+    # Models page's fix button trains, with the time it should take from the weak model's own training time
+    remedy = weak.remedy
+    assert remedy is not None and remedy.spec.epochs == 2 and remedy.epochs_before == 1
+    assert f"`{remedy.command}`" in weak.warning and " N" not in remedy.command and " D" not in remedy.command
+    assert remedy.estimated_seconds == pytest.approx(2 * weak_vae.metrics["train_seconds"], abs=0.011)
+    assert weak.to_dict()["remedy"]["command"] == remedy.command
+    from helpers import probe_here
+
+    done = probe_here(["--workspace", str(trained_workspace.root), *remedy.command.split()[1:]])
+    assert done.returncode == 0, done.stderr
+    fixed = remedy.spec.resolved(data).model_id()
+    assert done.stdout.startswith(f"{fixed}: trained") and registry.load(fixed).record["spec"]["epochs"] == 2
+    # a generator the tool did not train (no stored recipe) gets no made-up command
+    from probe_core.models.registry import LoadedModel
+
+    foreign = LoadedModel("in-memory-vae", "vae", weak_vae.module, (), {"metrics": {}})
+    foreign_check = check_generator(foreign, classifier, data)
+    assert foreign_check.weak and foreign_check.remedy is None and "probe models train" not in foreign_check.warning
     from probe_core.runs.validation import better_generator
 
     better = better_generator(registry, classifier, data, weak_vae.id)  # what `probe sample` suggests instead

@@ -44,6 +44,24 @@ def test_a_classifier_at_chance_is_refused_with_its_accuracy_and_what_to_do(digi
     assert f"{check.accuracy:.1%}" in message and "chance" in message and "--allow-weak-classifier" in message
 
 
+def test_a_near_chance_classifier_the_tool_trained_is_told_its_recipe_trained_longer(digits, trained_workspace):
+    """The refusal names the fix as a command that runs as written (no placeholders), from the stored recipe."""
+    from dataclasses import replace
+
+    trained = trained_workspace.registry.resolve("default", "classifier", "digits")
+    # the stored recipe of the zoo's classifier, with weights that say class 1 for every image
+    at_chance = replace(_constant(digits), record=trained.record)
+    check = check_classifier(at_chance, digits)
+    assert check.near_chance and check.remedy is not None
+    epochs = trained.record["spec"]["epochs"]
+    assert check.remedy.spec.epochs == 2 * epochs and check.remedy.spec.kind == "classifier"
+    assert f"`{check.remedy.command}`" in check.message and "--epochs N" not in check.message
+    assert check.remedy.command.startswith(f"probe models train --dataset digits --kind classifier --epochs {2 * epochs}")
+    assert check.to_dict()["remedy"]["command"] == check.remedy.command
+    # a model the tool did not train has no recipe to repeat: no command is made up
+    assert check_classifier(_constant(digits), digits).remedy is None
+
+
 def test_insisting_runs_but_flags_the_record(digits):
     classifier = _constant(digits)
     classifier_check, _ = checked_models(classifier, digits, allow_weak_classifier=True)
