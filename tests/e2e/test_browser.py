@@ -402,6 +402,39 @@ def test_the_wheel_installs_from_its_metadata_alone_and_probe_ui_serves_the_app(
 
 
 TEAM_PASSWORD = "browser pass 1"
+ANNOTATORS = ("ann-browser", "bea-browser")
+HOSTILE_ANNOTATOR = "ann-hostile"
+
+
+class TestOneTeamServer:
+    """The signed-in browser tests share one dashboard server on the trained workspace (one start, and pages the
+    first test loaded are warm for the second); ``tests/conftest.py`` keeps them on one xdist worker."""
+
+    @pytest.fixture(scope="class")
+    def team_server(self, trained_workspace, flawed_run, tmp_path_factory):
+        require_browser()
+        from helpers import claim_group
+
+        from probe_core.team import accounts
+
+        claim_group(tmp_path_factory, "team-server")
+        store = trained_workspace.store
+        for name in (*ANNOTATORS, HOSTILE_ANNOTATOR):
+            accounts.add_account(store, name, "annotator", TEAM_PASSWORD)
+        try:
+            with running_server(trained_workspace.root, tmp_path_factory.mktemp("team-server") / "server.log") as server:
+                yield server
+        finally:
+            for name in (*ANNOTATORS, HOSTILE_ANNOTATOR):
+                accounts.remove_account(store, name)
+
+    def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(self, team_server, trained_workspace,
+                                                                                 flawed_run):
+        _two_annotators_label_and_see_their_agreement(team_server, trained_workspace)
+
+    def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or_any_text_field(
+            self, team_server, trained_workspace, tmp_path):
+        _hostile_references_import_nothing(team_server, trained_workspace, tmp_path)
 
 
 def _sign_in(page, server, name: str) -> None:
@@ -493,61 +526,50 @@ def _move_to_cluster(page, expected: int) -> None:
     raise AssertionError(f"the Label page shows cluster position {_shown_position(page)}, not {expected}")
 
 
-def test_two_signed_in_annotators_label_with_hotkeys_and_see_their_agreement(trained_workspace, flawed_run,
-                                                                             tmp_path):
+def _two_annotators_label_and_see_their_agreement(server, trained_workspace) -> None:
     """Sign in as one annotator, label with the hotkeys, sign out, sign in as another: agreement over both."""
-    require_browser()
-    from probe_core.team import accounts
-
     store = trained_workspace.store
-    people = ("ann-browser", "bea-browser")
-    for name in people:
-        accounts.add_account(store, name, "annotator", TEAM_PASSWORD)
-    try:
-        with running_server(trained_workspace.root, tmp_path / "server.log") as server, browser_page() as page:
-            page.goto(f"{server.url}/label")
-            page.get_by_role("button", name="Sign in").wait_for()
-            assert page.get_by_role("heading", name="Label").count() == 0  # nothing before signing in
-            _sign_in(page, server, people[0])
-            _label_three_clusters_with_hotkeys(page, ["9", "9", "9"])
-            page.reload()  # the signed cookie keeps the session: no form after a reload
-            page.get_by_text(f"Labelling as {people[0]}").wait_for(timeout=60_000)
-            assert page.get_by_role("button", name="Sign in").count() == 0
-            remembered = page.context.cookies()
-            page.get_by_role("button", name="Sign out").click()
-            page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
-            page.reload()  # signing out deleted the cookie: the form again after a reload
-            page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
-            # the cookie from before the sign-out (a reload before the browser deleted it, a copy) no longer counts
-            page.context.add_cookies(remembered)
-            page.reload()
-            page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
-            assert page.get_by_text(f"Labelling as {people[0]}").count() == 0
-            _sign_in(page, server, people[1])
-            _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
-            _move_to_cluster(page, 3)  # back to the third cluster, where the two disagree
-            try:
-                page.get_by_text("over 2 annotators").first.wait_for(timeout=120_000)  # a loaded machine redraws slowly
-            except Exception as exc:  # a rare failure (twice in ~40 fresh checks): say what the page and store held
-                votes = {name: {c["id"]: len([l for l in store.get_labels(cluster_id=c["id"], per_image=True)
-                                              if l["annotator"] == name])
-                                for c in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)[:5]}
-                         for name in people}
-                raise AssertionError(f"no agreement line; stored votes {votes}; page: "
-                                     f"{page.inner_text('body')[:6000]!r}; server log: "
-                                     f"{server.log.read_text()[-3000:]}") from exc
-            body = page.inner_text("body")
-            assert "agreement 50" in body, body[-2500:]
-        distill_run = store.list_runs(kind="defuse-distill")[0].id
-        clusters = [c["id"] for c in store.get_clusters(distill_run)]
-        for name, expected in zip(people, (["9"] * 30, ["9"] * 20 + ["8"] * 10)):
-            labels = [l for c in clusters for l in store.get_labels(cluster_id=c, per_image=True)
-                      if l["annotator"] == name]
-            assert sorted(l["label"] for l in labels) == sorted(expected), name
-    finally:
-        for name in people:
-            accounts.remove_account(store, name)
-
+    people = ANNOTATORS
+    with browser_page() as page:
+        page.goto(f"{server.url}/label")
+        page.get_by_role("button", name="Sign in").wait_for()
+        assert page.get_by_role("heading", name="Label").count() == 0  # nothing before signing in
+        _sign_in(page, server, people[0])
+        _label_three_clusters_with_hotkeys(page, ["9", "9", "9"])
+        page.reload()  # the signed cookie keeps the session: no form after a reload
+        page.get_by_text(f"Labelling as {people[0]}").wait_for(timeout=60_000)
+        assert page.get_by_role("button", name="Sign in").count() == 0
+        remembered = page.context.cookies()
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
+        page.reload()  # signing out deleted the cookie: the form again after a reload
+        page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
+        # the cookie from before the sign-out (a reload before the browser deleted it, a copy) no longer counts
+        page.context.add_cookies(remembered)
+        page.reload()
+        page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)
+        assert page.get_by_text(f"Labelling as {people[0]}").count() == 0
+        _sign_in(page, server, people[1])
+        _label_three_clusters_with_hotkeys(page, ["9", "9", "8"])
+        _move_to_cluster(page, 3)  # back to the third cluster, where the two disagree
+        try:
+            page.get_by_text("over 2 annotators").first.wait_for(timeout=120_000)  # a loaded machine redraws slowly
+        except Exception as exc:  # a rare failure (twice in ~40 fresh checks): say what the page and store held
+            votes = {name: {c["id"]: len([l for l in store.get_labels(cluster_id=c["id"], per_image=True)
+                                          if l["annotator"] == name])
+                            for c in store.get_clusters(store.list_runs(kind="defuse-distill")[0].id)[:5]}
+                     for name in people}
+            raise AssertionError(f"no agreement line; stored votes {votes}; page: "
+                                 f"{page.inner_text('body')[:6000]!r}; server log: "
+                                 f"{server.log.read_text()[-3000:]}") from exc
+        body = page.inner_text("body")
+        assert "agreement 50" in body, body[-2500:]
+    distill_run = store.list_runs(kind="defuse-distill")[0].id
+    clusters = [c["id"] for c in store.get_clusters(distill_run)]
+    for name, expected in zip(people, (["9"] * 30, ["9"] * 20 + ["8"] * 10)):
+        labels = [l for c in clusters for l in store.get_labels(cluster_id=c, per_image=True)
+                  if l["annotator"] == name]
+        assert sorted(l["label"] for l in labels) == sorted(expected), name
 
 
 def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_page_runs_on_them(tmp_path):
@@ -594,16 +616,12 @@ def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_p
     assert not dashboard.running()
 
 
-def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or_any_text_field(trained_workspace,
-                                                                                                flawed_run, tmp_path):
+def _hostile_references_import_nothing(server, trained_workspace, tmp_path) -> None:
     """Signed in as an annotator, hostile references in the address (every page's model and data parameters) and
     typed into every text field the pages show them: the marker plugin is never imported."""
-    require_browser()
     from urllib.parse import quote
 
     from helpers import write_tiny_plugin
-
-    from probe_core.team import accounts
 
     (tmp_path / "bait").mkdir()
     plugin = write_tiny_plugin(tmp_path / "bait", extra="from pathlib import Path as _P\n"
@@ -611,45 +629,40 @@ def test_an_annotator_cannot_make_the_server_import_a_plugin_from_the_address_or
     marker = plugin.with_suffix(".imported")
     deep = "/".join([".."] * 12) + str(plugin)
     references = [str(plugin), f"x[/{deep}#class_map=a=b", f"plugin:{plugin}?x=1", f"modelfile:x[/../..{plugin}"]
-    store = trained_workspace.store
-    accounts.add_account(store, "ann-hostile", "annotator", TEAM_PASSWORD)
-    try:
-        with running_server(trained_workspace.root, tmp_path / "server.log") as server, browser_page() as page:
-            _sign_in(page, server, "ann-hostile")
-            fields_tried = 0
-            for path, title in (("", "Model Probe"), ("probe", "Probe"), ("saliency", "Saliency"), ("label", "Label")):
-                for reference in references:
-                    address = quote(reference, safe="")
-                    page.goto(f"{server.url}/{path}?classifier={address}&generator={address}&dataset={address}")
-                    # the page's own heading: its script has read the address (the marker is checked again at
-                    # the end, after every script run these visits started)
-                    page.get_by_role("heading", name=title, exact=False).first.wait_for(timeout=120_000)
-                    assert not marker.exists(), f"/{path} with {reference!r} in the address imported the plugin"
-                page.goto(f"{server.url}/{path}")
+    with browser_page() as page:
+        _sign_in(page, server, HOSTILE_ANNOTATOR)
+        fields_tried = 0
+        for path, title in (("", "Model Probe"), ("probe", "Probe"), ("saliency", "Saliency"), ("label", "Label")):
+            for reference in references:
+                address = quote(reference, safe="")
+                page.goto(f"{server.url}/{path}?classifier={address}&generator={address}&dataset={address}")
+                # the page's own heading: its script has read the address (the marker is checked again at
+                # the end, after every script run these visits started)
                 page.get_by_role("heading", name=title, exact=False).first.wait_for(timeout=120_000)
-                for expander in page.locator('[data-testid="stExpander"] summary').all():  # fields folded away too
-                    if expander.is_visible():
-                        expander.click()
-                fields = page.get_by_role("textbox")
-                for index in range(fields.count()):
-                    field = fields.nth(index)
-                    if not field.is_visible() or not field.is_editable():
-                        continue
-                    for reference in references[:2]:
-                        field.fill(reference)
-                        field.press("Enter")
-                        fields_tried += 1
-                        page.wait_for_timeout(300)
-                        assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
-            assert fields_tried > 0, "no text field an annotator may type into was found on the pages"
-            page.goto(f"{server.url}/label")
-            # still signed in, as the annotator (the cookie, read at each visit); the Label page loads the run's
-            # models first, while the server may still finish the script runs the hostile visits started
-            _wait_for_text(page, server, "Signed in as ann-hostile (annotator)", 240_000)
-            _wait_for_text(page, server, "Labelling as ann-hostile", 120_000)
-        assert not marker.exists()
-        # the bait is real: the local owner's registry does import it
-        trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
-        assert marker.exists()
-    finally:
-        accounts.remove_account(store, "ann-hostile")
+                assert not marker.exists(), f"/{path} with {reference!r} in the address imported the plugin"
+            page.goto(f"{server.url}/{path}")
+            page.get_by_role("heading", name=title, exact=False).first.wait_for(timeout=120_000)
+            for expander in page.locator('[data-testid="stExpander"] summary').all():  # fields folded away too
+                if expander.is_visible():
+                    expander.click()
+            fields = page.get_by_role("textbox")
+            for index in range(fields.count()):
+                field = fields.nth(index)
+                if not field.is_visible() or not field.is_editable():
+                    continue
+                for reference in references[:2]:
+                    field.fill(reference)
+                    field.press("Enter")
+                    fields_tried += 1
+                    page.wait_for_timeout(300)
+                    assert not marker.exists(), f"a text field on /{path} took {reference!r} and imported it"
+        assert fields_tried > 0, "no text field an annotator may type into was found on the pages"
+        page.goto(f"{server.url}/label")
+        # still signed in, as the annotator (the cookie, read at each visit); the Label page loads the run's
+        # models first, while the server may still finish the script runs the hostile visits started
+        _wait_for_text(page, server, "Signed in as ann-hostile (annotator)", 240_000)
+        _wait_for_text(page, server, "Labelling as ann-hostile", 120_000)
+    assert not marker.exists()
+    # the bait is real: the local owner's registry does import it
+    trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
+    assert marker.exists()
