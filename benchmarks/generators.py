@@ -17,7 +17,8 @@ chains (``SamplerConfig`` at the real-size defaults) started from prior draws or
 component (``init="classes"``): chains that hit, the share of hits the judge calls the class, and seconds.
 Run:
 
-    .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 | --dataset digits] [--quick]
+    .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 [--train-images N] | --dataset digits]
+        [--quick]
 
 ``--quick`` (CI's smoke run): digits (or the stand-in's few images), short trainings, 4 chains of 5 + 5.
 """
@@ -77,6 +78,9 @@ def main() -> int:
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(Path(__file__).resolve().parents[2]
                                                                           / "shared" / "data" / "mnist-t10k")))
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
+    parser.add_argument("--train-images", type=int,
+                        help="with --size: the stand-in with this many training images (per class at 64x64; the "
+                             "same test images), to measure how each recipe grows with the data")
     args = parser.parse_args()
     torch.set_num_threads(2)
     began = time.perf_counter()
@@ -85,7 +89,8 @@ def main() -> int:
     reference = args.dataset
     if args.size:
         from real_size import build_data
-        path, _ = build_data(args.size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
+        path, _ = build_data(args.size, args.quick, Path(args.mnist), Path(workspace.root) / "data",
+                             train_count=args.train_images)
         reference = canonical_dataset_name(str(path))
     data = registry.dataset(reference)
     classifier, classifier_seconds = trained(registry, ModelSpec(dataset=reference, kind="classifier"), args.quick)

@@ -37,13 +37,17 @@ SIZES = {32: {"full": (8000, 2000), "quick": (400, 200)},
 QUICK_EPOCHS = 2
 
 
-def build_data(size: int, quick: bool, mnist: Path, out: Path) -> tuple[Path, tuple[str, ...]]:
+def build_data(size: int, quick: bool, mnist: Path, out: Path,
+               train_count: int | None = None) -> tuple[Path, tuple[str, ...]]:
+    """The stand-in of ``size`` as a ``.npz`` in ``out``: :data:`SIZES`' image counts, or ``train_count`` training
+    images (per class at 64x64) with the same test images, to measure how a recipe grows with the data."""
     from probe_core.data.idx import read_idx
     from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like, write_npz
 
     digits = read_idx(next(mnist.glob("t10k-images*")))
     labels = read_idx(next(mnist.glob("t10k-labels*")))
-    train_count, test_count = SIZES[size]["quick" if quick else "full"]
+    default_train, test_count = SIZES[size]["quick" if quick else "full"]
+    train_count = train_count or default_train
     # train and test digits come from disjoint halves of MNIST's test set: no handwriting is in both
     half = len(digits) // 2
     if size == 32:
@@ -54,7 +58,8 @@ def build_data(size: int, quick: bool, mnist: Path, out: Path) -> tuple[Path, tu
         train = signs_like(digits[:half], labels[:half], train_count, size, seed=1)
         test = signs_like(digits[half:], labels[half:], test_count, size, seed=2)
         names = SIGN_CLASSES
-    path = write_npz(out / f"real-size-{size}{'-quick' if quick else ''}.npz", train, test, names)
+    more = "" if train_count == default_train else f"-train{train_count}"
+    path = write_npz(out / f"real-size-{size}{'-quick' if quick else ''}{more}.npz", train, test, names)
     return path, names
 
 
