@@ -55,8 +55,9 @@ os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 
 # Tests that share one costly thing run on one xdist worker (``--dist loadgroup``): the session-wide regression
-# suite, the signed-in browser tests' dashboard server (tests/e2e/test_browser.py), and Ray (one instance per worker would start two Ray clusters on two cores). A test joins a group by
-# using the fixture or by its marker (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``).
+# suite, the signed-in browser tests' dashboard server (tests/e2e/test_browser.py), and Ray (one instance per
+# worker would start two Ray clusters on two cores). A test joins a group by using the fixture or by its marker
+# (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``).
 GROUP_OF_FIXTURE = {"regression_suite": "regression-suite", "ray_instance": "ray", "team_server": "team-server"}
 GROUP_OF_MARKER = {"ray": "ray"}
 # Tiers (``make test-fast`` leaves these out; ``make test`` and CI run them all): ``e2e`` and ``slow`` are given by

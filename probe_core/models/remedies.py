@@ -2,10 +2,10 @@
 
 The advice a check gives (a weak generator, a classifier near chance) names a command that runs as written (no
 placeholders), and the dashboard's fix button trains the same :class:`~probe_core.models.ModelSpec`, so both make
-the same model id. Longer training is the one change measured to help every generator recipe the tool trains (``benchmarks/real_size.py``; the comments at
-:data:`~probe_core.models.registry.REAL_SIZE_STEPS`): on the 32x32 SVHN-like stand-in the real-size VAE's
+the same model id. Longer training is the one change that helped every generator recipe measured here (the notes
+at :data:`~probe_core.models.registry.REAL_SIZE_STEPS`: on the 32x32 SVHN-like stand-in the real-size VAE's
 reconstructions kept the class of 0.62x as many held-out images after 2,400 steps, 0.78x after 5,000 and 0.82x
-after 7,500; at 64x64, 0.20x after 2,400 steps and 0.40x after 4,900. Whether the longer-trained model passes is
+after 7,500; at 64x64, 0.20x after 2,400 steps and 0.40x after 4,900). Whether the longer-trained model passes is
 for its own check to say: the advice promises a better-trained model, not an 'ok'.
 """
 
@@ -31,10 +31,9 @@ class TrainingRemedy:
     weak_model : str
         The id of the model found weak.
     spec : ModelSpec
-        What to train: the weak model's data set, kind, classes, seed, and for generators latent size and β,
-        (for classifiers the always-ambiguous variant), with
-        :data:`LONGER_TRAINING_FACTOR` times its epochs; the rest comes from the data's recipe, as for
-        ``probe models train``.
+        What to train: the weak model's data set, kind, classes, seed, latent size and β (generators) or
+        always-ambiguous variant (classifiers), with :data:`LONGER_TRAINING_FACTOR` times its epochs; the rest
+        comes from the data's recipe, as for ``probe models train``.
     epochs_before : int
     estimated_seconds : float or None
         The weak model's own training time on the machine that trained it, scaled by the epochs; None when
@@ -73,8 +72,8 @@ class TrainingRemedy:
         """``about 12 min`` (from the weak model's own training time), or ``time not known``."""
         if self.estimated_seconds is None:
             return "time not known"
-        minutes = self.estimated_seconds / 60
-        return f"about {max(1, round(minutes))} min" if minutes >= 1 else f"about {max(1, round(self.estimated_seconds))} s"
+        seconds = self.estimated_seconds
+        return f"about {round(seconds / 60)} min" if seconds >= 60 else f"about {max(1, round(seconds))} s"
 
     @property
     def description(self) -> str:

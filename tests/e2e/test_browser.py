@@ -422,7 +422,8 @@ class TestOneTeamServer:
         for name in (*ANNOTATORS, HOSTILE_ANNOTATOR):
             accounts.add_account(store, name, "annotator", TEAM_PASSWORD)
         try:
-            with running_server(trained_workspace.root, tmp_path_factory.mktemp("team-server") / "server.log") as server:
+            log = tmp_path_factory.mktemp("team-server") / "server.log"
+            with running_server(trained_workspace.root, log) as server:
                 yield server
         finally:
             for name in (*ANNOTATORS, HOSTILE_ANNOTATOR):

@@ -56,7 +56,8 @@ def test_a_near_chance_classifier_the_tool_trained_is_told_its_recipe_trained_lo
     epochs = trained.record["spec"]["epochs"]
     assert check.remedy.spec.epochs == 2 * epochs and check.remedy.spec.kind == "classifier"
     assert f"`{check.remedy.command}`" in check.message and "--epochs N" not in check.message
-    assert check.remedy.command.startswith(f"probe models train --dataset digits --kind classifier --epochs {2 * epochs}")
+    expected = f"probe models train --dataset digits --kind classifier --epochs {2 * epochs}"
+    assert check.remedy.command.startswith(expected)
     assert check.to_dict()["remedy"]["command"] == check.remedy.command
     # a model the tool did not train has no recipe to repeat: no command is made up
     assert check_classifier(_constant(digits), digits).remedy is None
