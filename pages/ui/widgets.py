@@ -280,7 +280,7 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
     if not classifier_check.usable:
         st.error(f"Model check failed, so no run can start: {classifier_check.message}")
         if classifier_check.remedy is not None:
-            training_fix_button(classifier_check.remedy, dataset, key=f"fix-{classifier_check.classifier}-check")
+            training_fix_button(classifier_check.remedy, key=f"fix-{classifier_check.classifier}-check")
         return False
     verdict = "" if generator_check is None else f" · generator {generator_check.verdict}"
     with st.expander(f"Model check: classifier {classifier_check.accuracy:.1%} on {classifier_check.images} test "
@@ -293,27 +293,28 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
             if generator_check.weak:
                 st.warning(generator_check.warning)
                 if generator_check.remedy is not None:
-                    training_fix_button(generator_check.remedy, dataset, key=f"fix-{generator_check.generator}-check")
+                    training_fix_button(generator_check.remedy, key=f"fix-{generator_check.generator}-check")
             st.caption("Generator figures: " + ", ".join(f"{k} {v}" for k, v in generator_check.figures.items()))
             show_picture(torch.from_numpy(generator_check.samples), "samples of the generator", columns=16)
     return True
 
 
-def training_fix_button(remedy, dataset, key: str) -> None:
+def training_fix_button(remedy, key: str) -> None:
     """A button that trains a weak model's remedy (:mod:`probe_core.models.remedies`) in the background.
 
     It says what it trains and for about how long before it is pressed, and that training started at once; once
     the fix is trained it names the new model instead."""
     what = "classifier" if remedy.spec.kind == "classifier" else "generator"
-    fixed = remedy.spec.resolved(dataset).model_id()
-    if workspace().registry.exists(fixed):
+    registry = workspace().registry
+    fixed = registry.model_id(remedy.spec)
+    if registry.exists(fixed):
         st.caption(f"The fix for `{remedy.weak_model}` ({remedy.description}) is trained: `{fixed}`. Pick it as "
                    f"this session's {what} on the Models page; its check is in the models table.")
         return
     st.caption(f"Fix for `{remedy.weak_model}`: {remedy.description}. Same as `{remedy.command}`.")
     if st.button(f"Train the fix ({remedy.time_words})", key=key):
         try:
-            run_id = submit_training(job_manager(), workspace().registry, [remedy.spec],
+            run_id = submit_training(job_manager(), registry, [remedy.spec],
                                      split_view(remedy.spec.dataset)[0], device=device())
             st.success(f"Training started (run {run_id}); its progress is at the top of the Models page. "
                        f"When it ends, pick the new {what} for this session there.")

@@ -87,7 +87,7 @@ else:
     for model in models:  # the fix beside the verdict: a weak model the tool trained, trained longer
         remedy = verdicts[model["id"]].remedy if model["id"] in verdicts else None
         if remedy is not None:
-            _ui.training_fix_button(remedy, dataset, key=f"fix-{model['id']}")
+            _ui.training_fix_button(remedy, key=f"fix-{model['id']}")
     generators = [m for m in models if m["kind"] in GENERATOR_KINDS]
     if generators:
         st.subheader("Generator samples (z from each generator's prior)")

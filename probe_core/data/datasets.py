@@ -400,11 +400,14 @@ def _load_idx_folder(folder: str, name: str, class_names: tuple[str, ...] | None
 
 # --- folders and arrays a user brings ------------------------------------------------------
 
+@functools.lru_cache(maxsize=4)
 def file_dataset(reference: str) -> ImageDataset:
     """The data set behind an ``images:…`` or ``arrays:…`` reference (see :mod:`probe_core.data.files`).
 
     A given train/test split is used as is; otherwise a stratified split with seed
-    :data:`SPLIT_SEED`, as the description says. Raises :class:`DataError` for bad files.
+    :data:`SPLIT_SEED`, as the description says. Kept for the process, as its arrays are
+    (:func:`~probe_core.data.files.load_file_arrays`) and as the built-in data sets are: a command or a page
+    rerun resolves the same data many times. Raises :class:`DataError` for bad files.
     """
     arrays = load_file_arrays(reference)
     scheme, path, _ = parse_reference(reference)

@@ -11,6 +11,7 @@ from PIL import Image
 from probe_core.cli import main
 from probe_core.data import files
 from probe_core.data.catalog import canonical_dataset_name, dataset_entry, load_dataset
+from probe_core.data.datasets import file_dataset
 from probe_core.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv(files.CACHE_ENV, str(tmp_path / "cache"))
     files.load_file_arrays.cache_clear()
+    file_dataset.cache_clear()
 
 
 def _write_images(folder: Path, classes=("cat", "dog"), count=10, size=(12, 12), rgb=True, seed=0) -> Path:
@@ -111,6 +113,7 @@ def test_the_second_open_reads_the_cache(tmp_path, monkeypatch):
     first = load_dataset(reference)
     assert list((tmp_path / "cache").glob("cached-*.npz"))
     files.load_file_arrays.cache_clear()
+    file_dataset.cache_clear()
     monkeypatch.setattr(files, "_decode", lambda path: pytest.fail("decoded again instead of reading the cache"))
     assert load_dataset(reference).train_images.shape == first.train_images.shape
 
