@@ -1,5 +1,7 @@
 """Failures: Defuse identification and distillation with progress, the failure map, and cluster cards."""
 
+from collections import Counter
+
 import streamlit as st
 import torch
 
@@ -185,7 +187,10 @@ for position, cluster in enumerate(clusters):
         st.markdown(f"**Cluster {cluster['cluster_index'] + 1}** (id {cluster['id']}) · weight {cluster['weight']:.3f} · "
                     f"{cluster['size']} failures")
         _ui.show_picture(images, columns=5)
-        st.caption(f"classifier mostly says **{names[info['majority_prediction']]}** "
-                   f"({info['prediction_share'] * 100:.0f} %); originals were mostly **"
-                   f"{names[info['majority_true_label']]}** ({info['true_label_share'] * 100:.0f} %); "
-                   f"on these samples: {', '.join(names[p] for p in predicted)}")
+        said = Counter(names[p] for p in predicted).most_common()
+        st.caption(f"On these {len(predicted)} samples the classifier says "
+                   + ", ".join(f"**{name}** {times}×" for name, times in said)
+                   + f". Over all its failures it mostly says "
+                   f"{names[info['majority_prediction']]} ({info['prediction_share'] * 100:.0f} %), and their "
+                   f"training images were mostly {names[info['majority_true_label']]} "
+                   f"({info['true_label_share'] * 100:.0f} %).")

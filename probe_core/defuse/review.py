@@ -33,15 +33,57 @@ from probe_core.errors import ProbeError
 from probe_core.team.accounts import Permission, require
 
 
+# Review samples are picked from this many draws of the cluster's Gaussian for each one shown: ten plain draws
+# of a tight cluster are often near copies, so a person saw one picture ten times and not the cluster's range.
+CANDIDATES_PER_REVIEW_SAMPLE = 8
+
+
 def review_samples(vae, classifier, cluster: dict, count: int = 10, tau: float = 0.5, seed: int = 0) -> dict:
-    """``count`` decoded samples of N(μ, τ·Σ) for a cluster with the classifier's probabilities.
+    """``count`` decoded samples of N(μ, τ·Σ) for a cluster, chosen to show its variety, with the classifier's
+    probabilities.
+
+    :data:`CANDIDATES_PER_REVIEW_SAMPLE` · ``count`` codes are drawn and decoded, and ``count`` of them are kept
+    by :func:`diverse_positions`: the most typical first, then each the draw least like those before it. The
+    paper shows its annotators 10 plain draws; these are draws of the same Gaussian, spread over its looks.
 
     Returns ``latents`` (S, D), ``images`` (S, C, H, W) and ``probs`` (S, K), deterministic for a seed.
     """
     rng = np.random.default_rng([seed, int(cluster["id"])])
-    latents = sample_cluster_latents(cluster["mean"], cluster["covariance"], count, tau, rng)
+    latents = sample_cluster_latents(cluster["mean"], cluster["covariance"],
+                                     count * CANDIDATES_PER_REVIEW_SAMPLE, tau, rng)
     images, probs = decode_and_classify(vae.module, classifier.module, latents)
-    return {"latents": latents, "images": images, "probs": probs}
+    chosen = diverse_positions(images, count)
+    return {"latents": latents[chosen], "images": images[chosen], "probs": probs[chosen]}
+
+
+def diverse_positions(images: torch.Tensor, count: int) -> np.ndarray:
+    """Positions of ``count`` images that together show the variety of ``images``.
+
+    The image nearest the mean image first; then, greedily, the image farthest (ℓ2 in pixel space) from all
+    picked so far (farthest-point sampling), so every look of the set is shown before any is shown twice.
+
+    Parameters
+    ----------
+    images : torch.Tensor
+        (N, C, H, W) candidates, N ≥ ``count``.
+    count : int
+
+    Returns
+    -------
+    numpy.ndarray
+        (count,) distinct int positions into ``images``, in the order they were picked.
+    """
+    flat = torch.as_tensor(images, dtype=torch.float32).flatten(1)
+    if count < 1 or count > len(flat):
+        raise ProbeError(f"cannot pick {count} of {len(flat)} images")
+    chosen = [int(((flat - flat.mean(0)) ** 2).sum(1).argmin())]
+    nearest_picked = ((flat - flat[chosen[0]]) ** 2).sum(1)
+    while len(chosen) < count:
+        nearest_picked[chosen] = -1.0  # a copy of a picked image is never picked again, even among copies
+        farthest = int(nearest_picked.argmax())
+        chosen.append(farthest)
+        nearest_picked = torch.minimum(nearest_picked, ((flat - flat[farthest]) ** 2).sum(1))
+    return np.asarray(chosen)
 
 
 # Review images whose every pixel differs by at most this many of 255 grey levels are one picture to a person:

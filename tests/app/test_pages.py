@@ -1,5 +1,6 @@
 """AppTest of every dashboard page: it renders without exception and its main path works."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,12 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     at = open_page("pages/views/failures.py")
     assert any(m.label == "Clusters kept" for m in at.metric)
     assert len(at.image) >= 3
+    # each card's words count what its ten shown samples are called, not what its failures were called
+    said = [c.value for c in at.caption if c.value.startswith("On these 10 samples the classifier says ")]
+    assert said and len(said) == len([m for m in at.markdown if m.value.startswith("**Cluster ")])
+    for words in said:
+        counts = re.findall(r"\*\*[^*]+\*\* (\d+)×", words.split(". Over all its failures")[0])
+        assert sum(map(int, counts)) == 10, words
     # the widgets offer exactly what the requests accept
     for key, request_type, name in (("defuse_q", steps.IdentifyRequest, "samples_per_image"),
                                     ("defuse_scale", steps.IdentifyRequest, "noise_scale"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse.cluster import FailureClusterer
@@ -145,3 +146,22 @@ def test_whole_cluster_labels_from_older_workspaces_still_aggregate():
     assert label_tools.aggregate_cluster_votes([])["is_failure"] is None
     with pytest.raises(ProbeError, match="unknown class"):
         label_tools.normalise_label("eleven", tuple("0123456789"))
+
+
+def test_review_picks_show_each_look_of_a_cluster_before_any_twice_the_most_typical_first():
+    from probe_core.defuse.review import diverse_positions
+
+    rng = np.random.default_rng(0)
+    looks = rng.random((3, 1, 6, 6)).astype(np.float32)  # three pictures a person tells apart
+    which = np.array([0] * 60 + [1] * 25 + [2] * 15)
+    rng.shuffle(which)
+    candidates = np.clip(looks[which] + rng.normal(0, 0.01, (len(which), 1, 6, 6)), 0, 1).astype(np.float32)
+    picks = diverse_positions(torch.from_numpy(candidates), 3)
+    assert sorted(which[picks]) == [0, 1, 2]  # ten plain draws would show look 0 six times, look 2 once or never
+    assert which[picks[0]] == 0  # the look most draws share
+    many = diverse_positions(torch.from_numpy(candidates), 10)
+    assert len(set(many.tolist())) == 10 and list(many[:3]) == list(picks)
+    copies = torch.from_numpy(np.repeat(looks[:1], 12, axis=0))  # one look only: still ten different draws
+    assert len(set(diverse_positions(copies, 10).tolist())) == 10
+    with pytest.raises(ProbeError, match="cannot pick 11 of 10 images"):
+        diverse_positions(torch.from_numpy(candidates[:10]), 11)
