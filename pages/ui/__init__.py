@@ -19,6 +19,7 @@ from pages.ui.session import (
     MODEL_KINDS,
     annotator_name,
     current_dataset,
+    dataset_chosen,
     device,
     failures_of_run,
     linked_file_card,
@@ -59,7 +60,7 @@ from probe_core.reporting.render import image_grid, upscale_for_display
 
 __all__ = [
     "AUTOTRAIN_ENV", "LIVE_REFRESH_S", "MODELS_COLUMN_CONFIG", "MODEL_KINDS", "active_runs", "annotator_name",
-    "current_dataset", "device", "failures_of_run", "generator_samples", "get_job_manager",
+    "current_dataset", "dataset_chosen", "device", "failures_of_run", "generator_samples", "get_job_manager",
     "get_workspace", "hover_images", "keys_to_page", "image_grid", "job_manager", "load_model", "model_checks", "model_choice",
     "model_ref",
     "models_table", "page_models", "pick_distill_run", "pick_run", "png_download", "preload_for_server",

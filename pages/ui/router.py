@@ -60,9 +60,10 @@ def run() -> None:
     for kind in _ui.MODEL_KINDS:  # a file a link named waits here, on every page, for an admin's Load
         _ui.linked_file_card(kind, st.session_state.get("dataset", DEFAULT_DATASET))
     if os.environ.get(_ui.AUTOTRAIN_ENV, "1") != "0" and actor.may(Permission.RUN) \
-            and st.session_state.get("dataset") == DEFAULT_DATASET:
-        # First start on the embedded data set: train its default models in the background while the page is
-        # already up (deduplicated across reruns and tabs). On any other data set nothing trains unasked.
+            and st.session_state.get("dataset") == DEFAULT_DATASET and _ui.dataset_chosen():
+        # The embedded data set, chosen: train its missing default models in the background while the page is
+        # up (deduplicated across reruns and tabs). A fresh workspace's first view only offers it (the Models
+        # page's button), so someone who came to probe their own data trains nothing they did not ask for.
         try:
             ws = _ui.workspace()
             start_default_training(_ui.job_manager(), ws.registry, DEFAULT_DATASET, device=_ui.device())

@@ -199,11 +199,13 @@ def sidebar_settings() -> None:
             yours.append(from_url)  # a shared link to someone's folder or .npz
         # the address's data set, else the server's (probe ui --dataset), else the one this workspace was used
         # on last, else the embedded default
-        opening = os.environ.get(OPEN_DATASET_ENV) or next((name for name in used if name in names + yours),
-                                                           DEFAULT_DATASET)
-        if is_file_reference(split_view(opening)[0]) and opening not in yours:
+        opening = os.environ.get(OPEN_DATASET_ENV) or next((name for name in used if name in names + yours), None)
+        if opening is not None and is_file_reference(split_view(opening)[0]) and opening not in yours:
             yours.append(opening)
-        st.session_state["dataset"] = from_url if from_url in names + yours else opening
+        st.session_state["dataset"] = from_url if from_url in names + yours else opening or DEFAULT_DATASET
+        # nothing named it: a fresh workspace's first view shows the embedded set but has not chosen it
+        st.session_state["dataset_unchosen"] = st.session_state["dataset"] == DEFAULT_DATASET and not (
+            from_url or opening)
     st.session_state.setdefault("data_dir", os.environ.get(DATA_DIR_ENV, ""))
     for key in SIDEBAR_KEYS:
         # Set again each run: a session's first run (Streamlit's folder page mode, see the router) gives the
@@ -212,6 +214,7 @@ def sidebar_settings() -> None:
             st.session_state[key] = st.session_state[key]
     with st.sidebar:
         choice = st.selectbox("Data set", yours + [n for n in names if n not in yours] + [YOUR_DATA], key="dataset",
+                              on_change=lambda: st.session_state.pop("dataset_unchosen", None),
                               help="your data sets first (those this workspace has models or runs for, and those "
                                    "you named); digits and scenes are embedded; mnist, fashion-mnist and idx read "
                                    "IDX files from the data folder")
@@ -240,6 +243,12 @@ def sidebar_settings() -> None:
             st.number_input("Shards (0: one per worker)", 0, SHARDS_RANGE[1], key="shards",
                             help="the same shards and seed give the same results on every executor")
     _sync_query_params()
+
+
+def dataset_chosen() -> bool:
+    """Whether this session's data set was chosen (in the sidebar, the address, ``probe ui --dataset``, or by
+    the workspace's last use), not only shown because a fresh workspace opens on the embedded set."""
+    return not st.session_state.get("dataset_unchosen", False)
 
 
 def current_dataset():

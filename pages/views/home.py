@@ -69,13 +69,17 @@ with st.expander("All data sets"):
 st.header("Models")
 models = [m for m in ws.registry.list() if m["dataset"].partition("[")[0] == dataset.base_name]
 if not models:
-    st.info("No models for this data set yet." +
-            (" The defaults are training (see above)." if dataset.base_name == DEFAULT_DATASET else ""))
+    training = any(run.config.get("dataset") == dataset.base_name for run in history.in_flight(ws.store, ("train",)))
+    st.info("No models for this data set yet." + (" The defaults are training (see above)." if training else ""))
+    if dataset.base_name == DEFAULT_DATASET and not _ui.dataset_chosen():
+        st.markdown("A new workspace opens on the embedded **digits**: train its defaults here to try the tool, "
+                    "or name your own folder or `.npz` under **Data set** in the sidebar (nothing trains until "
+                    "you choose).")
     trained = " and ".join(KIND_WORDS.get(spec.kind, spec.kind)
                            for spec in ws.registry.default_specs(dataset.base_name))
     label = f"Train the default {trained}" + (f" (the generator is {entry.default_generator})"
                                               if entry.default_generator else "")
-    if dataset.base_name != DEFAULT_DATASET and st.button(label):
+    if not training and st.button(label):
         try:
             start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
             st.rerun()

@@ -130,3 +130,41 @@ def test_the_dashboard_opens_on_the_data_the_workspace_was_used_on_and_trains_no
     while workspace.store.get_run(training.id).active and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not workspace.store.get_run(training.id).active
+
+
+def test_a_fresh_workspace_opens_on_digits_but_trains_only_when_asked_or_chosen(tmp_path, monkeypatch):
+    """Someone who came to probe their own .npz names it on a fresh workspace's first view: nothing trains for
+    digits on the way (with auto-training on); the Models page offers the digits defaults as one button."""
+    import numpy as np
+
+    from pages.ui.session import YOUR_DATA
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.runs.workspace import Workspace
+
+    data = tmp_path / "mine.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x=rng.integers(0, 255, (60, 8, 8, 3), dtype=np.uint8), y=np.repeat(np.arange(3), 20))
+    workspace = Workspace(tmp_path / "ws")
+    monkeypatch.setenv("PROBE_WORKSPACE", str(workspace.root))
+    monkeypatch.setenv("PROBE_AUTOTRAIN", "1")
+    monkeypatch.delenv("PROBE_DATASET")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert at.session_state["dataset"] == "digits"
+    assert any("nothing trains until you choose" in shown(m.value) for m in at.markdown)
+    assert any(b.label.startswith("Train the default classifier") for b in at.button)
+    at.sidebar.selectbox(key="dataset").set_value(YOUR_DATA).run()
+    at.sidebar.text_input(key="data_path").input(str(data)).run()
+    at.sidebar.button(key="data_use").click().run()
+    assert not at.exception and at.session_state["dataset"] == canonical_dataset_name(str(data))
+    assert workspace.store.list_runs(kind="train") == []  # digits was shown, never chosen
+    at.sidebar.selectbox(key="dataset").set_value("digits").run()  # chosen now: its defaults train
+    [training] = workspace.store.list_runs(kind="train")
+    assert training.config["dataset"] == "digits"
+    from probe_core.runs.jobs import JobManager
+
+    JobManager(workspace.store).cancel(training.id)
+    deadline = time.monotonic() + 120
+    while workspace.store.get_run(training.id).active and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not workspace.store.get_run(training.id).active

@@ -122,9 +122,9 @@ def test_kill_9_of_the_dashboard_server_during_a_background_job(tmp_path):
 
     require_browser()
     workspace = tmp_path / "ws"
-    # the first view starts the default training in the server
+    # a link that names digits chooses it: its first view starts the default training in the server
     with running_server(workspace, tmp_path / "server.log", autotrain=True) as server, browser_page() as page:
-        page.goto(server.url)
+        page.goto(f"{server.url}/?dataset=digits")
         store = _store(workspace)
         _wait_for(lambda: (workspace / "probe.sqlite").exists() and bool(store.list_runs(kind="train"))
                   and store.list_runs(kind="train")[0].progress > 0.02, server.process, server.log)
