@@ -667,3 +667,115 @@ def _hostile_references_import_nothing(server, trained_workspace, tmp_path) -> N
     # the bait is real: the local owner's registry does import it
     trained_workspace.registry.resolve(str(plugin), "classifier", "digits")
     assert marker.exists()
+
+
+def _colour_arrays(path: Path) -> str:
+    """A small colour .npz as a user would bring one: 3 classes of 8x8 RGB images, a coloured square each."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(90) % 3
+    images = (rng.random((90, 8, 8, 3)) * 150).astype(np.uint8)
+    for index in range(90):
+        images[index, 2:6, 2:6, labels[index]] += np.uint8(rng.integers(20, 100))  # faint or clear
+    np.savez(path, x=images, y=labels, class_names=np.array(["red", "green", "blue"]))
+    return str(path)
+
+
+def _wait_until(condition, what: str, page, server, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what} did not happen within {timeout:.0f} s; page text: "
+                         f"{page.inner_text('body')[:2000]!r}; server log: {server.log.read_text()[-2000:]}")
+
+
+def _go_to(page, name: str) -> None:
+    """Open a page through the sidebar's navigation, as a person does (the session and its choices stay)."""
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text=name).first.click()
+    page.get_by_role("heading", name=name, exact=False).first.wait_for()
+    page.wait_for_timeout(500)
+
+
+def _field(page, label: str):
+    """The input a widget's label names (its help button carries the label too)."""
+    return page.locator(f'input[aria-label="{label}"]')
+
+
+def test_your_colour_npz_from_choosing_it_to_a_finetuned_model_with_no_cli_and_no_digits_training(tmp_path,
+                                                                                                 monkeypatch):
+    """A new user on a fresh workspace (auto-training on) names a colour .npz in the sidebar, trains its
+    defaults with the Models page's button, finds failures, labels a cluster and finetunes, all in the browser;
+    the three Defuse pages follow one run, and nothing is trained for digits on the way."""
+    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.defuse import queries
+    from probe_core.store import Store
+
+    require_browser()
+    monkeypatch.delenv("PROBE_DATASET", raising=False)  # the suite's default: a new user's server names none
+    data = _colour_arrays(tmp_path / "my-colours.npz")
+    reference = canonical_dataset_name(data)
+    root = tmp_path / "ws"
+    with running_server(root, tmp_path / "server.log", autotrain=True) as server, browser_page() as page:
+        _open(page, server, "", "Model Probe")
+        page.get_by_text("nothing trains until you choose").wait_for()
+        boxes = page.locator('[data-testid="stSelectbox"]')
+        boxes.filter(has_text="Data set").locator("input").click()
+        page.get_by_role("option", name=re.compile("your data")).click()
+        _field(page, "Folder of class sub-folders, or a .npz file").fill(data)
+        _field(page, "Folder of class sub-folders, or a .npz file").press("Enter")
+        page.get_by_role("button", name="Use this data").click()
+        page.get_by_role("heading", name=f"Data: {reference}").wait_for()
+        page.get_by_role("button", name=re.compile("^Train the default")).click()
+        store = Store(root / "probe.sqlite")
+        _wait_until(lambda: len([m for m in store.list_models() if m["dataset"] == reference]) == 3,
+                    "training the three default models", page, server)
+        page.get_by_text("Generator samples").wait_for(timeout=60_000)  # the page showed the new models
+
+        _go_to(page, "Failures")
+        caption = page.get_by_text("With these values:").inner_text()
+        assert "the fields above are what runs" in caption, caption
+        for label, value in (("Perturbations per image (Q)", "20"), ("Failures kept per image (M)", "5"),
+                             ("Noise scale (sd)", "0.5"), ("Fit on at most", "300")):
+            _field(page, label).fill(value)
+        page.get_by_role("button", name="Find failures").click()
+        _wait_until(lambda: any(r.status == "done" for r in store.list_runs(kind=queries.DISTILL)),
+                    "finding and distilling failures", page, server)
+        [distill] = store.list_runs(kind=queries.DISTILL)
+        [identify] = store.list_runs(kind=queries.IDENTIFY)
+        assert identify.config["samples_per_image"] == 20 and identify.config["max_per_image"] == 5  # as typed
+        page.get_by_text(f"Following distillation run {distill.id}").wait_for(timeout=60_000)
+
+        _go_to(page, "Label")
+        page.get_by_text(f"Following distillation run {distill.id}").wait_for()
+        _field(page, "Your name (annotator)").fill("newcomer")
+        _field(page, "Your name (annotator)").press("Enter")
+        page.get_by_text("fully labelled by newcomer").wait_for(timeout=60_000)
+        heading = page.get_by_role("heading", name=re.compile(r"^Cluster \d+ \(id \d+\)")).first.inner_text()
+        cluster_id = int(re.search(r"\(id (\d+)\)", heading).group(1))
+        said = [image["prediction"] for image in store.get_review_images(cluster_id)]
+        other = min(range(3), key=said.count)  # said of at most 3 of 10: labelled so, the cluster is a failure
+        one_enabled = """(key) => { const b = document.querySelectorAll('.st-key-label_all_' + key + ' button');
+                                     return b.length === 1 && !b[0].disabled; }"""
+        page.wait_for_function(one_enabled, arg=str(other), timeout=60_000)
+        page.get_by_role("heading", name="Label").first.click()  # keys reach the page, not the name box
+        page.keyboard.press(str(other))
+        page.get_by_text("Saved: all 10 images").wait_for(timeout=30_000)
+
+        _go_to(page, "Finetune")
+        page.get_by_text(f"Following distillation run {distill.id}").wait_for()
+        page.get_by_text(re.compile(r"^1 of \d+ clusters are labelled as failures")).wait_for(timeout=30_000)
+        _field(page, "λ grid").fill("1")
+        _field(page, "Epochs per λ").fill("1")
+        _field(page, "Samples per failure region").fill("32")
+        page.get_by_role("button", name="Finetune", exact=True).click()
+        _wait_until(lambda: any(r.status == "done" for r in store.list_runs(kind=queries.CORRECT)),
+                    "finetuning", page, server)
+        [correct] = store.list_runs(kind=queries.CORRECT)
+        assert correct.config["distill_run"] == distill.id  # the labels given on Label are the ones used
+        finetuned = [m for m in store.list_models() if (m["spec"] or {}).get("parent")]
+        assert len(finetuned) == 1 and finetuned[0]["dataset"].partition("[")[0] == reference
+    trained = [run.config.get("dataset") for run in store.list_runs(kind="train")]
+    assert trained == [reference], trained  # one training, of the user's data: none for digits
