@@ -729,6 +729,7 @@ def test_your_colour_npz_from_choosing_it_to_a_finetuned_model_with_no_cli_and_n
         page.get_by_role("button", name="Use this data").click()
         page.get_by_role("heading", name=f"Data: {reference}").wait_for()
         page.get_by_role("button", name=re.compile("^Train the default")).click()
+        page.get_by_text(re.compile(r"· about \d+ (s|min) left")).first.wait_for(timeout=30_000)  # from its rate
         store = Store(root / "probe.sqlite")
         _wait_until(lambda: len([m for m in store.list_models() if m["dataset"] == reference]) == 3,
                     "training the three default models", page, server)
@@ -747,6 +748,7 @@ def test_your_colour_npz_from_choosing_it_to_a_finetuned_model_with_no_cli_and_n
         [identify] = store.list_runs(kind=queries.IDENTIFY)
         assert identify.config["samples_per_image"] == 20 and identify.config["max_per_image"] == 5  # as typed
         page.get_by_text(f"Following distillation run {distill.id}").wait_for(timeout=60_000)
+        page.get_by_text("On these 10 samples the classifier says").first.wait_for()  # cards count what they show
 
         _go_to(page, "Label")
         page.get_by_text(f"Following distillation run {distill.id}").wait_for()
