@@ -30,6 +30,7 @@ from probe_core.models.training import (
     _shifted,
     adam,
     augment_batch,
+    denormals_flushed,
     perceptual_epochs,
     perceptual_network,
 )
@@ -229,7 +230,7 @@ def train_autoencoder(
         stage = _as_autoencoder(_shifted(progress, 0, first + epochs))
         features = perceptual_network(dataset, perceptual, seed, device, stage, first)
     progress = _as_autoencoder(_shifted(progress, first, first + epochs))
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)
         model = AUTOENCODER_ARCHITECTURES[architecture](dataset.image_shape, latent_dim, dataset.class_names).to(device)
         network = model.generator

@@ -7,6 +7,7 @@ Each ``train_*`` function returns ``(module, metrics)``. The callback receives a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -63,6 +64,22 @@ def adam(parameters, learning_rate: float, betas: tuple[float, float] = (0.9, 0.
     the loop's in the last digits only.
     """
     return torch.optim.Adam(parameters, lr=learning_rate, betas=betas, fused=True)
+
+
+@contextlib.contextmanager
+def denormals_flushed() -> Iterator[None]:
+    """Flush denormal floats to zero while a generator trains (on CPUs that support it; elsewhere a no-op).
+
+    Adam's second-moment estimates of weights whose gradients are tiny decay into denormal floats, which a CPU
+    computes with many times slower: on a user's 72 colour images of 8x8 the VAE's 2,000 steps took 19 s, and
+    7 s flushed (one thread; the GAN's time did not change). Values below 1e-38 become zero, nothing else
+    changes. PyTorch's default (not flushed) is restored after: it has no getter to restore another state from.
+    """
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def _batches(num_items: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -370,7 +387,7 @@ def train_vae(
     if perceptual is not None:  # its epochs come first in the progress reports: one bar from 0 to 1
         features = perceptual_network(dataset, perceptual, seed, device, _shifted(progress, 0, first + epochs), first)
     progress = _shifted(progress, first, first + epochs)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)
         model = make_vae(dataset.image_shape, latent_dim, architecture).to(device)
         shuffler = torch.Generator().manual_seed(seed)
@@ -429,7 +446,7 @@ def train_gan(
     are added by the registry (see :func:`feature_frechet_distance`).
     """
     latent_dim = int(latent_dim or dataset.default_latent_dim)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)
         generator = GANGenerator(dataset.image_shape, latent_dim).to(device)
         discriminator = GANDiscriminator(dataset.image_shape).to(device)
