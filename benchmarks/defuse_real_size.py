@@ -78,7 +78,7 @@ def main() -> None:
     kinds = {kind.strip() for kind in args.flaws.split(",") if kind.strip()}
     noises = [noise.strip() for noise in args.noises.split(",") if noise.strip()]
     protocols = tuple(PROTOCOL_NAMES[name.strip()] for name in args.protocols.split(",") if name.strip())
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
 

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probe_core.data.catalog import load_dataset  # noqa: E402
+from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import GENERATOR_THRESHOLDS, check_generator  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402

@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_core.data.catalog import canonical_dataset_name  # noqa: E402
+from probe_core.catalog import canonical_dataset_name  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
 from probe_core.models.density import DensityGenerator, fit_code_density  # noqa: E402

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from probe_core.bayestrex import matrix_sampler_defaults
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 
 GOALS = {"digits": (40, 120), "mnist": (38, 900)}  # (pairs reached, seconds) on 2 cores
 

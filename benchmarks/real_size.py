@@ -107,7 +107,7 @@ def class_kept_on_training_images(classifier, generator, dataset, count: int = 1
 
 def run_size(size: int, args, workspace) -> None:
     import probe_core.api as mp
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.defuse import verbs
     from probe_core.models import ModelSpec
     from probe_core.models.checks import check_classifier, check_generator, judge_agreement

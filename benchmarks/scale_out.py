@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import ray  # noqa: E402
 
 from probe_core.bayestrex import sample  # noqa: E402
-from probe_core.data.catalog import load_dataset  # noqa: E402
+from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.defuse.identification import identify_failures  # noqa: E402
 from probe_core.runs.scaleout import LocalShards, RayShards, ShardTask, shard_seed, split_evenly  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from probe_core.bayestrex import sample  # noqa: E402
-from probe_core.data.catalog import load_dataset  # noqa: E402
+from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 from probe_core.scenes.counterfactual import object_removal  # noqa: E402

@@ -38,7 +38,7 @@ def main() -> None:
         print(f"wrote {count:,} 32x32 RGB PNGs in {time.perf_counter() - started:.1f} s (not part of the figures)")
         os.environ["PROBE_DATA_CACHE"] = str(Path(scratch) / "cache")
         from probe_core.data import files
-        from probe_core.data.catalog import canonical_dataset_name, load_dataset
+        from probe_core.catalog import canonical_dataset_name, load_dataset
 
         warm = Path(scratch) / "warm"  # imports and first-call costs are not part of the figures
         write_folder(warm, 20)

@@ -87,7 +87,7 @@ def training_seconds(tabs: int, browser, quick: bool) -> float:
     """Default digits training, submitted as the dashboard's first start does, with ``tabs`` Models pages open."""
     from dataclasses import replace
 
-    from probe_core.models.jobs import submit_training
+    from probe_core.runs.training import submit_training
 
     root = Path(tempfile.mkdtemp(prefix="probe-watch-train-"))
     workspace = Workspace(root)

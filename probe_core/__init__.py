@@ -3,7 +3,7 @@
 This package never imports streamlit and has no import cycles; the dashboard (``app.py``,
 ``pages/``) and the ``probe`` CLI (:mod:`probe_core.cli`) are both thin layers over it.
 
-Where things are: data sets and what they use in :mod:`probe_core.data.catalog`; models in
+Where things are: data sets and what they use in :mod:`probe_core.catalog`; models in
 :mod:`probe_core.models` (lookups never train); what a generator can do in
 :mod:`probe_core.sampling.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
 :mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in

@@ -96,7 +96,7 @@ def register_scene_classifier(workspace) -> str:
     """Store the shipped scene classifier as the workspace's default ``scenes`` classifier; returns its id."""
     from dataclasses import asdict
 
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models import ModelSpec
 
     dataset = load_dataset("scenes")
@@ -200,7 +200,7 @@ def resolve_elsewhere(workspace_root, references: dict) -> str:
     import subprocess
     import sys
 
-    script = ("import json, sys\nfrom probe_core.api import open_workspace\nfrom probe_core.data.catalog import load_dataset\n"
+    script = ("import json, sys\nfrom probe_core.api import open_workspace\nfrom probe_core.catalog import load_dataset\n"
               "root, refs = sys.argv[1], json.loads(sys.argv[2])\nspace = open_workspace(root)\n"
               "data = load_dataset(refs['dataset'])\n"
               "print(len(data.class_names), *(space.registry.resolve(refs[k], k, refs['dataset']).id "

@@ -25,10 +25,10 @@ from pages.ui.session import (
     workspace,
 )
 from probe_core.data import split_view
-from probe_core.data.catalog import generator_dataset
+from probe_core.catalog import generator_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import FD_HELP, FD_METRIC
-from probe_core.models.jobs import submit_training
+from probe_core.runs.training import submit_training
 from probe_core.reporting.render import image_grid, upscale_for_display
 from probe_core.runs import history
 

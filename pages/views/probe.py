@@ -17,10 +17,10 @@ from probe_core.bayestrex import (
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes, summary_rows
 from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_latent_map, submit_latent_map
-from probe_core.data.catalog import dataset_entry
+from probe_core.catalog import dataset_entry
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
-from probe_core.models.jobs import submit_training
+from probe_core.runs.training import submit_training
 from probe_core.reporting import figures
 from probe_core.reporting.export import npz_bytes, sample_arrays
 from probe_core.runs import history

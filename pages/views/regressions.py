@@ -7,7 +7,7 @@ import torch
 
 from pages import ui as _ui
 from probe_core import suites
-from probe_core.data.catalog import generator_dataset
+from probe_core.catalog import generator_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs import history
 from probe_core.team.accounts import Permission

@@ -11,9 +11,9 @@ from typing import ClassVar
 
 from probe_core.bayestrex.results import COMPARE, ComparisonResult
 from probe_core.bayestrex.run import check_sampler_settings, sample_validated
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.runs.lifecycle import run_kind, training_announcer
+from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
 from probe_core.sampling.targets import DEFAULT_SIGMA, TargetSpec
@@ -25,7 +25,6 @@ class CompareRequest:
     """High-confidence samples of every class for two classifiers on one generator (paper Table 3)."""
 
     kind: ClassVar[str] = COMPARE
-    builder: ClassVar[str] = "probe_core.bayestrex.compare:compare_job"
 
     dataset: str
     classifier_a: str
@@ -76,6 +75,7 @@ class CompareRequest:
 COMPARE_SETTINGS = ("chains", "warmup", "samples", "keep_every", "seed", "sigma")
 
 
+@job_of(CompareRequest)
 def compare_job(registry, request: CompareRequest, device: str = "cpu"):
     """The work of :func:`compare_classifiers` as a job (the dashboard runs it in the background); the request's
     settings were checked when it was built (:meth:`CompareRequest.build`)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
-from probe_core.runs.lifecycle import run_kind, training_announcer
+from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
 from probe_core.runs.scaleout import report_gracefully
 from probe_core.sampling.diagnostics import effective_sample_size, split_rhat
@@ -78,6 +78,7 @@ class LiveTrace:
                 **self.latest}
 
 
+@job_of(SampleRequest)
 def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
     """:func:`probe_target` of a :class:`~probe_core.runs.requests.SampleRequest` as a background job that streams
     samples and a :class:`LiveTrace` to its run.

@@ -18,7 +18,7 @@ from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
 from probe_core.runs.history import require_run
-from probe_core.runs.lifecycle import JobContext, JobFunction, run_kind, submit
+from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
 from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
 ARRAYS = "latent-map"
@@ -70,7 +70,6 @@ class LatentMapRequest:
     """Map a finished sampling run's hits among prior draws (cached with that run)."""
 
     kind: ClassVar[str] = LATENT_MAP
-    builder: ClassVar[str] = "probe_core.bayestrex.latent_map:latent_map_job"
 
     run: int
 
@@ -81,6 +80,7 @@ class LatentMapRequest:
         return cls(run_id)
 
 
+@job_of(LatentMapRequest)
 def latent_map_job(registry, request: LatentMapRequest, device: str = "cpu") -> JobFunction:
     """:func:`latent_map` as a job (the UMAP fit takes seconds; its result is cached with the run)."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample_validated
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.runs.lifecycle import run_now

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe_core.data.catalog import canonical_dataset_name, list_datasets, load_dataset
+from probe_core.catalog import canonical_dataset_name, list_datasets, load_dataset
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table
 

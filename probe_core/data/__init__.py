@@ -1,8 +1,8 @@
 """Image data: the :class:`ImageDataset` type, the built-in data sets, IDX files, class-subset views.
 
-The data sets a user can name are listed by :mod:`probe_core.data.catalog`, which adds the
+The data sets a user can name are listed by :mod:`probe_core.catalog`, which adds the
 scene world's entries to the built-in ones declared here; load them with
-:func:`probe_core.data.catalog.load_dataset`.
+:func:`probe_core.catalog.load_dataset`.
 """
 
 from probe_core.data.datasets import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.defuse.identification import FailureSet
 from probe_core.defuse.labels import (
     DEFAULT_RHO,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.data.classes import split_class_map
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters, review_tau
 from probe_core.defuse.correction import (
@@ -71,6 +71,7 @@ from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import (
     JobContext,
     JobFunction,
+    job_of,
     run_inline,
     run_kind,
     run_now,
@@ -104,7 +105,6 @@ class IdentifyRequest(BuiltFromSettings):
     ranges: ClassVar[dict] = {"samples_per_image": (1, 100_000), "max_per_image": (1, 100_000),
                               "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": SHARDS_RANGE}
     kind: ClassVar[str] = IDENTIFY
-    builder: ClassVar[str] = "probe_core.defuse.steps:identify_job"
 
     dataset: str = DEFAULT_DATASET
     classifier: str = "default"
@@ -210,7 +210,6 @@ class DistillRequest(BuiltFromSettings):
     ranges: ClassVar[dict] = {"n_components": (1, 1000), "weight_threshold": (0.0, 0.99),
                               "max_samples": (2, 1_000_000), "tau": (0.001, 10.0)}
     kind: ClassVar[str] = DISTILL
-    builder: ClassVar[str] = "probe_core.defuse.steps:distill_job"
 
     identify_run: int
     n_components: int = 100
@@ -253,7 +252,6 @@ class CorrectRequest(BuiltFromSettings):
                               "validation_fraction": (0.01, 0.9), "batch_size": (1, 4096),
                               "learning_rate": (1e-6, 1.0), "steps_per_epoch": (1, 1_000_000)}
     kind: ClassVar[str] = CORRECT
-    builder: ClassVar[str] = "probe_core.defuse.steps:correct_job"
 
     distill_run: int
     source: str = HUMAN
@@ -389,6 +387,7 @@ def finetuning_settings(settings: CorrectRequest, image_shape: tuple[int, int, i
     return learning_rate, real_size if keep is None else bool(keep)
 
 
+@job_of(IdentifyRequest)
 def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
     """Identification as a job: failures are streamed into the run as each batch is done.
 
@@ -519,6 +518,7 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
     return found, outcome.not_done(tasks)
 
 
+@job_of(DistillRequest)
 def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:
     """Distillation as a job: clusters to the store with their description and review statistics."""
 
@@ -552,6 +552,7 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
     return run
 
 
+@job_of(CorrectRequest)
 def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobFunction:
     """Correction as a job: Defuse and baseline λ sweeps, results table, corrected model registered."""
 
@@ -699,7 +700,6 @@ class EmbeddingRequest:
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
 
     kind: ClassVar[str] = EMBEDDING
-    builder: ClassVar[str] = "probe_core.defuse.steps:embedding_job"
 
     distill_run: int
 
@@ -715,6 +715,7 @@ def submit_embedding(manager, registry, distill_run: int) -> int:
     return submit(manager, EmbeddingRequest.build(registry.store, distill_run), registry.data_dir)
 
 
+@job_of(EmbeddingRequest)
 def embedding_job(registry, request: EmbeddingRequest, device: str = "cpu") -> JobFunction:
     """:func:`embedding` as a job (its result is cached in the workspace)."""
 

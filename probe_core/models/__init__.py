@@ -4,7 +4,7 @@
 - :mod:`~probe_core.models.training`: seeded training loops with a progress callback; FD-clf.
 - :mod:`~probe_core.models.registry`: :class:`ModelSpec` (what determines a zoo model) and
   :class:`ModelRegistry` over a store and a models folder. Lookups never train; training is asked
-  for by name (``get_or_train``). Data-set capabilities come from :mod:`probe_core.data.catalog`.
+  for by name (``get_or_train``). Data-set capabilities come from :mod:`probe_core.catalog`.
 - :mod:`~probe_core.models.plugins`: user ``.py`` files with ``classifier()``/``generator()``,
   referenced as ``plugin:/abs/path.py#sha256=…``.
 """

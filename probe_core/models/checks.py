@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.remedies import TrainingRemedy, longer_training
 from probe_core.models.training import _features, frechet_distance

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from probe_core.data.catalog import canonical_dataset_name, load_dataset
+from probe_core.catalog import canonical_dataset_name, load_dataset
 from probe_core.data.files import ARRAYS_SCHEME, load_file_arrays
 from probe_core.errors import ProbeError
 from probe_core.models.files import model_file_reference

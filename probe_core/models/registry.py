@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, REAL_SIZE, ImageDataset, is_real_size, split_view
-from probe_core.data.catalog import (
+from probe_core.catalog import (
     DATASETS,
     classifier_dataset,
     dataset_entry,
@@ -545,7 +545,7 @@ class ModelRegistry:
             When the actor may not load files and ``name`` is neither an embedded data set (a view of one
             included) nor one the workspace holds (:meth:`Store.known_references`); the message names no path.
         DataError
-            As :func:`~probe_core.data.catalog.load_dataset`.
+            As :func:`~probe_core.catalog.load_dataset`.
         """
         base, _ = split_view(name)
         if not self._trusted():

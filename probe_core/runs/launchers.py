@@ -1,9 +1,9 @@
 """Which process runs a stored run: the launcher seam between a recorded run and the process that does it.
 
-A run that may execute elsewhere is described by a :class:`JobSpec`: the dotted path of a
-*job builder* and JSON arguments. The builder is called in the process that does the work as
-``builder(registry, **arguments)`` and returns the job function (``fn(context) -> result``).
-The spec is stored with the run, so any process can rebuild the job from the database alone.
+A run that may execute elsewhere is described by a :class:`JobSpec`: its run kind and its request's record
+(JSON). The process that does the work reads the request back and calls the kind's job function
+(:func:`~probe_core.runs.lifecycle.job_of`), which returns the job (``fn(context) -> result``). The spec is
+stored with the run, so any process can rebuild the job from the database alone.
 
 Launchers:
 
@@ -144,7 +144,7 @@ class ProcessLauncher:
 
     def start(self, store: Store, run_id: int, job) -> None:
         if not isinstance(job, JobSpec):
-            raise ProbeError("a worker process needs a JobSpec (a builder and JSON arguments), not a function")
+            raise ProbeError("a worker process needs a JobSpec (a run kind and its request), not a function")
         with self._launcher_guard:
             if self._launcher is None or not self._launcher.is_alive():
                 self._launcher = threading.Thread(target=self._launch_loop, name="probe-worker-launcher",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import importlib.metadata
 import json
 import logging
@@ -235,8 +234,8 @@ def training_announcer(context: JobContext):
 class JobSpec:
     """How any process rebuilds a run's job: its run kind and the request's record (no code path is stored).
 
-    The kind's request type (:data:`RUN_KINDS`) reads the record back and names the job function
-    (``builder``), called as ``builder(registry, request, device)``.
+    The kind (:data:`RUN_KINDS`) reads the record back with its request type and builds the job with the
+    function its module declared with :func:`job_of`, called as ``function(registry, request, device)``.
 
     Parameters
     ----------
@@ -276,16 +275,17 @@ class JobSpec:
         Raises
         ------
         ProbeError
-            For a kind this process has not declared, or a record its request type does not read.
+            For a kind this process has not declared, one declared without a job, or a record its request type
+            does not read.
         """
         kind = kind_named(self.kind)
         if kind is None:
             known = sorted(all_run_kinds())
             raise ProbeError(f"unknown run kind {self.kind!r}; known: {', '.join(known) or 'none'}")
+        if kind.job is None:
+            raise ProbeError(f"the run kind {self.kind!r} declares no job function (lifecycle.job_of)")
         request = from_record(kind.request_type, self.request)
-        module_name, _, function_name = kind.request_type.builder.partition(":")
-        builder = getattr(importlib.import_module(module_name), function_name)
-        return builder(registry, request, self.device)
+        return kind.job(registry, request, self.device)
 
 
 def _jsonable(value):
@@ -296,14 +296,9 @@ def _jsonable(value):
 
 
 class RunRequest(Protocol):
-    """What every run request has: its run kind and its job function.
-
-    ``builder`` is ``"module:function"``, called as ``function(registry, request, device)`` in the process that
-    does the work; it returns the job (``fn(context) -> result``).
-    """
+    """What every run request has: its run kind (its job function is declared with :func:`job_of`)."""
 
     kind: ClassVar[str]
-    builder: ClassVar[str]
 
 
 @dataclass(frozen=True)
@@ -319,11 +314,15 @@ class RunKind:
         :func:`~probe_core.runs.requests.record` and rebuilt with :func:`~probe_core.runs.requests.from_record`.
     result_type : type
         The typed result its job returns (a :class:`StoredResult`).
+    job : callable or None
+        ``job(registry, request, device) -> JobFunction``, called in the process that does the work; declared
+        with :func:`job_of` next to the request (None until its module has declared it).
     """
 
     name: str
     request_type: type
     result_type: type
+    job: Callable | None = None
 
     def request_of(self, run):
         """The run's request as ``request_type``; None if it was stored by a version it no longer fits."""
@@ -390,6 +389,29 @@ def run_kind(result_type: type) -> Callable[[type], type]:
             raise ProbeError(f"the run kind {name!r} is already {known.request_type.__name__}'s")
         RUN_KINDS[name] = RunKind(name, request_type, result_type)
         return request_type
+
+    return declare
+
+
+def job_of(request_type: type) -> Callable[[Callable], Callable]:
+    """Declare the function that builds the job of ``request_type``'s run kind (a function decorator).
+
+    The function is called as ``function(registry, request, device)`` in the process that does the work and
+    returns the job (``fn(context) -> result``); a stored run names only its kind, never a code path.
+
+    Raises
+    ------
+    ProbeError
+        If ``request_type`` is not a declared run kind (:func:`run_kind` first), or its kind has a job already.
+    """
+    def declare(function: Callable) -> Callable:
+        kind = RUN_KINDS.get(getattr(request_type, "kind", None))
+        if kind is None or kind.request_type.__qualname__ != request_type.__qualname__:
+            raise ProbeError(f"{request_type.__name__} is not a declared run kind: declare it with run_kind first")
+        if kind.job is not None and kind.job.__qualname__ != function.__qualname__:
+            raise ProbeError(f"the run kind {kind.name!r} already has the job {kind.job.__qualname__}")
+        RUN_KINDS[kind.name] = dataclasses.replace(kind, job=function)
+        return function
 
     return declare
 

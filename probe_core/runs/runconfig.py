@@ -4,7 +4,7 @@ A run kind is declared next to its domain code (:func:`probe_core.runs.lifecycle
 type, naming its result type): Bayes-TrEx sampling (:mod:`probe_core.bayestrex.jobs`), comparison
 (:mod:`probe_core.bayestrex.compare`) and latent maps (:mod:`probe_core.bayestrex.latent_map`), the Defuse
 steps (:mod:`probe_core.defuse.steps`), suite scores (:mod:`probe_core.suites`) and training
-(:mod:`probe_core.models.jobs`). The package's entry points (``model_probe.run_kinds`` in pyproject.toml)
+(:mod:`probe_core.runs.training`). The package's entry points (``model_probe.run_kinds`` in pyproject.toml)
 name each kind's module, and :func:`~probe_core.runs.lifecycle.kind_named` imports it when a stored run of
 that kind is first read, so this module imports no domain. All start through one lifecycle,
 :func:`probe_core.runs.lifecycle.run_now` or :func:`probe_core.runs.lifecycle.submit`.

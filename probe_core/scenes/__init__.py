@@ -8,7 +8,7 @@ are there?" about rendered scenes, and random-walk Metropolis samples scene desc
 - :mod:`~probe_core.scenes.generator`: the renderer as a generator module for the samplers (it
   satisfies :class:`~probe_core.sampling.protocols.StructuredPrior`) and the scene data sets.
 - :mod:`~probe_core.scenes.counterfactual`: remove each object, re-render, see the confidence drop.
-- :mod:`~probe_core.scenes.catalog`: what the scene world adds to :mod:`probe_core.data.catalog`: its
+- :mod:`~probe_core.scenes.catalog`: what the scene world adds to :mod:`probe_core.catalog`: its
   data sets (with their capabilities) and the ``scene:`` generator source.
 
 The ``probe scenes`` commands are in :mod:`probe_core.cli.scenes`.

@@ -29,14 +29,14 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from probe_core.data.catalog import generator_dataset, load_dataset
+from probe_core.catalog import generator_dataset, load_dataset
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, NONE_OF_THE_ABOVE, cluster_label_table, strict_majority
 from probe_core.defuse.queries import DISTILL, distill_tau, load_run_models
 from probe_core.errors import ProbeError
 from probe_core.reporting.reports import suite_html_report
 from probe_core.runs.history import require_run
-from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind, run_now, submit
+from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, run_now, submit
 from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 REGION = "defuse-region"
@@ -218,7 +218,6 @@ class ScoreRequest:
     """
 
     kind: ClassVar[str] = SCORE_KIND
-    builder: ClassVar[str] = "probe_core.suites:score_job"
 
     suite: str
     classifier: str
@@ -239,6 +238,7 @@ class ScoreRequest:
         return cls(suite, load_classifier(registry, stored, classifier.strip()).id)
 
 
+@job_of(ScoreRequest)
 def score_job(registry, request: ScoreRequest, device: str = "cpu") -> JobFunction:
     """:func:`score_suite` as a background job (the page's "Score" button)."""
 

@@ -103,7 +103,7 @@ def test_the_dashboard_opens_on_the_data_the_workspace_was_used_on_and_trains_no
     and the digits defaults are not trained (even with auto-training on): only digits chosen trains them."""
     import numpy as np
 
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.runs.workspace import Workspace
 
     rng = np.random.default_rng(0)
@@ -138,7 +138,7 @@ def test_a_fresh_workspace_opens_on_digits_but_trains_only_when_asked_or_chosen(
     import numpy as np
 
     from pages.ui.session import YOUR_DATA
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.runs.workspace import Workspace
 
     data = tmp_path / "mine.npz"

@@ -8,7 +8,7 @@ from helpers import rerun_until, shown
 from streamlit.testing.v1 import AppTest
 
 from probe_core.bayestrex.latent_map import latent_map
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries, review, steps
 from probe_core.defuse.cluster import REVIEW_TAU
@@ -487,7 +487,7 @@ def test_scene_world_probes_with_rwm_and_offers_object_removal(app_env):
 def test_saliency_explains_the_predicted_class_of_each_new_image(app_env):
     import torch
 
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
 
     classifier = app_env.registry.resolve("default", "classifier", "digits").module
     test_images = load_dataset("digits").test_images

@@ -77,7 +77,7 @@ def folder(name: str) -> Path:
 def recipe_fingerprint(name: str) -> dict:
     """What a shipped set depends on: its model ids (the zoo specs), the data sets' arrays, the architectures
     and the training code (syntax-tree digests: comments and layout do not count)."""
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models import architectures, training
 
     specs = shipped_specs(name)

@@ -47,7 +47,7 @@ def recipe_fingerprint() -> dict:
     Each part is a digest of its code's syntax tree (comments and formatting do not count),
     plus the zoo spec the weights stand for (seed 0).
     """
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models import architectures, training
     from probe_core.scenes import render, world
 

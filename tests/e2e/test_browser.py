@@ -581,7 +581,7 @@ def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_p
     from helpers import resolve_elsewhere
 
     import probe_core as mp
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models.training import train_classifier, train_vae
     from probe_core.runs.runconfig import config_of
     from probe_core.runs.workspace import DATABASE_NAME
@@ -709,7 +709,7 @@ def test_your_colour_npz_from_choosing_it_to_a_finetuned_model_with_no_cli_and_n
     """A new user on a fresh workspace (auto-training on) names a colour .npz in the sidebar, trains its
     defaults with the Models page's button, finds failures, labels a cluster and finetunes, all in the browser;
     the three Defuse pages follow one run, and nothing is trained for digits on the way."""
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.defuse import queries
     from probe_core.store import Store
 

@@ -78,7 +78,7 @@ def test_in_memory_models_and_arrays_are_kept_as_files_that_resolve_in_another_p
     import plotly.graph_objects as go
     from helpers import resolve_elsewhere
 
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models.kept import keep_classifier, keep_generator
 
     digits = load_dataset("digits")

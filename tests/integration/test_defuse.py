@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import MISLABELLED
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review

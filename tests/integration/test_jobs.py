@@ -2,7 +2,7 @@ import dataclasses
 import time
 
 from probe_core.errors import ProbeError
-from probe_core.models.jobs import start_default_training
+from probe_core.runs.training import start_default_training
 from probe_core.runs.jobs import JobManager
 
 
@@ -57,7 +57,7 @@ def test_default_training_is_deduplicated_and_skipped_when_done(trained_workspac
 
 def test_training_job_reports_per_model_progress(workspace):
     from probe_core.models import ModelSpec
-    from probe_core.models.jobs import TrainRequest, training_job
+    from probe_core.runs.training import TrainRequest, training_job
 
     manager = JobManager(workspace.store)
     specs = [ModelSpec(kind="classifier", epochs=2), ModelSpec(kind="vae", epochs=2, latent_dim=2)]

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models import (
     FD_METRIC,

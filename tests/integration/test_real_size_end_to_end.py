@@ -31,7 +31,7 @@ def colour_npz(tmp_path_factory):
 
 
 def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identification(colour_npz, tmp_path, capsys):
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.runs.requests import REAL_SIZE_SAMPLER_DEFAULTS, SampleRequest
     from probe_core.runs.workspace import Workspace
 
@@ -52,7 +52,7 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
                      "--samples", "3"]
     # whether a 2-epoch classifier has learned enough varies; the tool's own check (measured here, apart from the
     # CLI) decides, and the CLI must follow it both ways: refused with the reason when near chance, run otherwise
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
     from probe_core.models.checks import check_classifier
 
     workspace = Workspace(tmp_path / "ws")
@@ -72,7 +72,7 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
 
 
 def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.defuse.steps import REAL_SIZE_PERTURBATIONS, IdentifyRequest, sized_identification
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
@@ -91,7 +91,7 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
 
 def test_real_size_defaults_train_the_classifier_and_the_vae_only(colour_npz, tmp_path):
     """At 32x32 and up the weak GAN is left out of the defaults; smaller user data keeps it."""
-    from probe_core.data.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name
     from probe_core.models.registry import REAL_SIZE_ZOO_GENERATORS, ModelRegistry
 
     reference = canonical_dataset_name(str(colour_npz))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from probe_core.bayestrex import sample
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.sampling import BayesTrExPosterior
 from probe_core.sampling.targets import TargetBatch, parse_targets
 

@@ -114,7 +114,7 @@ def test_cli_samples_a_scene_target_and_explains_it_by_object_removal(workspace,
 
 
 def test_scene_variants_are_data_sets_probed_with_the_scenes_classifier(workspace):
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
 
     registry = workspace.registry
     no_squares = load_dataset("scenes-no-squares")

@@ -116,7 +116,7 @@ def _page_actions(plugin: str, classifier: str, vae: str) -> None:
     from pages import ui as _ui
     from probe_core.errors import ProbeError
     from probe_core.models import ModelSpec
-    from probe_core.models.jobs import submit_training
+    from probe_core.runs.training import submit_training
 
     outcome = {}
     outcome["sampling_run"] = _ui.start_sampling("digits", "high:3", models=(classifier, vae), chains=2, warmup=2,

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.data.classes import ClassMismatchError, with_class_map
 from probe_core.models.checks import check_classifier, check_generator
 
@@ -236,7 +236,7 @@ def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(train
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)
-    from probe_core.data.catalog import canonical_dataset_name, load_dataset
+    from probe_core.catalog import canonical_dataset_name, load_dataset
 
     dataset = canonical_dataset_name(str(words))
     generator = trained_workspace.registry.default_id("digits", "vae")

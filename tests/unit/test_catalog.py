@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import write_tiny_plugin
 
-from probe_core.data.catalog import (
+from probe_core.catalog import (
     dataset_entry,
     generator_source,
     list_datasets,

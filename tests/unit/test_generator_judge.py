@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.checks import check_generator
 from probe_core.models.registry import LoadedModel, align_classifier, in_memory_classifier

@@ -75,7 +75,7 @@ def test_the_vae_feature_network_keeps_its_steps_and_the_pixel_term_its_share_on
 
 
 def test_the_recipe_sets_the_feature_network_epochs_only_when_it_chooses_the_vae_epochs(tmp_path):
-    from probe_core.data.catalog import load_dataset
+    from probe_core.catalog import load_dataset
 
     path = tmp_path / "signs.npz"
     rng = np.random.default_rng(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.models import ModelSpec
 from probe_core.models.autoencoder import DensityAutoencoder
 from probe_core.models.registry import REAL_SIZE_GENERATOR_SIDE, real_size_recipe

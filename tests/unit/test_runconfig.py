@@ -9,7 +9,7 @@ from probe_core.bayestrex.compare import CompareRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
-from probe_core.models.jobs import TrainRequest
+from probe_core.runs.training import TrainRequest
 from probe_core.runs.lifecycle import JobSpec, job_spec
 from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
@@ -96,8 +96,8 @@ TOY_RUN_KIND = '''
 from dataclasses import dataclass
 from typing import ClassVar
 
-from probe_core.data.catalog import load_dataset
-from probe_core.runs.lifecycle import StoredResult, run_kind
+from probe_core.catalog import load_dataset
+from probe_core.runs.lifecycle import StoredResult, job_of, run_kind
 
 
 @dataclass(frozen=True)
@@ -111,12 +111,12 @@ class CountResult(StoredResult):
 @dataclass(frozen=True)
 class CountRequest:
     kind: ClassVar[str] = "toy-count"
-    builder: ClassVar[str] = "toy_run_kind:count_job"
 
     dataset: str
     label: int
 
 
+@job_of(CountRequest)
 def count_job(registry, request, device="cpu"):
     def run(context):
         context.report(0.5, "counting")
@@ -131,8 +131,8 @@ def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_pat
     import importlib
     import sys
 
-    from probe_core.data.catalog import load_dataset
-    from probe_core.runs.lifecycle import RUN_KINDS, run_kind, run_now
+    from probe_core.catalog import load_dataset
+    from probe_core.runs.lifecycle import RUN_KINDS, job_of, run_kind, run_now
     from probe_core.runs.runconfig import result_of
     from probe_core.runs.workspace import Workspace
 
@@ -151,6 +151,10 @@ def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_pat
             run_kind(toy.CountResult)(type("OtherRequest", (), {"kind": "toy-count"}))
         with pytest.raises(ProbeError, match="'sample'"):  # a request and a result of different kinds
             run_kind(toy.CountResult)(type("Mismatched", (), {"kind": "sample"}))
+        with pytest.raises(ProbeError, match="already has the job count_job"):  # one job a kind
+            job_of(toy.CountRequest)(lambda registry, request, device: None)
+        with pytest.raises(ProbeError, match="not a declared run kind"):  # the kind comes first
+            job_of(type("Undeclared", (), {"kind": "toy-undeclared"}))(toy.count_job)
     finally:
         RUN_KINDS.pop("toy-count", None)
         sys.modules.pop("toy_run_kind", None)
@@ -290,7 +294,7 @@ import sys
 from types import SimpleNamespace
 import probe_core.runs.runconfig as runconfig
 import probe_core.runs.launchers
-domains = ("probe_core.bayestrex", "probe_core.defuse", "probe_core.suites", "probe_core.models.jobs")
+domains = ("probe_core.bayestrex", "probe_core.defuse", "probe_core.suites")
 assert not [m for m in sys.modules if m.startswith(domains)], sorted(m for m in sys.modules if m.startswith(domains))
 run = SimpleNamespace(kind="defuse-correct", config={"distill_run": 4, "lambdas": [0.5], "steps_per_epoch": 7})
 request = runconfig.config_of(run)

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from probe_core.data import DEFAULT_DATASET
-from probe_core.data.catalog import load_dataset
+from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
-from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, run_kind, submit
+from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,6 @@ class TrainRequest:
     """
 
     kind: ClassVar[str] = TrainingResult.kind
-    builder: ClassVar[str] = "probe_core.models.jobs:training_job"
 
     dataset: str
     specs: tuple[dict, ...] = field(default_factory=tuple)
@@ -75,6 +74,7 @@ class TrainRequest:
         return cls(dataset, tuple(checked), purpose, str(device))
 
 
+@job_of(TrainRequest)
 def training_job(registry, request: TrainRequest, device: str | None = None) -> JobFunction:
     """A job training the request's :class:`ModelSpec` list in order, with per-model progress, on the request's
     device (``device`` is the starter's, used only where the request names none).
