@@ -12,8 +12,8 @@ import torch
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, _verdicts, get_job_manager, get_workspace
 from pages.ui.text import plain
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
 from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
 from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device

@@ -24,13 +24,13 @@ from pages.ui.session import (
     set_model_ref,
     workspace,
 )
-from probe_core.data import split_view
 from probe_core.catalog import generator_dataset
+from probe_core.data import split_view
 from probe_core.errors import ProbeError
 from probe_core.models import FD_HELP, FD_METRIC
-from probe_core.runs.training import submit_training
 from probe_core.reporting.render import image_grid, upscale_for_display
 from probe_core.runs import history
+from probe_core.runs.training import submit_training
 
 # Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
 # redraws its charts in every watching tab; every 5 s keeps that cost small next to the run itself

@@ -5,8 +5,8 @@ import streamlit as st
 
 from pages import ui as _ui
 from probe_core import suites
-from probe_core.data import REAL_SIZE_LABEL
 from probe_core.catalog import generator_dataset
+from probe_core.data import REAL_SIZE_LABEL
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries, steps

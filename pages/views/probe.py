@@ -20,12 +20,12 @@ from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_
 from probe_core.catalog import dataset_entry
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
-from probe_core.runs.training import submit_training
 from probe_core.reporting import figures
 from probe_core.reporting.export import npz_bytes, sample_arrays
 from probe_core.runs import history
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.runs.runconfig import result_of
+from probe_core.runs.training import submit_training
 from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help

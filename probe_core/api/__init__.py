@@ -16,8 +16,8 @@ import numpy as np
 from probe_core import suites
 from probe_core.bayestrex import best_hit_per_target, table2
 from probe_core.bayestrex.recipes import prepare_sample
-from probe_core.data import DEFAULT_DATASET
 from probe_core.catalog import load_dataset
+from probe_core.data import DEFAULT_DATASET
 from probe_core.data.classes import parse_class_map, with_class_map
 from probe_core.defuse.labels import HUMAN
 from probe_core.errors import ProbeError

@@ -22,8 +22,8 @@ import sys
 from typing import Callable, Sequence
 
 from probe_core import __version__
-from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, team, ui
 from probe_core.catalog import canonical_dataset_name
+from probe_core.cli import data, defuse, models, runs, sample, scenes, suite, team, ui
 from probe_core.data.files import CACHE_ENV
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
+from probe_core.catalog import load_dataset
 from probe_core.cli.common import format_metrics, workspace_from_args
 from probe_core.data import DEFAULT_DATASET
-from probe_core.catalog import load_dataset
 from probe_core.data.classes import with_class_map
 from probe_core.errors import ProbeError
 from probe_core.models import KINDS, ModelSpec

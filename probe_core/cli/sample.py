@@ -18,9 +18,9 @@ from probe_core.bayestrex import (
 )
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.recipes import prepare_sample
+from probe_core.catalog import load_dataset
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
-from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
 from probe_core.runs.lifecycle import run_now

@@ -17,8 +17,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
 from probe_core.catalog import load_dataset
+from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
 from probe_core.data.classes import split_class_map
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters, review_tau
 from probe_core.defuse.correction import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probe_core.data import DEFAULT_DATASET
 from probe_core.catalog import load_dataset
+from probe_core.data import DEFAULT_DATASET
 from probe_core.data.classes import with_class_map
 from probe_core.defuse.labels import HUMAN, label_images
 from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names

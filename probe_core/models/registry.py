@@ -26,7 +26,6 @@ from typing import Callable
 import torch
 from torch import nn
 
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, REAL_SIZE, ImageDataset, is_real_size, split_view
 from probe_core.catalog import (
     DATASETS,
     classifier_dataset,
@@ -35,6 +34,7 @@ from probe_core.catalog import (
     generator_source,
     load_dataset,
 )
+from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, REAL_SIZE, ImageDataset, is_real_size, split_view
 from probe_core.data.classes import ClassMatch, match_classes, split_class_map, with_class_map
 from probe_core.data.files import is_file_reference, reference_pin, short_name
 from probe_core.errors import DataError, ModelNotFoundError, ProbeError, check_number_ranges, excerpt

@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from probe_core.data import is_real_size
 from probe_core.catalog import classifier_dataset, dataset_entry, load_dataset
+from probe_core.data import is_real_size
 from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.models.registry import SEED_RANGE

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from probe_core.data import DEFAULT_DATASET
 from probe_core.catalog import load_dataset
+from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit

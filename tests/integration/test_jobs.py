@@ -2,8 +2,8 @@ import dataclasses
 import time
 
 from probe_core.errors import ProbeError
-from probe_core.runs.training import start_default_training
 from probe_core.runs.jobs import JobManager
+from probe_core.runs.training import start_default_training
 
 
 def test_job_success_failure_and_cancel(workspace):

@@ -138,8 +138,8 @@ def test_run_limits_read_nested_settings_of_every_request(workspace, forged):
     """A training request keeps its epochs inside its model specs; any bounded setting nested anywhere in a
     stored request is bounded as a top-level one is (the Home page's widget allowed 100,000 epochs)."""
     from probe_core.models import ModelSpec
-    from probe_core.runs.training import TrainRequest
     from probe_core.runs.requests import record
+    from probe_core.runs.training import TrainRequest
 
     store = workspace.store
     accounts.add_account(store, "boss", "admin", PASSWORD)

@@ -5,8 +5,8 @@ import pytest
 import torch
 from helpers import require_shared_mnist
 
-from probe_core.data import FASHION_MNIST_CLASSES, read_idx, write_idx
 from probe_core.catalog import load_dataset
+from probe_core.data import FASHION_MNIST_CLASSES, read_idx, write_idx
 from probe_core.errors import DataError
 
 

@@ -191,8 +191,8 @@ def test_the_autoencoder_halves_to_four_pixels_or_a_spatial_code_and_keeps_its_s
 
 def test_a_trained_autoencoder_is_stored_resolves_again_and_samples_its_classes(tmp_path):
     from probe_core.catalog import load_dataset
-    from probe_core.models.autoencoder import ConvAutoencoder
     from probe_core.models import ModelSpec
+    from probe_core.models.autoencoder import ConvAutoencoder
     from probe_core.runs.workspace import Workspace
 
     with pytest.raises(ProbeError, match="multiple of 64"):

@@ -9,10 +9,10 @@ from probe_core.bayestrex.compare import CompareRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
-from probe_core.runs.training import TrainRequest
 from probe_core.runs.lifecycle import JobSpec, job_spec
 from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
+from probe_core.runs.training import TrainRequest
 
 DIGITS = tuple(str(i) for i in range(10))
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

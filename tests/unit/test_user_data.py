@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from probe_core.catalog import canonical_dataset_name, dataset_entry, load_dataset
 from probe_core.cli import main
 from probe_core.data import files
-from probe_core.catalog import canonical_dataset_name, dataset_entry, load_dataset
 from probe_core.data.datasets import file_dataset
 from probe_core.errors import DataError
 
