@@ -192,7 +192,7 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
         page.get_by_role("heading", name="Label").click()  # keys reach the page, not the name box
         page.keyboard.press("9")  # the fast path's shortcut: all ten review images are a 9
         try:
-            page.get_by_text("Saved: all 10 images").wait_for(timeout=20_000)
+            page.get_by_text("Saved: all 10 images").first.wait_for(timeout=20_000)
             break
         except PlaywrightTimeout:
             if attempt == 2:
@@ -764,7 +764,7 @@ def test_your_colour_npz_from_choosing_it_to_a_finetuned_model_with_no_cli_and_n
         page.wait_for_function(one_enabled, arg=str(other), timeout=60_000)
         page.get_by_role("heading", name="Label").first.click()  # keys reach the page, not the name box
         page.keyboard.press(str(other))
-        page.get_by_text("Saved: all 10 images").wait_for(timeout=30_000)
+        page.get_by_text("Saved: all 10 images").first.wait_for(timeout=30_000)
 
         _go_to(page, "Finetune")
         page.get_by_text(f"Following distillation run {distill.id}").wait_for()
