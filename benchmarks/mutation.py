@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The modules the suite's correctness rests on (issue 46): targets, the sampling kernels and the likelihood,
 # Defuse correction and label aggregation, class matching, accounts.
-CORE_MODULES = ("probe_core/sampling/targets.py", "probe_core/sampling/hmc.py", "probe_core/sampling/rwm.py",
+CORE_MODULES = ("probe_core/sampling/targets.py", "probe_core/mcmc/hmc.py", "probe_core/mcmc/rwm.py",
                 "probe_core/sampling/posterior.py", "probe_core/defuse/correction.py",
                 "probe_core/defuse/labels.py", "probe_core/data/classes.py", "probe_core/team/accounts.py")
 # The unit tests and the fast integration tests of permissions and the team. tests/integration/test_trust.py,
 # which covers class matching end to end, runs the CLI from other folders, where mutmut's switch cannot follow.
 CORE_TESTS = ("tests/unit/", "tests/integration/test_permissions_core.py", "tests/integration/test_team.py")
-QUICK_MODULES = ("probe_core/sampling/hmc.py",)
+QUICK_MODULES = ("probe_core/mcmc/hmc.py",)
 QUICK_TESTS = ("tests/unit/test_kernels.py", "tests/unit/test_driver.py")
-QUICK_MUTANTS = ("probe_core.sampling.hmc.x__kinetic__mutmut_*",)  # one function's mutants: the pipeline, quickly
+QUICK_MUTANTS = ("probe_core.mcmc.hmc.x__kinetic__mutmut_*",)  # one function's mutants: the pipeline, quickly
 # mutmut stops a mutant's tests after 15 times their clean duration plus this many CPU seconds: the clean
 # durations are measured with the modules already imported, and a test's first torch call in a fresh fork costs
 # more than that, which mutmut would count as a timeout (a kill) whatever the mutant.

@@ -5,7 +5,8 @@ This package never imports streamlit and has no import cycles; the dashboard (``
 
 Where things are: data sets and what they use in :mod:`probe_core.catalog`; models in
 :mod:`probe_core.models` (lookups never train); what a generator can do in
-:mod:`probe_core.sampling.protocols`; samplers in :mod:`probe_core.sampling`; Bayes-TrEx in
+:mod:`probe_core.sampling.protocols`; generic MCMC in :mod:`probe_core.mcmc`, Bayes-TrEx's posterior
+and its runs in :mod:`probe_core.sampling`; Bayes-TrEx in
 :mod:`probe_core.bayestrex`; Defuse in :mod:`probe_core.defuse`; runs and their life in
 :mod:`probe_core.runs.runconfig`, :mod:`probe_core.runs.lifecycle`, :mod:`probe_core.runs.jobs` and
 :mod:`probe_core.runs.launchers`; the workspace database in :mod:`probe_core.store`. The Python API

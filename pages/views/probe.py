@@ -26,8 +26,8 @@ from probe_core.runs import history
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.runs.runconfig import result_of
 from probe_core.runs.training import submit_training
-from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
-from probe_core.sampling.runner import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
+from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
+from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help
 from probe_core.team.accounts import Permission
 

@@ -10,7 +10,7 @@ from probe_core.bayestrex.results import SamplingResult
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
 from probe_core.runs.scaleout import report_gracefully
-from probe_core.sampling.diagnostics import effective_sample_size, split_rhat
+from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
 
 run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
 
@@ -18,7 +18,7 @@ run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.
 class LiveTrace:
     """What the dashboard draws while a run goes: per-chain traces, diagnostics and current images.
 
-    Fed the sampler's :class:`~probe_core.sampling.Progress` reports; :meth:`details` is
+    Fed the sampler's :class:`~probe_core.mcmc.driver.Progress` reports; :meth:`details` is
     the JSON written to the run's ``details`` (bounded: at most ``max_chains`` chains and
     ``max_points`` points per trace).
 

@@ -19,7 +19,7 @@ from probe_core.errors import ProbeError
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
-from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
+from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
 ARRAYS = "latent-map"
 

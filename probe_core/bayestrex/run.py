@@ -13,6 +13,7 @@ import torch
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
+from probe_core.mcmc.driver import ChainResult, Progress
 from probe_core.runs.requests import check_sampler_settings
 from probe_core.runs.scaleout import (
     LocalShards,
@@ -24,15 +25,7 @@ from probe_core.runs.scaleout import (
     shard_seed,
     split_evenly,
 )
-from probe_core.sampling import (
-    BayesTrExPosterior,
-    ChainResult,
-    Progress,
-    SamplerConfig,
-    run_hmc,
-    run_pyro_nuts,
-    run_rwm,
-)
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts, run_rwm
 from probe_core.sampling.protocols import StructuredPrior, is_differentiable
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec

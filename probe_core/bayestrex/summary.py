@@ -10,7 +10,7 @@ import torch
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table
-from probe_core.sampling.diagnostics import (
+from probe_core.mcmc.diagnostics import (
     POOR_MIXING_NOTE,
     effective_sample_size,
     mixing_ok,

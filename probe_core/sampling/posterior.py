@@ -14,6 +14,7 @@ from pyro import poutine
 from torch import nn
 
 from probe_core.errors import ProbeError
+from probe_core.mcmc import rwm
 from probe_core.sampling.protocols import StructuredPrior
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetBatch
 
@@ -121,6 +122,18 @@ class BayesTrExPosterior:
             logp, probs = self.logdensity(z, sigma, temperature)
             (grad,) = torch.autograd.grad(logp.sum(), z)
         return logp.detach(), grad, probs.detach()
+
+    def jump_groups(self) -> torch.Tensor | None:
+        """Each chain's target index (B,): chains of one target share an independence proposal. None for a
+        generator with its own prior (the scene world's codes are not Euclidean)."""
+        return None if isinstance(self.generator, StructuredPrior) else self.targets.target_index
+
+    def random_walk_proposal(self, scale: torch.Tensor) -> rwm.Proposal:
+        """Random-walk steps at per-chain scales (B, 1): the generator's own proposal where it has its own prior,
+        Gaussian steps otherwise."""
+        if isinstance(self.generator, StructuredPrior):
+            return self.generator.proposal(scale)
+        return rwm.GaussianProposal(scale)
 
     def for_target(self, target: Target, num_chains: int = 1) -> "BayesTrExPosterior":
         """The same posterior restricted to one target (e.g. for the one-chain Pyro NUTS reference)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probe_core.sampling import hmc
+from probe_core.mcmc import hmc
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 
 MIN_ISLAND_SIZE = 8  # fewer particles per island make resampling degenerate

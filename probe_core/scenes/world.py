@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.sampling.rwm import CategoricalResampleProposal
+from probe_core.mcmc.rwm import CategoricalResampleProposal
 
 SHAPES = ("circle", "square", "triangle", "star")
 NOVEL_SHAPE = "star"

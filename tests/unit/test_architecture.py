@@ -213,11 +213,12 @@ def test_the_top_level_holds_packages_and_a_handful_of_modules():
 
 # The layers of probe_core, lowest first: a module imports only from its own layer and those below (the longest
 # prefix decides a module's layer), one package a layer below the runs machinery, so no two packages import each
-# other. The runs layer never imports a domain above it: a stored run's kind is found through the package's entry
-# points (probe_core.runs.lifecycle.kind_named). Training, whose models sit below the runs layer, is the one run
-# kind declared in it (runs/training.py).
+# other. Generic MCMC sits below everything that knows images. The runs layer never imports a domain above it: a
+# stored run's kind is found through the package's entry points (probe_core.runs.lifecycle.kind_named).
+# Training, whose models sit below the runs layer, is the one run kind declared in it (runs/training.py).
 LAYERS = (
     ("probe_core.errors", "probe_core.pyfixes", "probe_core.store", "probe_core.team"),
+    ("probe_core.mcmc",),
     ("probe_core.data",),
     ("probe_core.sampling",),
     ("probe_core.scenes",),
@@ -250,4 +251,12 @@ def test_the_layer_check_finds_a_planted_upward_import():
     assert _upward_imports(planted) == ["probe_core.runs.lifecycle -> probe_core.defuse.steps"]
     assert _layer("probe_core.defuse.steps") > _layer("probe_core.runs.training") > _layer("probe_core.models.registry")
     assert _layer("probe_core.models") > _layer("probe_core.catalog") > _layer("probe_core.scenes") \
-        > _layer("probe_core.sampling") > _layer("probe_core.data")
+        > _layer("probe_core.sampling") > _layer("probe_core.data") > _layer("probe_core.mcmc")
+
+
+def test_the_generic_mcmc_package_knows_nothing_of_bayes_trex():
+    """Kernels, adaptation and the run loop sample any batched log density: they import nothing of the product
+    but its error type, so a new sampler or density is written against them alone."""
+    outside = {target for module, targets in _graph().items() if module.startswith("probe_core.mcmc")
+               for target in targets if not target.startswith("probe_core.mcmc")}
+    assert outside == {"probe_core.errors"}, outside

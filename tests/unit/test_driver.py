@@ -4,13 +4,13 @@ import torch
 from helpers import TinyDecoder
 from torch import nn
 
-from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
-from probe_core.sampling.runner import (
+from probe_core.mcmc.driver import (
     DEFAULT_INTEGRATION_STEPS,
     JUMPING_INTEGRATION_STEPS,
     HMCWindowAdapter,
     RWMScaleAdapter,
 )
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
 from probe_core.sampling.targets import TargetBatch, parse_targets
 
 

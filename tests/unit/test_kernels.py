@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from probe_core.errors import ProbeError
-from probe_core.sampling import hmc, rwm
+from probe_core.mcmc import hmc, rwm
 
 MEAN = torch.tensor([1.0, -2.0, 0.5])
 
@@ -73,7 +73,7 @@ def test_categorical_resampling_keeps_a_flat_prior_uniform():
 
 def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
     from probe_core.bayestrex import summary_rows, table2
-    from probe_core.sampling.diagnostics import POOR_MIXING_NOTE, mixing_ok
+    from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
     def entry(rhat, ess, failed=False):
         return {"spec": "ambiguous:4,9", "description": "ambiguous 4/9", "failed": failed, "hit_rate": 0.5,
@@ -90,7 +90,7 @@ def test_poor_mixing_is_flagged_in_the_table_and_the_page_rows():
 
 
 def test_independence_kernel_reproduces_a_gaussian_posterior_from_a_poor_proposal():
-    from probe_core.sampling import imh
+    from probe_core.mcmc import imh
 
     generator = torch.Generator().manual_seed(2)
     chains = 512
@@ -108,7 +108,7 @@ def test_independence_kernel_reproduces_a_gaussian_posterior_from_a_poor_proposa
 
 
 def test_mixture_proposal_is_fitted_per_group_and_keeps_the_prior():
-    from probe_core.sampling import adaptation
+    from probe_core.mcmc import adaptation
 
     generator = torch.Generator().manual_seed(3)
     # group 0: two separated clusters; group 1: one cluster far away

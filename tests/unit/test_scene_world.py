@@ -52,7 +52,7 @@ def test_prior_log_prob_is_minus_infinity_outside_the_support():
 
 def test_rwm_with_a_flat_likelihood_samples_the_prior():
     """Start far from the prior; with a constant classifier the chains must forget that and match p(scene)."""
-    from probe_core.sampling import rwm
+    from probe_core.mcmc import rwm
 
     prior = ScenePrior(max_objects=3, presence=0.3, shape_weights=(3.0, 1.0, 1.0, 0.0))
     chains = 512

@@ -3,7 +3,7 @@
 A proposal z' ~ q that does not depend on the current state is accepted with probability
 min(1, [π(z') / q(z')] / [π(z) / q(z)]), so the chain keeps π whatever q is, as long as q is fixed
 while samples are kept. Fitted to the pooled warm-up draws of all chains of a target (see
-:func:`probe_core.sampling.adaptation.fit_mixture_proposal`), q lets a chain jump between the
+:func:`probe_core.mcmc.adaptation.fit_mixture_proposal`), q lets a chain jump between the
 posterior's separate modes, which local HMC moves with σ = 0.05 cross rarely. Chains are the
 leading dimension; each chain has its own mixture (in practice, its target's).
 """

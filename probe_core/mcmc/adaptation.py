@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from probe_core.sampling import imh
+from probe_core.mcmc import imh
 
 
 @dataclass
