@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -103,7 +104,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     started = time.perf_counter()
     # checked and sized as the CLI, the page and the API check it (a warning says how the data's size chose the
     # images and perturbations); the run records the VAE's id, never "default"
-    request = steps.checked_identify_request(
+    request = identify_step.checked_identify_request(
         registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, vae=vae, **identify))
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))

@@ -32,8 +32,8 @@ from probe_core.bayestrex import SMALL_IMAGE_VALUES, sample
 from probe_core.runs.requests import SampleRequest
 from probe_core.runs.workspace import Workspace
 from quick_models import quick_models
-from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
 from probe_core.mcmc.diagnostics import effective_sample_size
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
 from probe_core.sampling.targets import TargetBatch
 
 # (NUTS warm-up = samples for high, for ambiguous; fast chains, fast warm-up = samples), by run mode and image size

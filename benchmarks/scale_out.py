@@ -70,7 +70,7 @@ def main() -> None:
         if shards == 1 and not executor.distributed:
             return identify_failures(classifier.module, vae.module, images, labels, samples_per_image=per_image)
         pieces = split_evenly(len(images), shards)
-        tasks = [ShardTask("probe_core.defuse.steps:identify_shard",
+        tasks = [ShardTask("probe_core.defuse.identify_step:identify_shard",
                            {"images": images[p.start:p.stop], "labels": labels[p.start:p.stop], "start": p.start,
                             "samples_per_image": per_image, "seed": shard_seed(0, i)},
                            {"classifier": classifier.module, "vae": vae.module}) for i, p in enumerate(pieces)]

@@ -7,6 +7,8 @@ import torch
 
 from pages import ui as _ui
 from probe_core.data import REAL_SIZE_LABEL
+from probe_core.defuse import embedding_step
+from probe_core.defuse import identify_step
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
@@ -33,7 +35,7 @@ if not generator.capabilities.encoder:
 st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
 
 # what runs with the defaults, chosen from the data's size by the rule the CLI and the API use, shown in the form
-planned, plan_note = steps.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset)
+planned, plan_note = identify_step.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset)
 available = len(dataset.train_labels)
 with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
@@ -78,7 +80,7 @@ if start:
     try:  # models and settings are checked (and references resolved) before a run is stored
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau)}
-        identify = steps.checked_identify_request(ws.registry, steps.IdentifyRequest.build(
+        identify = identify_step.checked_identify_request(ws.registry, steps.IdentifyRequest.build(
             dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
@@ -134,7 +136,7 @@ if cached is None:
         st.info("The map is being computed in the background…")
     elif st.button("Compute the map", key="defuse_embed",
                    help="UMAP on up to 5,000 codes, the rest placed by nearest neighbours; cached in the workspace"):
-        steps.submit_embedding(manager, ws.registry, distill_run.id)
+        embedding_step.submit_embedding(manager, ws.registry, distill_run.id)
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)

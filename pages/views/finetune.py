@@ -9,7 +9,7 @@ from probe_core.catalog import generator_dataset
 from probe_core.data import REAL_SIZE_LABEL
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import queries, steps
+from probe_core.defuse import correct_step, queries, steps
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
 from probe_core.runs import history
@@ -39,7 +39,7 @@ usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
 correct_defaults = field_defaults(steps.CorrectRequest)
-data_plan = steps.correction_plan(steps.CorrectRequest(distill_run.id), run_data.image_shape)
+data_plan = correct_step.correction_plan(steps.CorrectRequest(distill_run.id), run_data.image_shape)
 st.caption(f"Defaults for this data: {data_plan.note}.")
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
@@ -50,8 +50,8 @@ with st.form("finetune-form", enter_to_submit=False):
                                  correct_defaults["samples_per_region"],
                                  key="finetune_per_region")
     c4, c5 = st.columns(2)
-    baseline_kind = c4.selectbox("Baseline", list(steps.BASELINES), key="finetune_baseline",
-                                 help="\n\n".join(f"**{k}**: {v}" for k, v in steps.BASELINES.items()))
+    baseline_kind = c4.selectbox("Baseline", list(correct_step.BASELINES), key="finetune_baseline",
+                                 help="\n\n".join(f"**{k}**: {v}" for k, v in correct_step.BASELINES.items()))
     rules = list(correction.SELECTION_RULES)
     selection = c5.selectbox("Select λ and epoch by", rules, index=rules.index(data_plan.selection),
                              key=f"finetune_selection_{run_data.name}",

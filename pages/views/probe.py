@@ -18,7 +18,10 @@ from probe_core.bayestrex import queries as sample_queries
 from probe_core.bayestrex import recipes, summary_rows
 from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_latent_map, submit_latent_map
 from probe_core.catalog import dataset_entry
+from probe_core.defuse.labels import NONE_OF_THE_ABOVE
 from probe_core.errors import ProbeError
+from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
+from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.models import ModelSpec
 from probe_core.reporting import figures
 from probe_core.reporting.export import npz_bytes, sample_arrays
@@ -26,8 +29,6 @@ from probe_core.runs import history
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.runs.runconfig import result_of
 from probe_core.runs.training import submit_training
-from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
-from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help
 from probe_core.team.accounts import Permission
 
@@ -347,7 +348,7 @@ if hits:
         if annotator is None:
             annotator = _ui.annotator_name()
         marked = hits[:10]
-        finding_choices = ["(not labelled)", *names, suites.NONE_OF_THE_ABOVE]
+        finding_choices = ["(not labelled)", *names, NONE_OF_THE_ABOVE]
 
         def mark(sample_id: int, widget_key: str) -> None:
             if st.session_state[widget_key] != "(not labelled)" and annotator:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
+from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
 from probe_core.runs.scaleout import report_gracefully
-from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
 
 run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
 

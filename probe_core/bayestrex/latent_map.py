@@ -16,10 +16,10 @@ from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingRe
 from probe_core.bayestrex.summary import best_samples, summary_rows
 from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
+from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
-from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 
 ARRAYS = "latent-map"
 

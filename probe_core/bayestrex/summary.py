@@ -9,13 +9,13 @@ import torch
 
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
-from probe_core.reporting.export import format_table
 from probe_core.mcmc.diagnostics import (
     POOR_MIXING_NOTE,
     effective_sample_size,
     mixing_ok,
     split_rhat,
 )
+from probe_core.reporting.export import format_table
 from probe_core.sampling.targets import Target
 
 

@@ -9,7 +9,9 @@ import sys
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
 from probe_core.data.classes import with_class_map
+from probe_core.defuse import correct_step
 from probe_core.defuse import correction
+from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -119,7 +121,7 @@ def _print_results(result) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = steps.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
+    settings = identify_step.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
@@ -309,7 +311,7 @@ def _run_all(args) -> int:
     oracle = _oracle(args)
     _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
     _distill_settings(args, 0)
-    settings = steps.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
+    settings = identify_step.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
                                                   train_missing=True)
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
@@ -408,7 +410,7 @@ def _add_correct_options(parser: argparse.ArgumentParser) -> None:
                         help="at most this many batches of the training data per epoch (default: a full pass; on "
                              f"images of {REAL_SIZE_LABEL} and up {correction.REAL_SIZE_STEPS_PER_EPOCH})")
     parser.add_argument("--samples-per-region", type=int, default=256)
-    parser.add_argument("--baseline", choices=list(steps.BASELINES), default="labelled-images",
+    parser.add_argument("--baseline", choices=list(correct_step.BASELINES), default="labelled-images",
                         help="what the baseline finetunes on: the individually labelled failures (the paper's, "
                              "default) or the failures in failure regions with their region's label")
     parser.add_argument("--selection", choices=list(correction.SELECTION_RULES), default=None,

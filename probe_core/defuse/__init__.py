@@ -4,7 +4,9 @@
 - :mod:`~probe_core.defuse.cluster`: :class:`FailureClusterer` (Dirichlet-process GMM) and the 2-D map.
 - :mod:`~probe_core.defuse.labels`: store, aggregate (ρ, agreement), oracle labels, CSV export.
 - :mod:`~probe_core.defuse.correction`: L(D) + λ·CE(D_f) finetuning over a λ sweep, and the baseline.
-- :mod:`~probe_core.defuse.steps`: the steps as stored runs (typed settings, their jobs, run now or submit);
+- the steps as stored runs, a request and its job each: :mod:`~probe_core.defuse.identify_step`,
+  :mod:`~probe_core.defuse.distill_step`, :mod:`~probe_core.defuse.correct_step` (and the failure map's
+  :mod:`~probe_core.defuse.embedding_step`); :mod:`~probe_core.defuse.steps` runs one now or submits it;
 - :mod:`~probe_core.defuse.queries`: reading runs back; :mod:`~probe_core.defuse.review`: review samples,
   the cached failure map, oracle labels.
 

@@ -11,7 +11,7 @@ validation images of the original data only. ``"data-and-failures"`` scores the 
 of accuracy on held-out validation samples of the failure regions (Model Probe's earlier rule, the default
 at real size, :data:`REAL_SIZE_SELECTION`; it looks at failure-region data, though not at the samples the
 "after" figure is measured on, so that figure is optimistic). The baseline runs the same
-sweep with another D_f (see ``probe_core.defuse.steps.BASELINES``).
+sweep with another D_f (see ``probe_core.defuse.correct_step.BASELINES``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ PAPER_LAMBDAS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.
 # step on CPU, so the paper's 17 λ with full passes over D would take over half an hour per sweep. Five λ
 # spanning the paper's grid (its smallest, which leaves the failures out in effect, through 100) and a capped
 # number of D batches per epoch (each with a batch of failure samples beside it) keep a sweep to minutes; both
-# are disclosed in the result and overridable (:func:`probe_core.defuse.steps.correction_plan`).
+# are disclosed in the result and overridable (:func:`probe_core.defuse.correct_step.correction_plan`).
 REAL_SIZE_LAMBDAS = (1e-10, 1e-2, 1.0, 10.0, 100.0)
 REAL_SIZE_STEPS_PER_EPOCH = 50
 # Finetuning the real-size classifier (a ResNet trained with augmentation, its learning rate annealed to 0):

@@ -125,7 +125,7 @@ class CorrectionResult(StoredResult):
     steps_per_epoch : int or None
         The batches of D each epoch took (None: a full pass).
     budget : str
-        The λ grid and epochs it ran with, and why (:func:`~probe_core.defuse.steps.correction_plan`).
+        The λ grid and epochs it ran with, and why (:func:`~probe_core.defuse.correct_step.correction_plan`).
     """
 
     kind: ClassVar[str] = CORRECT

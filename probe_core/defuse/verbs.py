@@ -16,7 +16,8 @@ from probe_core.defuse.labels import HUMAN, label_images
 from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names
 from probe_core.defuse.results import CorrectionResult
 from probe_core.defuse.review import auto_label, review_images
-from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest, checked_identify_request
+from probe_core.defuse.identify_step import checked_identify_request
+from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device
 from probe_core.models.kept import references

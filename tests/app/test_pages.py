@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from probe_core.bayestrex.latent_map import latent_map
 from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import queries, review, steps
+from probe_core.defuse import identify_step, queries, review, steps
 from probe_core.defuse.cluster import REVIEW_TAU
 from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
@@ -596,7 +596,7 @@ def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colou
     monkeypatch.setenv("PROBE_WORKSPACE", str(colours_workspace.root))
     monkeypatch.setenv("PROBE_DATASET", "colours")
     data = load_dataset("colours")
-    planned, note = steps.sized_identification(steps.IdentifyRequest(dataset="colours"), data)
+    planned, note = identify_step.sized_identification(steps.IdentifyRequest(dataset="colours"), data)
     assert note and planned.max_images < len(data.train_labels)  # real size: fewer images, Q lowered
     at = open_page("pages/views/failures.py")
     assert at.number_input(key="defuse_images_colours").value == planned.max_images

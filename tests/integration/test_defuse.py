@@ -12,6 +12,7 @@ import torch
 from helpers import MISLABELLED
 
 from probe_core.catalog import load_dataset
+from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -62,7 +63,7 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
 
     store = trained_workspace.store
     settings = steps.IdentifyRequest(samples_per_image=100, noise_scale=0.5, max_images=200)
-    job = steps.identify_job(trained_workspace.registry, settings)
+    job = identify_step.identify_job(trained_workspace.registry, settings)
     reports = []
 
     def stop_after_two_batches(progress, message):

@@ -19,6 +19,7 @@ from probe_core.reporting.saliency import MAX_SMOOTHGRAD_SAMPLES, smoothgrad
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.launchers import ThreadLauncher
 from probe_core.runs.limits import MAX_RUNS_ENV, MAX_RUNS_PER_PERSON_ENV, ServerLimits
+from probe_core.suites import checks as suite_checks
 from probe_core.team import accounts
 from probe_core.team.accounts import Actor, PermissionDenied
 
@@ -84,7 +85,7 @@ def test_suites_is_enforced_in_the_core_and_an_annotator_changes_nothing(workspa
     registry = workspace.registry.acting_as(ANNOTATOR)
     classifier = type("Model", (), {"id": "m", "module": torch.nn.Identity()})()
     with pytest.raises(PermissionDenied, match="may not manage regression suites"):
-        suites._add(registry, store, "s", "digits", kind="region", name="n", classifier=classifier,
+        suite_checks._add(registry, store, "s", "digits", kind="region", name="n", classifier=classifier,
                     class_names=("a",), evidence={}, latents=np.zeros((1, 2)), images=np.zeros((1, 1, 8, 8)),
                     labels=np.zeros(1))
     assert store.list_suites() == []

@@ -73,7 +73,7 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
 
 def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.defuse.steps import REAL_SIZE_PERTURBATIONS, IdentifyRequest, sized_identification
+    from probe_core.defuse.identify_step import REAL_SIZE_PERTURBATIONS, IdentifyRequest, sized_identification
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
 

@@ -112,7 +112,7 @@ def test_a_near_chance_permutation_is_refused_and_named(trained_workspace, tmp_p
 
 @pytest.mark.parametrize("suffix", [".pt", ".pt2"])
 def test_torchscript_and_export_classifiers_with_a_sidecar(trained_workspace, tmp_path, suffix):
-    from probe_core.defuse.steps import corrected_model_record
+    from probe_core.defuse.correct_step import corrected_model_record
 
     registry = trained_workspace.registry
     default = registry.resolve("default", "classifier", "digits")

@@ -15,7 +15,12 @@ from probe_core.defuse.correction import (
     correction_splits,
     finetune_one_lambda,
 )
-from probe_core.defuse.steps import CorrectRequest, correction_plan, correction_validation, finetuning_settings
+from probe_core.defuse.correct_step import (
+    CorrectRequest,
+    correction_plan,
+    correction_validation,
+    finetuning_settings,
+)
 from probe_core.errors import ProbeError
 
 

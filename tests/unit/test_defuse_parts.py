@@ -25,7 +25,7 @@ def test_noise_modes_have_the_documented_moments():
 
 
 def test_the_noise_a_request_leaves_open_is_chosen_from_the_image_size():
-    from probe_core.defuse.steps import IdentifyRequest, with_data_noise
+    from probe_core.defuse.identify_step import IdentifyRequest, with_data_noise
 
     assert default_noise((1, 8, 8)) == SMALL_IMAGE_NOISE and default_noise((1, 28, 28))["noise"] == "centered"
     assert default_noise((3, 32, 32)) == REAL_SIZE_NOISE == {"noise": "paper", "a": 75.0, "b": 75.0}  # the papers'

@@ -298,7 +298,7 @@ domains = ("probe_core.bayestrex", "probe_core.defuse", "probe_core.suites")
 assert not [m for m in sys.modules if m.startswith(domains)], sorted(m for m in sys.modules if m.startswith(domains))
 run = SimpleNamespace(kind="defuse-correct", config={"distill_run": 4, "lambdas": [0.5], "steps_per_epoch": 7})
 request = runconfig.config_of(run)
-assert "probe_core.defuse.steps" in sys.modules and type(request).__name__ == "CorrectRequest"
+assert "probe_core.defuse.correct_step" in sys.modules and type(request).__name__ == "CorrectRequest"
 assert request.lambdas == (0.5,) and request.steps_per_epoch == 7
 assert runconfig.config_of(SimpleNamespace(kind="no-such-kind", config={})) is None
 print("ok")
@@ -328,7 +328,7 @@ def test_every_declared_run_kind_is_named_in_the_entry_points():
 
 def test_every_run_kind_builds_its_request_with_a_check_before_anything_is_stored(tmp_path):
     from probe_core.bayestrex.latent_map import LatentMapRequest
-    from probe_core.defuse.steps import EmbeddingRequest
+    from probe_core.defuse.embedding_step import EmbeddingRequest
     from probe_core.runs.lifecycle import all_run_kinds
     from probe_core.store import Store
 

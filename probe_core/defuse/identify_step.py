@@ -1,0 +1,282 @@
+"""Defuse's identification step as a stored run: its request (:class:`IdentifyRequest`), the settings chosen from
+the data's size, the models checked before a run is stored, and its job (Algorithm 1,
+:mod:`probe_core.defuse.identification`, streamed into the run and sharded over workers)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from probe_core.catalog import load_dataset
+from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
+from probe_core.defuse.distill_step import DistillRequest, distill_job
+from probe_core.defuse.identification import (
+    NOISE_MODES,
+    FailureSet,
+    concatenate_failures,
+    default_noise,
+    identify_failures,
+)
+from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
+from probe_core.errors import CancelledError, ProbeError
+from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
+from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, record
+from probe_core.runs.scaleout import (
+    SHARDS_RANGE,
+    Reporter,
+    ShardTask,
+    parse_executor,
+    shard_count,
+    shard_seed,
+    split_evenly,
+)
+from probe_core.runs.validation import checked_models
+
+
+log = logging.getLogger(__name__)
+
+
+@run_kind(IdentificationResult)
+@dataclass(frozen=True)
+class IdentifyRequest(BuiltFromSettings):
+    """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
+
+    ``noise``, ``a`` and ``b`` left as None are chosen from the images' size when the request is checked or the
+    run starts (:func:`~probe_core.defuse.identification.default_noise`): centred noise of sd ``noise_scale``
+    below 32x32, the papers' Beta(75, 75) at real size.
+    """
+
+    setting_word: ClassVar[str] = "identification"
+    ranges: ClassVar[dict] = {"samples_per_image": (1, 100_000), "max_per_image": (1, 100_000),
+                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": SHARDS_RANGE}
+    kind: ClassVar[str] = IDENTIFY
+
+    dataset: str = DEFAULT_DATASET
+    classifier: str = "default"
+    vae: str = "default"
+    samples_per_image: int = 500  # DEFAULT_SAMPLES_PER_IMAGE
+    max_per_image: int = 100
+    noise: str | None = None
+    a: float | None = None
+    b: float | None = None
+    noise_scale: float = 0.15
+    seed: int = 0
+    max_images: int | None = None
+    executor: str = "local"  # where the image shards run (probe_core.runs.scaleout): local, ray or ray:ADDRESS
+    shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
+    allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
+    # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
+    # distillation run of its own (the Failures page's one button); None: identification only
+    distill_after: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.distill_after is not None:
+            if not isinstance(self.distill_after, dict) or "identify_run" in self.distill_after:
+                raise ProbeError("distill_after holds distillation settings (not the identification run)")
+            try:
+                DistillRequest.build(identify_run=0, **self.distill_after)
+            except ProbeError as exc:
+                raise ProbeError(f"distill_after: {exc}") from None
+        self.check_ranges()
+        if self.noise is not None and self.noise not in NOISE_MODES:
+            raise ProbeError(f"noise must be one of {', '.join(NOISE_MODES)}, got {self.noise!r}")
+        if any(value is not None and not value > 0 for value in (self.a, self.b)):
+            raise ProbeError(f"the Beta noise's a and b must be positive, got a={self.a}, b={self.b}")
+
+
+# Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
+# 2 cores (8,000 SVHN-like images). Unless the user names --max-images, it decodes and classifies about this many
+# perturbations (Q per image over the first images), which takes minutes at 32x32 (benchmarks/real_size.py).
+REAL_SIZE_SAMPLES_PER_IMAGE = 100
+
+
+REAL_SIZE_PERTURBATIONS = 100_000
+DEFAULT_SAMPLES_PER_IMAGE = 500
+
+
+def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int]) -> IdentifyRequest:
+    """The settings with the noise they leave open (``noise``, ``a``, ``b`` as None) chosen for images of
+    ``image_shape`` (C, H, W) by :func:`~probe_core.defuse.identification.default_noise`."""
+    chosen = default_noise(image_shape)
+    return replace(settings, **{name: value for name, value in chosen.items() if getattr(settings, name) is None})
+
+
+def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tuple[IdentifyRequest, str | None]:
+    """The settings with the noise, images and perturbations chosen from the data's size, and a note saying so.
+
+    The noise they leave open: :func:`with_data_noise`. Images of 32x32 and up, with no ``max_images`` given: at
+    most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it
+    was left at its default. Smaller images, or a ``max_images`` the user gave, keep their images (note None).
+    """
+    settings = with_data_noise(settings, dataset.image_shape)
+    if settings.max_images is not None or not is_real_size(dataset.image_shape):
+        return settings, None
+    per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
+                 else settings.samples_per_image)
+    available = len(dataset.train_labels)
+    images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
+    noise = (f"Beta({settings.a:g}, {settings.b:g}) noise as the papers add it" if settings.noise == "paper" else
+             f"centred noise of sd {settings.noise_scale:g}")
+    note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
+            f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "
+            f"size (--max-images, --samples-per-image and --noise choose otherwise)")
+    return replace(settings, samples_per_image=per_image, max_images=images), note
+
+
+def checked_identify_request(registry, settings: IdentifyRequest, device: str = "cpu",
+                              train_missing: bool = False) -> IdentifyRequest:
+    """The settings with the classifier and VAE resolved to stored references, loading both first.
+
+    Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
+    then records references that resolve again in any process (never ``default`` or a relative path).
+    With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
+    """
+    registry = registry.remembering()  # the classes are matched and the models checked on one load of each
+    classifier_class_names(registry, settings.classifier, settings.dataset)  # classes matched before any training
+    lookup = registry.get_or_train_reference if train_missing else registry.resolve
+    classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)
+    vae = lookup(settings.vae, "generator", settings.dataset, device=device)
+    if not vae.capabilities.encoder:
+        raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
+    data = load_dataset(settings.dataset, registry.data_dir)
+    checked_models(classifier, data, allow_weak_classifier=settings.allow_weak_classifier)  # refused: see there
+    settings, note = sized_identification(settings, data)
+    if note:
+        log.warning(note)
+    return replace(settings, classifier=classifier.id, vae=vae.id)
+
+
+@job_of(IdentifyRequest)
+def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> JobFunction:
+    """Identification as a job: failures are streamed into the run as each batch is done.
+
+    With ``settings.distill_after``, a distillation of the failures follows as its own ``defuse-distill`` run
+    when identification ends (with at least two failures); its id is in this run's result (``distill_run``).
+    """
+    identify = _identification(registry, settings, device)
+    if settings.distill_after is None:
+        return identify
+
+    def run(context: JobContext) -> IdentificationResult:
+        result = identify(context)
+        if result.failures < 2:
+            return result
+        distill = DistillRequest(identify_run=context.run_id, **settings.distill_after)
+        # identification is finished; the distillation run's progress is its own
+        context.store.update_run(context.run_id, 1.0, "identified; distilling",
+                                 {**result.to_record(), "distilling": True})
+        distill_run, _ = run_inline(context.store, DISTILL, record(distill), distill_job(registry, distill, device))
+        return replace(result, distill_run=distill_run)
+
+    return run
+
+
+def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunction:
+    def run(context: JobContext) -> IdentificationResult:
+        started = time.perf_counter()
+        store = context.store
+        dataset = load_dataset(settings.dataset, registry.data_dir)
+        resolved = with_data_noise(settings, dataset.image_shape)  # a request stored unchecked leaves it open
+        context.report(0.0, "loading models", force=True)
+        models = registry.announcing(training_announcer(context))
+        classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
+        vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
+        classifier_check, vae_check = checked_models(classifier, dataset, vae,
+                                                     allow_weak_classifier=settings.allow_weak_classifier)
+        ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
+               "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
+               "generator_check": vae_check.to_dict(),
+               "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
+                         "noise_scale": resolved.noise_scale}}
+        if vae_check.weak:
+            context.report(0.0, f"warning: {vae_check.warning}", force=True)
+        if classifier_check.near_chance:
+            ids["classifier_warning"] = classifier_check.message
+            context.report(0.0, f"warning: {classifier_check.message}", force=True)
+        images, labels = dataset.train_images, dataset.train_labels
+        if settings.max_images is not None:
+            images, labels = images[:settings.max_images], labels[:settings.max_images]
+
+        def on_batch(batch_index: int, found: FailureSet) -> None:
+            store.put_arrays(context.run_id, f"failures/{batch_index:06d}", found.as_arrays())
+
+        def on_progress(p) -> None:
+            context.report(p.fraction, f"{p.images_done}/{p.images_total} images, {p.failures} failures",
+                           {**ids, "failures": p.failures, "images_with_failures": p.images_with_failures},
+                           force=p.images_done == p.images_total)
+
+        context.report(0.0, "identifying", ids, force=True)
+        executor = parse_executor(settings.executor)
+        shards = shard_count(executor, settings.shards)
+        if shards > 1 or executor.distributed:
+            found, not_done = _identify_in_shards(context, executor, shards, resolved, classifier.module,
+                                                  vae.module, images, labels, ids)
+            return _identify_result(ids, images, found, dataset, started, not_done)
+        found = identify_failures(
+            classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
+            max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
+            noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
+        return _identify_result(ids, images, found, dataset, started)
+
+    return run
+
+
+def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset, started: float,
+                     not_done: list[dict] | None = None) -> IdentificationResult:
+    return IdentificationResult(
+        **ids, images=len(images), failures=len(found),
+        images_with_failures=int(len(np.unique(found.source_index))),
+        failures_by_prediction=np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
+        seconds=round(time.perf_counter() - started, 2), not_done=not_done or [])
+
+
+def identify_shard(models: dict, reporter: Reporter, *, images: torch.Tensor, labels: torch.Tensor, start: int,
+                   **settings) -> dict:
+    """Identification over one shard of training images (a :mod:`probe_core.runs.scaleout` shard function).
+
+    Returns the shard's failures as arrays, with ``source_index`` counted in the whole training set.
+    """
+    found = identify_failures(models["classifier"], models["vae"], images, labels,
+                              progress=lambda progress: reporter.report(progress.fraction), **settings)
+    found.source_index = found.source_index + start
+    return found.as_arrays()
+
+
+def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifyRequest, classifier, vae,
+                        images, labels, ids: dict):
+    """Identification with the training images split into shards run by ``executor``; each shard's failures are
+    stored as it ends. A result with ``not_done`` lists the image ranges of shards that failed."""
+    pieces = split_evenly(len(images), shards)
+    options = {"samples_per_image": settings.samples_per_image, "max_per_image": settings.max_per_image,
+               "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale}
+    models = {"classifier": classifier, "vae": vae}
+    tasks = [ShardTask("probe_core.defuse.identify_step:identify_shard",
+                       {"images": images[piece.start:piece.stop], "labels": labels[piece.start:piece.stop],
+                        "start": piece.start, "seed": shard_seed(settings.seed, index), **options},
+                       models, f"images {piece.start}-{piece.stop - 1}")
+               for index, piece in enumerate(pieces)]
+    parts: dict[int, FailureSet] = {}
+
+    def on_result(index: int, arrays: dict) -> None:
+        if len(arrays["source_index"]):
+            context.store.put_arrays(context.run_id, f"failures/{index:04d}-000000", arrays)
+        parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS})
+
+    def on_progress(progress) -> None:
+        failures = sum(len(p) for p in parts.values())
+        try:
+            context.report(progress.fraction, f"{progress.done}/{progress.total} shards, {failures} failures so far",
+                           {**ids, "failures": failures, "shards_done": progress.done, "shards": progress.total})
+        except CancelledError:  # Stop: the outstanding shards are cancelled, what was stored is kept
+            pass
+
+    outcome = executor.map(tasks, on_result, on_progress, lambda: context.cancelled)
+    if outcome.cancelled:
+        raise CancelledError(f"run {context.run_id} cancelled")
+    found = concatenate_failures([parts[i] for i in sorted(parts)], vae.latent_dim, tuple(images.shape[1:]))
+    return found, outcome.not_done(tasks)
