@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -104,8 +103,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     started = time.perf_counter()
     # checked and sized as the CLI, the page and the API check it (a warning says how the data's size chose the
     # images and perturbations); the run records the VAE's id, never "default"
-    request = identify_step.checked_identify_request(
-        registry, steps.IdentifyRequest(dataset=flawed_data, classifier=flawed.id, vae=vae, **identify))
+    request = steps.IdentifyRequest.checked(registry, dataset=flawed_data, classifier=flawed.id, vae=vae, **identify)
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,

@@ -11,7 +11,6 @@ from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
 from probe_core.data.classes import with_class_map
 from probe_core.defuse import correct_step
 from probe_core.defuse import correction
-from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -55,9 +54,9 @@ def _add_oracle_options(parser) -> None:
                              "class)")
 
 
-def _identify_settings(args) -> steps.IdentifyRequest:
+def _identify_settings(args) -> dict:
     classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
-    return steps.IdentifyRequest.build(
+    return dict(
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
@@ -121,8 +120,8 @@ def _print_results(result) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = identify_step.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
-                                                  train_missing=True)
+    settings = steps.IdentifyRequest.checked(workspace.registry, args.device, train_missing=True,
+                                             **_identify_settings(args))
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
     print(f"next: probe defuse distill --run {run_id}")
@@ -311,8 +310,8 @@ def _run_all(args) -> int:
     oracle = _oracle(args)
     _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
     _distill_settings(args, 0)
-    settings = identify_step.checked_identify_request(workspace.registry, _identify_settings(args), args.device,
-                                                  train_missing=True)
+    settings = steps.IdentifyRequest.checked(workspace.registry, args.device, train_missing=True,
+                                             **_identify_settings(args))
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
     _print_identify(identify_run, result, class_names)

@@ -88,6 +88,37 @@ class IdentifyRequest(BuiltFromSettings):
         if any(value is not None and not value > 0 for value in (self.a, self.b)):
             raise ProbeError(f"the Beta noise's a and b must be positive, got a={self.a}, b={self.b}")
 
+    @classmethod
+    def checked(cls, registry, device: str = "cpu", train_missing: bool = False, **settings) -> "IdentifyRequest":
+        """The request built from ``settings`` (:meth:`build`) and checked against the workspace in the same step,
+        before a run is stored: the classifier's classes matched to the data's, both models loaded (a plugin that
+        fails or a missing id fails here) and the classifier checked on the data, the settings the request leaves
+        open chosen from the data's size (:func:`sized_identification`; the note is logged), and the models
+        resolved to stored references that load again in any process (never ``default`` or a relative path).
+
+        Every front end (CLI, Failures page, API verb) starts identification from this request. With
+        ``train_missing`` (CLI and API), untrained defaults are trained first, announced.
+
+        Raises
+        ------
+        ProbeError
+            For bad settings, models that do not load or match the data, or a generator without an encoder.
+        """
+        request = cls.build(**settings)
+        registry = registry.remembering()  # the classes are matched and the models checked on one load of each
+        classifier_class_names(registry, request.classifier, request.dataset)  # classes matched before any training
+        lookup = registry.get_or_train_reference if train_missing else registry.resolve
+        classifier = lookup(request.classifier, "classifier", request.dataset, device=device)
+        vae = lookup(request.vae, "generator", request.dataset, device=device)
+        if not vae.capabilities.encoder:
+            raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
+        data = load_dataset(request.dataset, registry.data_dir)
+        checked_models(classifier, data, allow_weak_classifier=request.allow_weak_classifier)  # refused: see there
+        request, note = sized_identification(request, data)
+        if note:
+            log.warning(note)
+        return replace(request, classifier=classifier.id, vae=vae.id)
+
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
 # 2 cores (8,000 SVHN-like images). Unless the user names --max-images, it decodes and classifies about this many
@@ -126,29 +157,6 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tu
             f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "
             f"size (--max-images, --samples-per-image and --noise choose otherwise)")
     return replace(settings, samples_per_image=per_image, max_images=images), note
-
-
-def checked_identify_request(registry, settings: IdentifyRequest, device: str = "cpu",
-                              train_missing: bool = False) -> IdentifyRequest:
-    """The settings with the classifier and VAE resolved to stored references, loading both first.
-
-    Bad models (a plugin that fails, a missing id) fail here, before a run is stored; the run
-    then records references that resolve again in any process (never ``default`` or a relative path).
-    With ``train_missing`` (the CLI), untrained defaults are trained first, announced.
-    """
-    registry = registry.remembering()  # the classes are matched and the models checked on one load of each
-    classifier_class_names(registry, settings.classifier, settings.dataset)  # classes matched before any training
-    lookup = registry.get_or_train_reference if train_missing else registry.resolve
-    classifier = lookup(settings.classifier, "classifier", settings.dataset, device=device)
-    vae = lookup(settings.vae, "generator", settings.dataset, device=device)
-    if not vae.capabilities.encoder:
-        raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
-    data = load_dataset(settings.dataset, registry.data_dir)
-    checked_models(classifier, data, allow_weak_classifier=settings.allow_weak_classifier)  # refused: see there
-    settings, note = sized_identification(settings, data)
-    if note:
-        log.warning(note)
-    return replace(settings, classifier=classifier.id, vae=vae.id)
 
 
 @job_of(IdentifyRequest)

@@ -16,7 +16,6 @@ from probe_core.defuse.labels import HUMAN, label_images
 from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names
 from probe_core.defuse.results import CorrectionResult
 from probe_core.defuse.review import auto_label, review_images
-from probe_core.defuse.identify_step import checked_identify_request
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models.devices import resolve_device
@@ -159,8 +158,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
-    asked = IdentifyRequest.build(dataset=dataset, classifier=reference, vae=vae, **settings)
-    request = checked_identify_request(space.registry, asked, device, train_missing=True)
+    request = IdentifyRequest.checked(space.registry, device, train_missing=True, dataset=dataset,
+                                      classifier=reference, vae=vae, **settings)
     run_id, outcome = run_now(space.registry, request, device=device,
                              progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)

@@ -1,7 +1,8 @@
 """Run requests: what a run is asked to do, validated, stored with the run and rebuilt from it.
 
 :class:`SampleRequest` is built by its :meth:`~SampleRequest.build` alone; the other run
-kinds' requests are in :mod:`probe_core.runs.runconfig`, :mod:`probe_core.defuse.steps` and :mod:`probe_core.suites.scoring`.
+kinds' requests are in :mod:`probe_core.runs.runconfig`, the Defuse step modules (:mod:`probe_core.defuse.steps`)
+and :mod:`probe_core.suites.scoring`.
 """
 
 from __future__ import annotations
