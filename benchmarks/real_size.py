@@ -111,6 +111,7 @@ def run_size(size: int, args, workspace) -> None:
     from probe_core.defuse import verbs
     from probe_core.models import ModelSpec
     from probe_core.models.checks import check_classifier, check_generator, judge_agreement
+    from probe_core.models.registry import default_generator_kind
     from probe_core.runs.requests import SampleRequest
 
     path, names = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
@@ -134,12 +135,14 @@ def run_size(size: int, args, workspace) -> None:
         rows.append((f"train {spec.kind}", f"{resolved.describe_recipe()}: {took:.0f} s"
                      + (" (trained earlier in this workspace)" if held else "")))
     classifier = registry.resolve(kind_ids["classifier"], "classifier", reference)
-    generator = registry.resolve(kind_ids["vae"], "generator", reference)
+    generator_kind = default_generator_kind(reference)  # the VAE, or from 64x64 the spatial autoencoder
+    generator = registry.resolve(kind_ids[generator_kind], "generator", reference)
     clf_check = check_classifier(classifier, dataset)
     gen_check = check_generator(generator, classifier, dataset)
     rows.append(("classifier test accuracy", f"{clf_check.accuracy:.1%} (chance {clf_check.chance:.1%})"
                  + (" — NEAR CHANCE: refused" if clf_check.near_chance else "")))
-    rows.append(("generator check (VAE)", f"{gen_check.verdict}: FD-clf ratio {gen_check.figures['fd_ratio']:.1f} "
+    rows.append((f"generator check ({generator_kind})",
+                 f"{gen_check.verdict}: FD-clf ratio {gen_check.figures['fd_ratio']:.1f} "
                  f"(limit 50), sharpness {gen_check.figures['sharpness_ratio']:.2f}x the real images', "
                  f"reconstruction ratio {gen_check.figures.get('reconstruction_ratio', float('nan')):.2f}, "
                  f"class kept by reconstructions {gen_check.figures.get('reconstruction_class_ratio', float('nan')):.2f}x "
@@ -165,7 +168,8 @@ def run_size(size: int, args, workspace) -> None:
                           (f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair)):
         started = time.perf_counter()
         try:
-            result = mp.sample(spec, kind_ids["classifier"], kind_ids["vae"], dataset=reference, workspace=workspace,
+            result = mp.sample(spec, kind_ids["classifier"], kind_ids[generator_kind], dataset=reference,
+                               workspace=workspace,
                                chains=chains, progress=False, **short)
         except Exception as exc:  # noqa: BLE001 - a benchmark reports a refusal as a row
             rows.append((spec, f"refused: {exc}"))
@@ -184,7 +188,7 @@ def run_size(size: int, args, workspace) -> None:
                  f"batch {chains}; Pyro NUTS {rates['nuts']:,.0f}/s (x{rates['fast'] / rates['nuts']:.0f})"))
     started = time.perf_counter()
     try:
-        identified = verbs.identify(dataset=reference, classifier=kind_ids["classifier"], vae=kind_ids["vae"],
+        identified = verbs.identify(dataset=reference, classifier=kind_ids["classifier"], vae=kind_ids[generator_kind],
                                     workspace=workspace, progress=False,
                                     **({"max_images": 40, "samples_per_image": 20, **insist} if args.quick else {}))
         identify_seconds = time.perf_counter() - started

@@ -134,6 +134,13 @@ REAL_SIZE_FEATURE_STEPS = 2500
 REAL_SIZE_EPOCHS = (8, 200)
 REAL_SIZE_PERCEPTUAL = "trained"
 REAL_SIZE_VAE_LATENT = 32
+# The regularized autoencoder keeps a spatial code at 64x64 and up (SpatialDensityAutoencoder: 8 channels of 8x8). On
+# the 64x64 sign-like stand-in, with the same steps, the flat code of REAL_SIZE_VAE_LATENT kept the class of 0.38x
+# as many held-out images as the images (0/16 high:C chains hit); the spatial code 0.89x, and 10/16 chains hit
+# (docs/real-size.md, benchmarks/generators.py --size 64 --recipes rae). Its density needs twice as many training
+# images as code dimensions: smaller sets keep the flat code.
+REAL_SIZE_SPATIAL_SIDE = 64
+REAL_SIZE_SPATIAL_LATENT = 512
 # Generators of images with a side above this train on the data resized to it (the Defuse authors' 64x64
 # generator of 128x128 signs) and are seen through a differentiable resize (probe_core.models.resized): a
 # generator's training cost grows with its pixels, a classifier's far less.
@@ -156,10 +163,12 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
     on the SVHN-like set were colour blurs without a digit (``benchmarks/real_size.py``). The VAE trains on
     augmented batches, as the classifier does: trained longer without them on 8,000 SVHN-like images, its
     reconstructions kept the class of far more training images than held-out ones (it learnt the images, not
-    the digits; ``benchmarks/real_size.py`` prints both). The GAN keeps the papers' latent sizes. Epochs are
-    chosen for :data:`REAL_SIZE_STEPS` optimisation steps (the VAE's scaled down by the image's pixels beyond
-    32x32, to at least :data:`REAL_SIZE_MIN_VAE_STEPS`; its feature network's for
-    :data:`REAL_SIZE_FEATURE_STEPS`), within :data:`REAL_SIZE_EPOCHS`.
+    the digits; ``benchmarks/real_size.py`` prints both). The regularized autoencoder (``rae``) trains as the VAE
+    does, with a spatial code at 64x64 and up where there are images enough for its density
+    (:data:`REAL_SIZE_SPATIAL_LATENT`). The GAN keeps the papers' latent sizes. Epochs are chosen for
+    :data:`REAL_SIZE_STEPS` optimisation steps (the VAE's scaled down by the image's pixels beyond 32x32, to at
+    least :data:`REAL_SIZE_MIN_VAE_STEPS`; its feature network's for :data:`REAL_SIZE_FEATURE_STEPS`), within
+    :data:`REAL_SIZE_EPOCHS`.
 
     Returns
     -------
@@ -190,7 +199,10 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     if kind == "rae":
         feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
-        return {**resized, "architecture": "DensityAutoencoder", "epochs": epochs, "latent_dim": REAL_SIZE_VAE_LATENT,
+        # the density fitted on its codes needs twice as many training images as code dimensions
+        spatial = min(image_shape[1:]) >= REAL_SIZE_SPATIAL_SIDE and train_images >= 2 * REAL_SIZE_SPATIAL_LATENT
+        return {**resized, "architecture": "SpatialDensityAutoencoder" if spatial else "DensityAutoencoder",
+                "epochs": epochs, "latent_dim": REAL_SIZE_SPATIAL_LATENT if spatial else REAL_SIZE_VAE_LATENT,
                 "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     return {**resized, "architecture": "GANGenerator", "epochs": epochs,

@@ -17,6 +17,7 @@ from probe_core.models.registry import (
     REAL_SIZE_FEATURE_STEPS,
     REAL_SIZE_MIN_VAE_STEPS,
     REAL_SIZE_PERCEPTUAL,
+    REAL_SIZE_SPATIAL_LATENT,
     REAL_SIZE_STEPS,
     REAL_SIZE_VAE_LATENT,
     ModelSpec,
@@ -43,6 +44,27 @@ def test_real_size_images_get_a_resnet_with_augmentation_and_a_perceptual_vae(sh
     assert vae["architecture"] == "VAE" and vae["kl_warmup"] == vae["epochs"] // 2
     assert vae["latent_dim"] == REAL_SIZE_VAE_LATENT and vae["perceptual"] == REAL_SIZE_PERCEPTUAL
     assert real_size_recipe("gan", shape, classes, images)["latent_dim"] == latent
+
+
+@pytest.mark.parametrize("shape, images, spatial", [((3, 32, 32), 3870, False), ((1, 48, 48), 3870, False),
+                                                    ((3, 64, 64), 3870, True), ((3, 128, 128), 3870, True),
+                                                    ((3, 64, 64), 2 * REAL_SIZE_SPATIAL_LATENT - 1, False)])
+def test_the_autoencoder_keeps_a_spatial_code_from_64x64_and_builds_with_it(shape, images, spatial):
+    """At 64x64 and up (larger images are resized to 64x64 for the generator) the regularized autoencoder's code is
+    8x8 maps (a flat code underfit there: docs/real-size.md) where there are twice as many images as code dimensions
+    for its density; the recipe's latent builds the architecture."""
+    from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES
+
+    recipe = real_size_recipe("rae", shape, 43, images)
+    assert recipe["architecture"] == ("SpatialDensityAutoencoder" if spatial else "DensityAutoencoder")
+    assert recipe["latent_dim"] == (REAL_SIZE_SPATIAL_LATENT if spatial else REAL_SIZE_VAE_LATENT)
+    assert recipe["perceptual"] == REAL_SIZE_PERCEPTUAL and recipe["augment"]
+    side = recipe.get("image_size", shape[1])
+    model = AUTOENCODER_ARCHITECTURES[recipe["architecture"]]((shape[0], side, side), recipe["latent_dim"],
+                                                                [str(c) for c in range(43)]).eval()
+    codes, _ = model.generator.encode(torch.rand(2, shape[0], side, side))
+    assert codes.shape == (2, recipe["latent_dim"])
+    assert model.generator.decode(codes).shape == (2, shape[0], side, side)
 
 
 def test_the_vae_takes_its_steps_at_32x32_and_fewer_on_bigger_images_down_to_a_floor():
