@@ -1,7 +1,7 @@
 """A deterministic numpy renderer from scene vectors to RGB images (no gradients, by design).
 
-All scenes of a batch and all their objects are rasterised at once: every pixel
-centre is tested against every object in the object's own rotated frame. Later
+The scenes of a batch are rasterised together, in chunks of :data:`RENDER_CHUNK`: every
+pixel centre is tested against every object in the object's own rotated frame. Later
 slots are painted over earlier ones.
 """
 
@@ -19,6 +19,9 @@ PALETTE = np.array([[0.86, 0.20, 0.18], [0.24, 0.67, 0.24], [0.16, 0.35, 0.86], 
 BACKGROUND = np.array([0.55, 0.55, 0.55], dtype=np.float32)
 RADIUS = (0.12, 0.18)  # small, large: circumradius as a fraction of the image side
 OUTLINE = 0.55  # an outlined shape is its ring outside this fraction of its radius
+# Scenes rasterised per numpy pass: a chunk's (B, H, W) temporaries stay in the CPU's cache. A data set's
+# 26,000 scenes rendered as one batch took 3x as long as in chunks of 256 (the same images).
+RENDER_CHUNK = 256
 
 
 def _inside(shape: np.ndarray, u: np.ndarray, v: np.ndarray, radius: np.ndarray) -> np.ndarray:
@@ -41,6 +44,9 @@ def render_scenes(scenes: torch.Tensor | np.ndarray, max_objects: int, size: int
     Deterministic: the same vector always gives the same image.
     """
     array = np.asarray(scenes.detach().cpu() if isinstance(scenes, torch.Tensor) else scenes, dtype=np.float32)
+    if len(array) > RENDER_CHUNK:
+        return torch.cat([render_scenes(array[start:start + RENDER_CHUNK], max_objects, size)
+                          for start in range(0, len(array), RENDER_CHUNK)])
     slots = array.reshape(len(array), max_objects, SLOT)
     centres = (np.arange(size, dtype=np.float32) + 0.5) / size
     py, px = np.meshgrid(centres, centres, indexing="ij")  # (H, W)
