@@ -54,17 +54,51 @@ TEST_SEED = int(os.environ.get("PROBE_TEST_SEED", "0"))
 os.environ["PROBE_MODEL_SEED"] = str(TEST_SEED)
 
 
-# Tests that share one costly thing run on one xdist worker (``--dist loadgroup``): the session-wide regression
-# suite, the signed-in browser tests' dashboard server (tests/e2e/test_browser.py), and Ray (one instance per
-# worker would start two Ray clusters on two cores). A test joins a group by using the fixture or by its marker
-# (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``).
-GROUP_OF_FIXTURE = {"regression_suite": "regression-suite", "ray_instance": "ray", "team_server": "team-server"}
+# Tests that share one costly thing run on one xdist worker (``--dist loadgroup``): the session-wide flawed Defuse
+# run and the regression suite built on it, the signed-in browser tests' dashboard server (tests/e2e/test_browser.py),
+# and Ray (one instance per worker would start two Ray clusters on two cores). A test joins a group by using the
+# fixture or by its marker (``ray`` for every Ray test, ``pytestmark = pytest.mark.ray``). A test that uses two
+# costly things joins their groups into one (the team server and the Ray tests use the flawed run), so each thing
+# is still built once per run.
+GROUP_OF_FIXTURE = {"flawed_run": "flawed-run", "regression_suite": "regression-suite", "ray_instance": "ray",
+                    "team_server": "team-server"}
 GROUP_OF_MARKER = {"ray": "ray"}
 # Tiers (``make test-fast`` leaves these out; ``make test`` and CI run them all): ``e2e`` and ``slow`` are given by
 # the folder (the page tests run background jobs), ``slow`` also by a costly shared fixture or a module's own
 # ``pytestmark = pytest.mark.slow`` (training or long Defuse steps), ``ray`` by the module's mark.
 TIER_OF_FOLDER = {"e2e": "e2e", "app": "slow"}
 SLOW_FIXTURES = {"flawed_run", "regression_suite", "colours_workspace"}
+
+
+def _groups_wanted(item) -> set[str]:
+    """The groups of the costly shared things a collected test uses (its fixtures and marks)."""
+    groups = {group for fixture, group in GROUP_OF_FIXTURE.items() if fixture in getattr(item, "fixturenames", ())}
+    return groups | {group for marker, group in GROUP_OF_MARKER.items() if item.get_closest_marker(marker)}
+
+
+def joined_groups(wanted: list[set[str]]) -> dict[str, str]:
+    """Each group's xdist group name once the groups that one test wants together are joined.
+
+    A test runs on one worker, so two groups that one test uses must share that worker; joining them
+    (transitively) gives each test exactly one group. The joined name lists its parts: ``flawed-run+ray``.
+    """
+    parent: dict[str, str] = {}
+
+    def root(group: str) -> str:
+        while parent.setdefault(group, group) != group:
+            group = parent[group]
+        return group
+
+    for groups in wanted:
+        ordered = sorted(groups)
+        for other in ordered[1:]:
+            parent[root(other)] = root(ordered[0])
+        for group in ordered:
+            root(group)
+    members: dict[str, list[str]] = {}
+    for group in parent:
+        members.setdefault(root(group), []).append(group)
+    return {group: "+".join(sorted(members[root(group)])) for group in parent}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -76,11 +110,11 @@ def pytest_collection_modifyitems(items):
     the groups are spread over the workers. ``tests/unit/test_grouping.py`` checks the suffix on a real
     ``-n 2`` run, and :func:`claim_group` fails a run where one group's fixture is built on two workers.
     """
-    for item in items:
-        groups = {group for fixture, group in GROUP_OF_FIXTURE.items() if fixture in getattr(item, "fixturenames", ())}
-        groups |= {group for marker, group in GROUP_OF_MARKER.items() if item.get_closest_marker(marker)}
-        for group in sorted(groups):
-            item.add_marker(pytest.mark.xdist_group(group))
+    wanted = [_groups_wanted(item) for item in items]
+    names = joined_groups(wanted)
+    for item, groups in zip(items, wanted):
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(names[next(iter(groups))]))
         folder = Path(str(item.path)).parent.name
         if folder in TIER_OF_FOLDER:
             item.add_marker(getattr(pytest.mark, TIER_OF_FOLDER[folder]))
@@ -143,8 +177,9 @@ def workspace(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def flawed_run(trained_workspace):
+def flawed_run(trained_workspace, tmp_path_factory):
     """A classifier trained with 40 % of its 9s labelled 8, identified and distilled with quick settings (~15 s)."""
+    claim_group(tmp_path_factory, GROUP_OF_FIXTURE["flawed_run"])
     from probe_core.defuse import steps
     from probe_core.models import ModelSpec
 

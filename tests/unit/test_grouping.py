@@ -1,4 +1,5 @@
-"""The suite's xdist groups hold: tests that share a costly fixture or a ``ray`` mark run on one worker.
+"""The suite's xdist groups hold: tests that share a costly fixture or a ``ray`` mark run on one worker, and a test
+that uses two of them joins their groups (so both things are still built on one worker).
 
 A small test tree is run with ``-n 2 --dist loadgroup`` under the suite's own ``tests/conftest.py`` hook (loaded
 as a plugin), its shared fixture replaced by a cheap one; each test writes down the worker it ran on. With a pytest
@@ -33,6 +34,14 @@ import pytest
 def regression_suite():
     return "cheap stand-in"
 
+@pytest.fixture(scope="session")
+def team_server():
+    return "cheap stand-in"
+
+@pytest.fixture(scope="session")
+def flawed_run():
+    return "cheap stand-in"
+
 @pytest.fixture
 def record(request, tmp_path_factory):
     yield
@@ -53,6 +62,15 @@ def test_suite_{name}(record, regression_suite, i):
 @pytest.mark.ray
 @pytest.mark.parametrize("i", range(4))
 def test_ray_{name}(record, i):
+    pass
+
+@pytest.mark.parametrize("i", range(2))
+def test_team_{name}(record, team_server, i):
+    pass
+
+@pytest.mark.ray
+@pytest.mark.parametrize("i", range(2))
+def test_ray_and_flawed_{name}(record, flawed_run, i):
     pass
 
 @pytest.mark.parametrize("i", range(6))
@@ -78,9 +96,12 @@ def test_grouped_tests_stay_on_one_worker(tmp_path):
         cwd=tree, env=env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 * 14
-    for group in ("regression-suite", "ray"):
-        members = [row for row in rows if group in row["groups"]]
-        assert len(members) == 12, f"every {group} test carries the group mark"
+    assert len(rows) == 3 * 18
+    # group: (the tests' name prefix, how many per module); test_ray_and_flawed_* join flawed-run and ray
+    groups = {"regression-suite": ("suite", 4), "team-server": ("team", 2), "flawed-run+ray": ("ray", 4 + 2)}
+    for group, (test, per_module) in groups.items():
+        members = [row for row in rows if row["test"].startswith(f"test_{test}_")]
+        assert len(members) == 3 * per_module
+        assert all(row["groups"] == [group] for row in members), f"{test} tests carry the mark {group}: {members}"
         assert len({row["worker"] for row in members}) == 1, f"group {group} ran on {members}"
     assert len({row["worker"] for row in rows}) == 2, "both workers took tests (the run was parallel)"
