@@ -25,8 +25,16 @@ from probe_core.errors import ProbeError
 # Added to the shared covariance's diagonal (in whitened units): a class with few codes, or codes on a
 # subspace, still gives a proper density.
 DEFAULT_RIDGE = 1e-3
+# A density is fitted on at least this many codes per code dimension (its covariance needs more codes than dimensions).
+MIN_CODES_PER_DIMENSION = 2
 # A DensityGenerator's buffers, in the order of ClassCodeDensity.from_fitted's arguments.
 DENSITY_BUFFERS = ("code_mean", "code_whitening", "class_means", "class_scale_tril", "class_weights")
+
+
+def has_codes_enough(codes: int, dimensions: int) -> bool:
+    """Whether ``codes`` codes are enough to fit a density over ``dimensions`` dimensions
+    (:data:`MIN_CODES_PER_DIMENSION` per dimension)."""
+    return codes >= MIN_CODES_PER_DIMENSION * dimensions
 
 
 class ClassCodeDensity:
@@ -73,8 +81,9 @@ class ClassCodeDensity:
             raise ProbeError(f"a code density is fitted on codes (N, D) and N labels, got {tuple(codes.shape)} "
                              f"and {tuple(labels.shape)}")
         count, dim = codes.shape
-        if count < 2 * dim:
-            raise ProbeError(f"a code density in {dim} dimensions needs at least {2 * dim} codes, got {count}")
+        if not has_codes_enough(count, dim):
+            raise ProbeError(f"a code density in {dim} dimensions needs at least {MIN_CODES_PER_DIMENSION * dim} "
+                             f"codes, got {count}")
         self.mean_ = codes.mean(0)
         centred = codes - self.mean_
         covariance = centred.T @ centred / (count - 1) + 1e-9 * torch.eye(dim, dtype=codes.dtype)

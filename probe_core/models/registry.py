@@ -47,6 +47,7 @@ from probe_core.models.architectures import (
     default_vae_architecture,
 )
 from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES, train_autoencoder
+from probe_core.models.density import has_codes_enough
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
@@ -199,8 +200,9 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
                 "feature_epochs": None if feature_epochs == perceptual_epochs("trained", epochs) else feature_epochs}
     if kind == "rae":
         feature_epochs = min(high, max(low, math.ceil(REAL_SIZE_FEATURE_STEPS / steps_per_epoch)))
-        # the density fitted on its codes needs twice as many training images as code dimensions
-        spatial = min(image_shape[1:]) >= REAL_SIZE_SPATIAL_SIDE and train_images >= 2 * REAL_SIZE_SPATIAL_LATENT
+        # the density fitted on its codes needs codes enough (one per training image) for its dimensions
+        spatial = (min(image_shape[1:]) >= REAL_SIZE_SPATIAL_SIDE
+                   and has_codes_enough(train_images, REAL_SIZE_SPATIAL_LATENT))
         return {**resized, "architecture": "SpatialDensityAutoencoder" if spatial else "DensityAutoencoder",
                 "epochs": epochs, "latent_dim": REAL_SIZE_SPATIAL_LATENT if spatial else REAL_SIZE_VAE_LATENT,
                 "perceptual": REAL_SIZE_PERCEPTUAL, "augment": True,
