@@ -6,6 +6,7 @@ in ``__init__``, ``fit`` returns ``self``, fitted attributes end in ``_``).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -200,6 +201,31 @@ def describe_clusters(clusterer: FailureClusterer, predictions: np.ndarray, true
     return described
 
 
+@functools.cache
+def _umap_with_cached_kernels():
+    """The ``umap`` module, its numba kernels cached on disk (imported on first use: the import takes seconds).
+
+    umap compiles its k-NN graph and layout kernels without ``cache=True``, so every new process that draws a map
+    compiled them again: about 10 s of a map's 12 s in each worker process. Caching them (numba's own
+    ``Dispatcher.enable_caching``, what ``cache=True`` does) makes that a once-per-installation cost; numba keys the
+    cache on the source file, so an upgraded umap compiles afresh. Where numba finds no writable cache location,
+    the kernels compile per process as before.
+    """
+    import umap
+    import umap.layouts
+    import umap.umap_
+    import umap.utils
+
+    for module in (umap.umap_, umap.utils, umap.layouts):
+        for kernel in vars(module).values():
+            if callable(getattr(kernel, "enable_caching", None)):
+                try:
+                    kernel.enable_caching()
+                except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+                    return umap
+    return umap
+
+
 def embed_2d(latents: np.ndarray, max_fit: int = 5000, n_neighbors: int = 15, seed: int = 0) -> np.ndarray:
     """A 2-D map of (N, D) codes for display: UMAP on at most ``max_fit`` of them, the rest placed by k-NN.
 
@@ -208,8 +234,9 @@ def embed_2d(latents: np.ndarray, max_fit: int = 5000, n_neighbors: int = 15, se
     position of their 10 nearest fitted neighbours takes about a second and keeps
     clusters where UMAP put them. Returns (N, 2) float32.
     """
-    import umap
     from sklearn.neighbors import KNeighborsRegressor
+
+    umap = _umap_with_cached_kernels()
 
     latents = np.asarray(latents, dtype=np.float32)
     if len(latents) < 3:

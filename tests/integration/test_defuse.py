@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import threading
 
 import numpy as np
@@ -380,6 +381,17 @@ def test_embed_2d_places_points_beyond_the_fitted_subsample_next_to_their_neighb
     centre = [xy[truth == c].mean(0) for c in (0, 1)]
     nearest = np.argmin([np.linalg.norm(xy - c, axis=1) for c in centre], axis=0)
     assert (nearest == truth).mean() > 0.98
+
+
+def test_embed_2d_keeps_umaps_compiled_kernels_on_disk_for_the_next_process():
+    import umap.umap_
+
+    embed_2d(np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32), seed=0)
+    stats = umap.umap_.smooth_knn_dist.stats
+    compiled_here_or_loaded = sum(stats.cache_hits.values()) + sum(stats.cache_misses.values())
+    assert stats.cache_path is not None and compiled_here_or_loaded >= 1
+    assert any(name.startswith("umap_.smooth_knn_dist") and name.endswith(".nbi")
+               for name in os.listdir(stats.cache_path))
 
 
 def test_novelty_finds_the_nearest_misclassified_training_image_of_each_review_image(trained_workspace, flawed_run,
