@@ -26,6 +26,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -107,19 +108,21 @@ def main() -> int:
     print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
           "class kept training | class | chains hit | judge agrees with hits | chain s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    rng = torch.Generator().manual_seed(0)
     for kind in args.recipes.split(","):
         model, seconds = trained(registry, ModelSpec(dataset=reference, kind=kind), args.quick)
         loaded = registry.resolve(model.id, "generator", reference)
-        check = check_generator(loaded, classifier, data, judge=judge)
-        figures = check.figures
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
         if kind == "rae":
-            variants = [("fitted density", loaded.module)]
+            variants = [("fitted density", loaded)]
         else:
             density = fit_code_density(loaded.module, data.train_images, data.train_labels)
-            variants = [("N(0, I)", loaded.module), ("fitted density", DensityGenerator(loaded.module, density, names))]
-        for prior_name, generator in variants:
+            variants = [("N(0, I)", loaded), ("fitted density", dataclasses.replace(
+                loaded, id=f"{loaded.id}-density", module=DensityGenerator(loaded.module, density, names),
+                capabilities=None))]
+        for prior_name, variant in variants:
+            generator = variant.module
+            check = check_generator(variant, classifier, data, judge=judge)
+            figures = check.figures
             starts = ("prior", "classes") if isinstance(generator, DensityGenerator) else ("prior",)
             for start in starts:
                 for cls in classes:
