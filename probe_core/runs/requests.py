@@ -179,10 +179,10 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 class SampleRequest:
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
-    Build it with :meth:`build`, the one constructor that fills the target's defaults, checks every
-    setting, resolves the model references and parses the target (the CLI, the dashboard, the API and
-    the use cases all call it). A worker rebuilds the same
-    request from the stored run (:func:`config_of`).
+    Build it with :meth:`build`, the one constructor for front ends: it fills the target's defaults, resolves
+    the model references and parses the target (the CLI, the dashboard, the API and the use cases all call
+    it). The settings are checked by the request itself, however it is made (:meth:`build`, a stored run read
+    back by :func:`from_record`, or the constructor), so no request with settings a run cannot use exists.
 
     Parameters
     ----------
@@ -243,6 +243,12 @@ class SampleRequest:
             raise ProbeError(f"a sample request's target is a TargetSpec, not {type(self.target).__name__}")
         elif self.class_names and self.target.class_names != tuple(self.class_names):
             raise ProbeError("the target spec is written in other classes than the request's classifier has")
+        check_sampler_settings(**self.sampler_settings())
+        object.__setattr__(self, "executor", check_executor(self.executor, connect=False))
+        if self.shards is None and self.executor == "local":
+            object.__setattr__(self, "shards", 1)  # one shard here; None means one per worker of a cluster
+        check_shards(self.shards)
+        object.__setattr__(self, "allow_weak_classifier", bool(self.allow_weak_classifier))
 
     def sampler_settings(self) -> dict:
         """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""
@@ -300,16 +306,10 @@ class SampleRequest:
         given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                               "anneal_sigma_from")}
         given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
-        allow_weak = given.pop("allow_weak_classifier", False)
-        check_sampler_settings(**given)
-        given["allow_weak_classifier"] = bool(allow_weak)
-        given["executor"] = check_executor(given.get("executor", "local"), connect=False)
-        if given.get("shards", 1) is None and given["executor"] == "local":
-            given["shards"] = 1  # one shard here; None means one per worker of a cluster
-        check_shards(given.get("shards", 1))
+        # the settings are checked (by the request itself) before the generator is resolved
+        checked = cls(dataset=dataset, target=spec, classifier=classifier_id, class_names=names, **given)
         generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
-        return cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
-                   class_names=names, **given)
+        return dataclasses.replace(checked, generator=generator_id)
 
     @property
     def targets(self) -> tuple[Target, ...]:

@@ -86,6 +86,20 @@ def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
         JobSpec("nothing", {}).build_for(None)
 
 
+def test_a_sample_request_checks_its_settings_however_it_is_made():
+    """Not only build: the constructor and a stored run read back refuse what a run cannot use."""
+    made = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, executor=" local ", shards=None)
+    assert made.executor == "local" and made.shards == 1
+    for bad, message in (({"chains": 0}, "chains"), ({"sampler": "gibbs"}, "unknown sampler"),
+                         ({"sigma": -1.0}, "sigma"), ({"shards": 0}, "shards"), ({"warmup": "ten"}, "warm")):
+        with pytest.raises(ProbeError, match=message):
+            SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, **bad)
+        stored = {**record(made), **bad}
+        with pytest.raises(ProbeError, match=message):
+            from_record(SampleRequest, stored)
+        assert config_of(SimpleNamespace(kind="sample", config=stored)) is None
+
+
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
     assert config_of(SimpleNamespace(kind="defuse-embedding-v0", config={})) is None
     assert config_of(SimpleNamespace(kind="sample", config={"recipe": "novel-class", "dataset": "digits"})) is None
