@@ -306,10 +306,9 @@ class SampleRequest:
         given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                               "anneal_sigma_from")}
         given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
-        # the settings are checked (by the request itself) before the generator is resolved
-        checked = cls(dataset=dataset, target=spec, classifier=classifier_id, class_names=names, **given)
         generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
-        return dataclasses.replace(checked, generator=generator_id)
+        return cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
+                   class_names=names, **given)  # which checks the settings
 
     @property
     def targets(self) -> tuple[Target, ...]:

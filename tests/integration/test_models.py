@@ -100,21 +100,23 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
     assert len(loads) == 2
 
 
-def test_a_sharded_request_checks_its_settings_once(trained_workspace, monkeypatch):
+def test_a_sharded_request_is_checked_by_the_request_alone(trained_workspace, monkeypatch):
     from probe_core.bayestrex import run
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
     from probe_core.runs import requests
     from probe_core.runs.requests import SampleRequest
 
-    checks = []
+    checks = {"request": 0, "sampler": 0}
     original = requests.check_sampler_settings
-    for module in (requests, run):  # wherever a layer could call it from
-        monkeypatch.setattr(module, "check_sampler_settings", lambda **settings: (checks.append(settings),
-                                                                                  original(**settings))[1])
+    for module, layer in ((requests, "request"), (run, "sampler")):  # wherever a layer could call it from
+        monkeypatch.setattr(module, "check_sampler_settings",
+                            lambda layer=layer, **settings: (checks.__setitem__(layer, checks[layer] + 1),
+                                                             original(**settings))[1])
     registry = trained_workspace.registry.remembering()
     request = SampleRequest.build(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
+    assert checks == {"request": 1, "sampler": 0}  # built: checked once, by the request being made
     result = probe_target(prepare_sample(registry, request))
-    assert len(checks) == 1  # when the request was built; neither the run nor its two shards check again
+    assert checks["sampler"] == 0  # neither the run nor its two shards check again: a request is valid
     assert [entry["target_index"] for entry in result.targets] == [0, 1]
     with pytest.raises(ProbeError, match="chains per target"):
         run.sample(None, None, "high:3", class_names=("a", "b"), chains=0)  # the public function checks first
