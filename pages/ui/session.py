@@ -12,7 +12,7 @@ import torch
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, _verdicts, get_job_manager, get_workspace
 from pages.ui.text import plain
-from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets, load_dataset
+from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets
 from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
 from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
 from probe_core.errors import ProbeError
@@ -361,7 +361,6 @@ def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = Non
 
 def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **sample_kwargs) -> int:
     from probe_core.runs.requests import SampleRequest
-    from probe_core.runs.validation import checked_models
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -374,7 +373,6 @@ def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **s
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     registry = workspace().registry
     config = SampleRequest.build(registry, dataset_name, spec, classifier, generator, **{**scaleout(), **sample_kwargs})
-    checked_models(classifier, load_dataset(dataset_name, registry.data_dir))  # a refused check starts nothing
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
     run_id = lifecycle.submit(job_manager(), config, data_dir(), dedupe=True,
                               device=device())

@@ -37,6 +37,15 @@ class CompareRequest:
     seed: int = 0
     sigma: float = DEFAULT_SIGMA
 
+    def __post_init__(self) -> None:
+        """Checks the request however it is made (:meth:`build`, read back from a stored run, or directly)."""
+        if not self.classifier_a or not self.classifier_b:
+            raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
+        if self.classifier_a == self.classifier_b:
+            raise ProbeError("pick two different classifiers to compare")
+        check_sampler_settings(chains=self.chains, warmup=self.warmup, samples=self.samples,
+                               keep_every=self.keep_every, sigma=self.sigma, seed=self.seed)
+
     @property
     def classifiers(self) -> list[str]:
         return [self.classifier_a, self.classifier_b]
@@ -45,7 +54,8 @@ class CompareRequest:
     def build(cls, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
               **settings) -> "CompareRequest":
         """The one way to make a comparison request: settings not given (or None) take this type's defaults,
-        and all are checked once, here, before any work; the job trusts them.
+        and all are checked once, when the request is made (:meth:`__post_init__`), before any work; the job
+        trusts them.
 
         Parameters
         ----------
@@ -59,17 +69,10 @@ class CompareRequest:
         ProbeError
             For a missing classifier, an unknown setting or a value the sampler cannot use.
         """
-        if not classifier_a or not classifier_b:
-            raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
-        if classifier_a == classifier_b:
-            raise ProbeError("pick two different classifiers to compare")
         refuse_unknown(settings, COMPARE_SETTINGS, "comparison")
-        request = cls(dataset=dataset, classifier_a=classifier_a, classifier_b=classifier_b,
-                      generator=generator or "default",
-                      **{key: value for key, value in settings.items() if value is not None})
-        check_sampler_settings(chains=request.chains, warmup=request.warmup, samples=request.samples,
-                               keep_every=request.keep_every, sigma=request.sigma, seed=request.seed)
-        return request
+        return cls(dataset=dataset, classifier_a=classifier_a, classifier_b=classifier_b,
+                   generator=generator or "default",
+                   **{key: value for key, value in settings.items() if value is not None})  # which checks them
 
 
 COMPARE_SETTINGS = ("chains", "warmup", "samples", "keep_every", "seed", "sigma")

@@ -20,6 +20,7 @@ from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
+from probe_core.runs.requests import checked_run_id
 
 ARRAYS = "latent-map"
 
@@ -72,6 +73,9 @@ class LatentMapRequest:
     kind: ClassVar[str] = LATENT_MAP
 
     run: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run", checked_run_id(self.run, "the sampling run to map"))
 
     @classmethod
     def build(cls, store, run_id: int) -> "LatentMapRequest":

@@ -10,6 +10,7 @@ from probe_core.defuse.results import DISTILL, EMBEDDING, EmbeddingResult
 from probe_core.defuse.review import embedding
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
+from probe_core.runs.requests import checked_run_id
 
 
 @run_kind(EmbeddingResult)
@@ -20,6 +21,9 @@ class EmbeddingRequest:
     kind: ClassVar[str] = EMBEDDING
 
     distill_run: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "distill_run", checked_run_id(self.distill_run, "the distillation run to map"))
 
     @classmethod
     def build(cls, store, distill_run: int) -> "EmbeddingRequest":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -16,6 +17,7 @@ from probe_core.catalog import classifier_dataset, dataset_entry, load_dataset
 from probe_core.data import is_real_size
 from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError, check_number_ranges
+from probe_core.models.checks import check_classifier, require_usable
 from probe_core.models.registry import SEED_RANGE
 from probe_core.runs.scaleout import check_executor, check_shards
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
@@ -123,6 +125,20 @@ class BuiltFromSettings:
             return cls(**settings)
         except TypeError as exc:  # e.g. a text where a number goes: the comparisons in __post_init__
             raise ProbeError(f"bad {cls.setting_word} settings: {exc}") from None
+
+
+def checked_run_id(value, what: str) -> int:
+    """A run id as an ``int`` (NumPy's whole numbers too); a :class:`ProbeError` for anything but a whole number of
+    at least 1 (``what`` names it in the message)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ProbeError(f"{what} is a run id (a whole number from 1), got {value!r}")
+    return int(value)
+
+
+def check_reference(value, what: str) -> None:
+    """Refuse a reference (a model id, a file path, a suite's name) that is not a non-empty text."""
+    if not isinstance(value, str) or not value.strip():
+        raise ProbeError(f"name the {what} (a non-empty text), got {value!r}")
 
 
 def matrix_sampler_defaults(image_shape: tuple[int, int, int]) -> dict:
@@ -265,7 +281,8 @@ class SampleRequest:
         Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
         size). Every setting, the executor and shards, the data set, the classifier's classes (matched to
         the data set's by name; ``class_map`` gives ``MODEL=DATA,...`` where the names differ) and the
-        target are checked before any work: nothing is trained, stored or connected to.
+        target are checked before any work: nothing is trained, stored or connected to. A classifier given
+        already resolved is checked on the data too (:func:`~probe_core.models.checks.require_usable`).
 
         Parameters
         ----------
@@ -284,6 +301,9 @@ class SampleRequest:
         ------
         ProbeError
             For an unknown setting or any value a run cannot use (one clear message).
+        ModelCheckError
+            For a classifier given resolved whose classes look matched wrongly, or that is near chance without
+            ``allow_weak_classifier``.
         """
         refuse_unknown(settings, SAMPLE_SETTINGS, "sampler")
         if not isinstance(target, TargetSpec) and (not isinstance(target, str) or not target.strip()):
@@ -307,8 +327,13 @@ class SampleRequest:
                                                                                               "anneal_sigma_from")}
         given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
         generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
-        return cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
-                   class_names=names, **given)  # which checks the settings
+        request = cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
+                      class_names=names, **given)  # which checks the settings
+        if not isinstance(classifier, str):
+            # a classifier the caller already holds is checked now (a few forward passes), so a refused one
+            # starts nothing; one named by reference is checked where the run loads it
+            require_usable(check_classifier(classifier, data), request.allow_weak_classifier)
+        return request
 
     @property
     def targets(self) -> tuple[Target, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from probe_core.catalog import load_dataset
@@ -34,14 +34,36 @@ class TrainRequest:
     kind: ClassVar[str] = TrainingResult.kind
 
     dataset: str
-    specs: tuple[dict, ...] = field(default_factory=tuple)
+    specs: tuple[dict, ...]
     purpose: str = "custom"
     device: str = "cpu"
 
+    def __post_init__(self) -> None:
+        """Checks the request however it is made (:meth:`build`, read back from a stored run, or directly): a
+        purpose, at least one spec, and each spec a :class:`ModelSpec` (kept as its fields' dict)."""
+        if not isinstance(self.purpose, str) or not self.purpose.strip():
+            raise ProbeError("say why the models are trained (a purpose such as 'defaults' or 'custom')")
+        if isinstance(self.specs, (str, bytes, dict, ModelSpec)):
+            raise ProbeError("specs is a sequence of model specs, not one")
+        checked = []
+        for spec in self.specs:
+            if isinstance(spec, dict):
+                try:
+                    spec = ModelSpec(**spec)
+                except TypeError as exc:
+                    raise ProbeError(f"not a model spec: {exc}") from None
+            if not isinstance(spec, ModelSpec):
+                raise ProbeError(f"not a model spec: {type(spec).__name__}")
+            checked.append(dataclasses.asdict(spec))
+        if not checked:
+            raise ProbeError("nothing to train: give at least one model spec")
+        object.__setattr__(self, "specs", tuple(checked))
+        object.__setattr__(self, "device", str(self.device))
+
     @classmethod
     def build(cls, dataset: str, specs, purpose: str = "custom", device: str = "cpu") -> "TrainRequest":
-        """The one way to make a training request: every spec is checked as a :class:`ModelSpec` here, before a
-        run is stored; the job trusts them.
+        """The one way to make a training request: every spec is checked as a :class:`ModelSpec` when the request
+        is made (:meth:`__post_init__`), before a run is stored; the job trusts them.
 
         Parameters
         ----------
@@ -57,21 +79,9 @@ class TrainRequest:
         ProbeError
             For no spec, a spec that is not a model spec, or an empty purpose.
         """
-        if not isinstance(purpose, str) or not purpose.strip():
-            raise ProbeError("say why the models are trained (a purpose such as 'defaults' or 'custom')")
-        checked = []
-        for spec in specs:
-            if isinstance(spec, dict):
-                try:
-                    spec = ModelSpec(**spec)
-                except TypeError as exc:
-                    raise ProbeError(f"not a model spec: {exc}") from None
-            if not isinstance(spec, ModelSpec):
-                raise ProbeError(f"not a model spec: {type(spec).__name__}")
-            checked.append(dataclasses.asdict(spec))
-        if not checked:
-            raise ProbeError("nothing to train: give at least one model spec")
-        return cls(dataset, tuple(checked), purpose, str(device))
+        if isinstance(specs, (str, bytes, dict, ModelSpec)):
+            raise ProbeError("specs is a sequence of model specs, not one")
+        return cls(dataset, tuple(specs), purpose, device)
 
 
 @job_of(TrainRequest)

@@ -12,6 +12,7 @@ import torch
 from probe_core.catalog import generator_dataset, load_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, run_now, submit
+from probe_core.runs.requests import check_reference
 
 REGION = "defuse-region"
 FINDING = "bayestrex-finding"
@@ -192,6 +193,10 @@ class ScoreRequest:
 
     suite: str
     classifier: str
+
+    def __post_init__(self) -> None:
+        check_reference(self.suite, "suite")
+        check_reference(self.classifier, "classifier to score (a model id, a plugin or a model file)")
 
     @classmethod
     def build(cls, registry, suite: str, classifier: str) -> "ScoreRequest":

@@ -101,6 +101,21 @@ def test_the_cli_refuses_sampling_with_a_classifier_at_chance_and_stores_nothing
     assert len(trained_workspace.store.list_runs()) == runs_before
 
 
+def test_a_request_made_with_a_classifier_at_chance_is_refused_when_made(digits, trained_workspace):
+    """The dashboard holds its models resolved: building the request checks the classifier, so a refused one starts
+    nothing, and insisting builds it."""
+    from probe_core.runs.requests import SampleRequest
+
+    registry = trained_workspace.registry
+    runs_before = len(trained_workspace.store.list_runs())
+    with pytest.raises(ModelCheckError, match="near chance"):
+        SampleRequest.build(registry, "digits", "high:7", _constant(digits), "default", chains=2)
+    assert len(trained_workspace.store.list_runs()) == runs_before
+    insisted = SampleRequest.build(registry, "digits", "high:7", _constant(digits), "default", chains=2,
+                                   allow_weak_classifier=True)
+    assert insisted.allow_weak_classifier and insisted.classifier == _constant(digits).id
+
+
 def test_the_judge_counts_the_hits_it_puts_in_the_target_class(digits):
     from probe_core.models.checks import judge_agreement
 

@@ -3,9 +3,12 @@
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from probe_core.bayestrex.compare import CompareRequest
+from probe_core.bayestrex.latent_map import LatentMapRequest
+from probe_core.defuse.embedding_step import EmbeddingRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
@@ -13,6 +16,7 @@ from probe_core.runs.lifecycle import JobSpec, job_spec
 from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
 from probe_core.runs.training import TrainRequest
+from probe_core.suites.scoring import ScoreRequest
 
 DIGITS = tuple(str(i) for i in range(10))
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -98,6 +102,47 @@ def test_a_sample_request_checks_its_settings_however_it_is_made():
         with pytest.raises(ProbeError, match=message):
             from_record(SampleRequest, stored)
         assert config_of(SimpleNamespace(kind="sample", config=stored)) is None
+
+
+def test_a_comparison_request_checks_its_settings_however_it_is_made():
+    made = CompareRequest(dataset="digits", classifier_a="a", classifier_b="b")
+    for bad, message in (({"classifier_b": "a"}, "two different"), ({"classifier_a": ""}, "two classifiers"),
+                         ({"chains": 0}, "chains"), ({"sigma": 0.0}, "sigma")):
+        with pytest.raises(ProbeError, match=message):
+            CompareRequest(**{**record(made), **bad})
+        with pytest.raises(ProbeError, match=message):
+            from_record(CompareRequest, {**record(made), **bad})
+        with pytest.raises(ProbeError, match=message):
+            CompareRequest.build(**{**record(made), **bad})
+
+
+def test_a_training_request_checks_its_specs_however_it_is_made():
+    made = TrainRequest(dataset="digits", specs=[ModelSpec(dataset="digits", kind="vae")])
+    assert made.specs == ({**record(made)["specs"][0]},) and isinstance(made.specs[0], dict)
+    for bad, message in (({"specs": []}, "nothing to train"), ({"specs": [{"colour": 1}]}, "not a model spec"),
+                         ({"specs": ["vae"]}, "not a model spec"), ({"purpose": " "}, "say why")):
+        with pytest.raises(ProbeError, match=message):
+            TrainRequest(**{**record(made), **bad})
+        with pytest.raises(ProbeError, match=message):
+            from_record(TrainRequest, {**record(made), **bad})
+
+
+@pytest.mark.parametrize("request_type, field_name", [(LatentMapRequest, "run"), (EmbeddingRequest, "distill_run")])
+def test_a_map_request_holds_a_run_id(request_type, field_name):
+    assert getattr(request_type(**{field_name: 3}), field_name) == 3
+    assert type(getattr(request_type(**{field_name: np.int64(3)}), field_name)) is int
+    for bad in (0, -1, "3", 2.0, True, None):
+        with pytest.raises(ProbeError, match="run id"):
+            request_type(**{field_name: bad})
+        with pytest.raises(ProbeError, match="run id"):
+            from_record(request_type, {field_name: bad})
+
+
+def test_a_score_request_names_its_suite_and_classifier():
+    assert ScoreRequest("smoke", "digits-classifier").suite == "smoke"
+    for suite, classifier in (("", "c"), ("smoke", " "), ("smoke", None)):
+        with pytest.raises(ProbeError, match="name the"):
+            ScoreRequest(suite, classifier)
 
 
 def test_configs_of_unknown_kinds_or_older_shapes_read_as_none():
