@@ -98,8 +98,13 @@ def main() -> int:
     judge, _ = trained(registry, ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED), args.quick)
     names = tuple(classifier.class_names)
     count = len(names)
-    classes = ([names.index(c) for c in args.classes.split(",")] if args.classes
-               else [7 % count] if args.quick or args.size else sorted({1 % count, count // 2, (2 * count) // 3}))
+    if args.classes:
+        classes = [names.index(c) for c in args.classes.split(",")]
+    elif args.quick or args.size:
+        from real_size import confidently_known_class  # a high:C real images of C reach
+        classes = [confidently_known_class(classifier, data, 7 % count)[0]]
+    else:
+        classes = sorted({1 % count, count // 2, (2 * count) // 3})
     chains, steps = (4, 5) if args.quick else (16, 100)
     print(f"{data.name}: {len(data.train_labels):,} training and {len(data.test_labels):,} test images of "
           f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
