@@ -34,7 +34,8 @@ def _data_info(args: argparse.Namespace) -> int:
     counts = lambda labels: ", ".join(  # noqa: E731
         f"{dataset.class_names[c]}: {int((labels == c).sum())}" for c in range(dataset.num_classes)
     )
-    print(f"{dataset.name}: {dataset.source}")
+    stored = f" (stored as {dataset.name})" if dataset.display_name != dataset.name else ""
+    print(f"{dataset.display_name}{stored}: {dataset.source}")
     print(f"image shape (C, H, W): {dataset.image_shape}")
     print(f"classes ({dataset.num_classes}): {', '.join(dataset.class_names)}")
     print(f"train: {len(dataset.train_labels)} images ({counts(dataset.train_labels)})")

@@ -65,6 +65,9 @@ class ImageDataset:
     original_classes : tuple of int
         For a class-subset view, the parent's class index of each label;
         for a full data set, ``range(K)``.
+    shown_name : str
+        The name as people read it, a view's classes by their names (``signs[mislabel=sign-17->sign-11:0.4]``
+        where ``name`` is ``signs[mislabel=17->11:0.4]``); empty: ``name``. See :attr:`display_name`.
     """
 
     name: str
@@ -76,6 +79,7 @@ class ImageDataset:
     source: str
     default_latent_dim: int = 8
     original_classes: tuple[int, ...] = field(default=())
+    shown_name: str = ""
 
     def __post_init__(self) -> None:
         if not self.original_classes:
@@ -89,6 +93,16 @@ class ImageDataset:
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W) of one image."""
         return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def display_name(self) -> str:
+        """The name with a view's classes by their names, as the user typed them; :attr:`name` keeps their
+        indices, so what is stored under it does not depend on how the classes were written."""
+        return self.shown_name or self.name
+
+    def _view_named(self, suffix: str, in_names: str) -> dict:
+        """The fields of a view of this data set: its ``name`` (suffix in class indices) and ``shown_name``."""
+        return {"name": f"{self.name}[{suffix}]", "shown_name": f"{self.display_name}[{in_names}]"}
 
     @property
     def base_name(self) -> str:
@@ -138,17 +152,20 @@ class ImageDataset:
 
         train_images, train_labels = select(self.train_images, self.train_labels)
         test_images, test_labels = select(self.test_images, self.test_labels)
-        suffix = f"keep={','.join(map(str, kept))}" if keep is not None else f"drop={','.join(map(str, requested))}"
+        listed = kept if keep is not None else requested
+        key = "keep" if keep is not None else "drop"
+        suffix = f"{key}={','.join(map(str, listed))}"
+        in_names = f"{key}={','.join(self.class_names[c] for c in listed)}"
         return replace(
             self,
-            name=f"{self.name}[{suffix}]",
+            **self._view_named(suffix, in_names),
             train_images=train_images,
             train_labels=train_labels,
             test_images=test_images,
             test_labels=test_labels,
             class_names=tuple(self.class_names[c] for c in kept),
             original_classes=tuple(self.original_classes[c] for c in kept),
-            source=f"{self.source}; classes {suffix}",
+            source=f"{self.source}; classes {in_names}",
         )
 
 
@@ -157,7 +174,8 @@ class ImageDataset:
         generator smaller than the data trains on (the Defuse authors' 64x64 generator of 128x128 signs)."""
         if size == self.image_shape[1] == self.image_shape[2]:
             return self
-        return replace(self, name=f"{self.name}@{size}px", train_images=resize_images(self.train_images, size, size),
+        return replace(self, name=f"{self.name}@{size}px", shown_name=f"{self.display_name}@{size}px",
+                       train_images=resize_images(self.train_images, size, size),
                        test_images=resize_images(self.test_images, size, size),
                        source=f"{self.source}; resized to {size}x{size}")
 
@@ -180,7 +198,8 @@ class ImageDataset:
         flipped = members[distance.argsort()[:int(round(fraction * len(members)))]]
         labels[flipped] = target
         suffix = f"mislabel={source}->{target}:{fraction:g}"
-        return replace(self, name=f"{self.name}[{suffix}]", train_labels=labels,
+        in_names = f"mislabel={self.class_names[source]}->{self.class_names[target]}:{fraction:g}"
+        return replace(self, **self._view_named(suffix, in_names), train_labels=labels,
                        source=f"{self.source}; {len(flipped)} training images of class {self.class_names[source]} "
                               f"labelled {self.class_names[target]}")
 
@@ -199,7 +218,8 @@ class ImageDataset:
         keep = torch.ones(len(self.train_labels), dtype=torch.bool)
         keep[dropped] = False
         suffix = f"dropdark={source}:{fraction:g}"
-        return replace(self, name=f"{self.name}[{suffix}]", train_images=self.train_images[keep],
+        return replace(self, **self._view_named(suffix, f"dropdark={self.class_names[source]}:{fraction:g}"),
+                       train_images=self.train_images[keep],
                        train_labels=self.train_labels[keep],
                        source=f"{self.source}; the {len(dropped)} darkest training images of class "
                               f"{self.class_names[source]} left out")

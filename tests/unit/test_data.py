@@ -172,6 +172,35 @@ def test_mislabel_view_relabels_the_training_images_nearest_the_other_class_only
         load_dataset("digits[mislabel=9->9:0.4]")
 
 
+def test_a_view_is_shown_in_the_class_names_it_was_written_in_and_stored_by_index(tmp_path, capsys):
+    """``probe data info "DATA[mislabel=middle->bottom:0.5]"`` shows the view as typed; the name runs and models are
+    stored under keeps the indices, however the classes were written."""
+    from probe_core.catalog import canonical_dataset_name
+    from probe_core.cli import main
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "bands.npz"
+    labels = np.repeat(np.arange(3), 20)
+    np.savez(path, x=rng.uniform(0, 1, (60, 8, 8)).astype(np.float32), y=labels,
+             class_names=np.array(["top", "middle", "bottom"]))
+    for typed, stored in ((f"{path}[mislabel=middle->bottom:0.5]", "mislabel=1->2:0.5"),
+                          (f"{path}[dropdark=top:0.5]", "dropdark=0:0.5"),
+                          (f"{path}[drop=middle]", "drop=1"), (f"{path}[keep=bottom,top]", "keep=0,2")):
+        same_by_index = load_dataset(canonical_dataset_name(typed.replace(typed.split("[")[1], stored + "]")))
+        dataset = load_dataset(canonical_dataset_name(typed))
+        assert dataset.name.endswith(f"[{stored}]") and dataset.name == same_by_index.name
+        assert dataset.display_name == same_by_index.display_name
+        assert main(["data", "info", typed]) == 0
+        shown = capsys.readouterr().out.splitlines()[0]
+        in_names = typed.split("[")[1].rstrip("]")
+        if stored.startswith("keep"):
+            in_names = "keep=top,bottom"  # a subset lists its classes in the data's order
+        assert f"[{in_names}] (stored as " in shown and f"[{stored}]):" in shown
+    digits_view = load_dataset("digits[mislabel=9->8:0.4]")
+    assert digits_view.display_name == digits_view.name  # classes named by their indices: one name
+    assert load_dataset("digits").display_name == "digits"
+
+
 def test_declared_ranges_refuse_out_of_range_settings_with_one_message(tmp_path):
     from probe_core.data.files import IMAGE_SIZE_RANGE, reference_for
     from probe_core.errors import ProbeError
