@@ -101,8 +101,10 @@ def main() -> int:
     if args.classes:
         classes = [names.index(c) for c in args.classes.split(",")]
     elif args.quick or args.size:
-        from real_size import confidently_known_class  # a high:C real images of C reach
-        classes = [confidently_known_class(classifier, data, 7 % count)[0]]
+        from real_size import confidently_known_class, describe_class_choice  # a high:C real images of C reach
+        chosen, share, passed_over = confidently_known_class(classifier, data, 7 % count)
+        classes = [chosen]
+        print(f"high:C's class: {describe_class_choice(names, chosen, share, passed_over)}")
     else:
         classes = sorted({1 % count, count // 2, (2 * count) // 3})
     chains, steps = (4, 5) if args.quick else (16, 100)

@@ -77,14 +77,14 @@ def similar_pair(classifier, dataset) -> tuple[int, int]:
     return int(min(a, b)), int(max(a, b))
 
 
-def confidently_known_class(classifier, dataset, first: int, least_share: float = 0.5) -> tuple[int, float]:
-    """``(class, share)``: the first class from ``first`` on (in class order, wrapping) on whose real test images the
-    classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most often);
-    ``share`` is that share, the class's own part of the test-set baseline (paper Sec. 4.10).
+def confidently_known_class(classifier, dataset, first: int, least_share: float = 0.5) -> tuple[int, float, list]:
+    """``(class, share, passed_over)``: the first class from ``first`` on (in class order, wrapping) on whose real test
+    images the classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most
+    often); ``share`` is that share, the class's own part of the test-set baseline (paper Sec. 4.10), and
+    ``passed_over`` the ``(class, share)`` of the classes looked at before it.
 
-    A ``high:C`` whose baseline is 0 asks for what the classifier never does on real images of C (on the 64x64
-    stand-in its 86 % classifier reaches p >= 0.9 on none of the number signs' test images): its hits can only be
-    images unlike C, whatever the generator, so a judge's agreement with them would measure the target, not the
+    A ``high:C`` whose baseline is 0 asks for what the classifier never does on real images of C: its hits can only
+    be images unlike C, whatever the generator, so a judge's agreement with them would measure the target, not the
     generator.
     """
     from probe_core.sampling.targets import parse_targets
@@ -93,17 +93,25 @@ def confidently_known_class(classifier, dataset, first: int, least_share: float 
         probabilities = torch.cat([classifier.module(dataset.test_images[s:s + 512])
                                    for s in range(0, len(dataset.test_images), 512)])
     names = tuple(str(index) for index in range(dataset.num_classes))
-    best = (first, -1.0)
+    looked_at = []
     for offset in range(dataset.num_classes):
         index = (first + offset) % dataset.num_classes
         [target] = parse_targets(f"high:{index}", names)
         own = probabilities[dataset.test_labels == index]
-        share = float(target.is_hit(own).float().mean()) if len(own) else 0.0
-        if share > best[1]:
-            best = (index, share)
-        if share >= least_share:
+        looked_at.append((index, float(target.is_hit(own).float().mean()) if len(own) else 0.0))
+        if looked_at[-1][1] >= least_share:
             break
-    return best
+    chosen = looked_at[-1] if looked_at[-1][1] >= least_share else max(looked_at, key=lambda pair: pair[1])
+    return chosen[0], chosen[1], [pair for pair in looked_at if pair[0] != chosen[0]]
+
+
+def describe_class_choice(names, chosen: int, share: float, passed_over: list) -> str:
+    """What :func:`confidently_known_class` chose, and why, in the class names."""
+    rule = ("the first class from the 8th on with at least half" if share >= 0.5 else
+            "no class reaches half: the one with the most")
+    skipped = "; passed over: " + ", ".join(f"{names[index]} {value:.0%}" for index, value in passed_over[:6]) \
+        if passed_over else ""
+    return (f"{names[chosen]}: the classifier meets high:C on {share:.0%} of its real test images ({rule}{skipped})")
 
 
 def sampler_against_ceiling(classifier, generator, target, chains: int, steps: int) -> dict:
@@ -191,12 +199,9 @@ def run_size(size: int, args, workspace) -> None:
     # quick mode's 2-epoch classifier is near chance: it insists (flagged), to run every step of the pipeline
     insist = {"allow_weak_classifier": True} if args.quick else {}
     short = {"warmup": 5, "samples": 5, **insist} if args.quick else {}
-    high_index, high_share = confidently_known_class(classifier, dataset, 7 % len(names))
+    high_index, high_share, passed_over = confidently_known_class(classifier, dataset, 7 % len(names))
     high_class = names[high_index]
-    chosen_as = ("the first class from the 8th on with at least half" if high_share >= 0.5 else
-                 "no class reaches half: the one with the most")
-    rows.append(("high:C's class", f"{high_class}: the classifier meets high:C on {high_share:.0%} of its real test "
-                 f"images ({chosen_as}; benchmarks/real_size.py:confidently_known_class)"))
+    rows.append(("high:C's class", describe_class_choice(names, high_index, high_share, passed_over)))
     pair = similar_pair(classifier, dataset)
     for spec, classes in ((f"high:{high_class}", (names.index(high_class),)),
                           (f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair)):
