@@ -102,7 +102,7 @@ def main() -> int:
         classes = [names.index(c) for c in args.classes.split(",")]
     elif args.quick or args.size:
         from real_size import confidently_known_class, describe_class_choice  # a high:C real images of C reach
-        chosen, share, passed_over = confidently_known_class(classifier, data, 7 % count)
+        chosen, share, passed_over = confidently_known_class(classifier, data)
         classes = [chosen]
         print(f"high:C's class: {describe_class_choice(names, chosen, share, passed_over)}")
     else:

@@ -77,7 +77,17 @@ def similar_pair(classifier, dataset) -> tuple[int, int]:
     return int(min(a, b)), int(max(a, b))
 
 
-def confidently_known_class(classifier, dataset, first: int, least_share: float = 0.5) -> tuple[int, float, list]:
+FIRST_PROBED_CLASS = 7  # the 8th
+LEAST_BASELINE_SHARE = 0.5
+
+
+def ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def confidently_known_class(classifier, dataset, first: int = FIRST_PROBED_CLASS,
+                            least_share: float = LEAST_BASELINE_SHARE) -> tuple[int, float, list]:
     """``(class, share, passed_over)``: the first class from ``first`` on (in class order, wrapping) on whose real test
     images the classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most
     often); ``share`` is that share, the class's own part of the test-set baseline (paper Sec. 4.10), and
@@ -105,10 +115,12 @@ def confidently_known_class(classifier, dataset, first: int, least_share: float 
     return chosen[0], chosen[1], [pair for pair in looked_at if pair[0] != chosen[0]]
 
 
-def describe_class_choice(names, chosen: int, share: float, passed_over: list) -> str:
-    """What :func:`confidently_known_class` chose, and why, in the class names."""
-    rule = ("the first class from the 8th on with at least half" if share >= 0.5 else
-            "no class reaches half: the one with the most")
+def describe_class_choice(names, chosen: int, share: float, passed_over: list, first: int = FIRST_PROBED_CLASS,
+                          least_share: float = LEAST_BASELINE_SHARE) -> str:
+    """What :func:`confidently_known_class` chose from ``first`` on with ``least_share``, and why, in the class names."""
+    first = first % len(names)
+    rule = (f"the first class from the {ordinal(first + 1)} on with at least {least_share:.0%}" if share >= least_share
+            else f"no class reaches {least_share:.0%}: the one with the most")
     skipped = "; passed over: " + ", ".join(f"{names[index]} {value:.0%}" for index, value in passed_over[:6]) \
         if passed_over else ""
     return (f"{names[chosen]}: the classifier meets high:C on {share:.0%} of its real test images ({rule}{skipped})")
@@ -199,7 +211,7 @@ def run_size(size: int, args, workspace) -> None:
     # quick mode's 2-epoch classifier is near chance: it insists (flagged), to run every step of the pipeline
     insist = {"allow_weak_classifier": True} if args.quick else {}
     short = {"warmup": 5, "samples": 5, **insist} if args.quick else {}
-    high_index, high_share, passed_over = confidently_known_class(classifier, dataset, 7 % len(names))
+    high_index, high_share, passed_over = confidently_known_class(classifier, dataset)
     high_class = names[high_index]
     rows.append(("high:C's class", describe_class_choice(names, high_index, high_share, passed_over)))
     pair = similar_pair(classifier, dataset)

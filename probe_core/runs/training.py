@@ -46,7 +46,7 @@ class TrainRequest:
         if isinstance(self.specs, (str, bytes, dict, ModelSpec)):
             raise ProbeError("specs is a sequence of model specs, not one")
         checked = []
-        for spec in self.specs:
+        for spec in tuple(self.specs):
             if isinstance(spec, dict):
                 try:
                     spec = ModelSpec(**spec)
@@ -79,9 +79,7 @@ class TrainRequest:
         ProbeError
             For no spec, a spec that is not a model spec, or an empty purpose.
         """
-        if isinstance(specs, (str, bytes, dict, ModelSpec)):
-            raise ProbeError("specs is a sequence of model specs, not one")
-        return cls(dataset, tuple(specs), purpose, device)
+        return cls(dataset, specs, purpose, device)
 
 
 @job_of(TrainRequest)

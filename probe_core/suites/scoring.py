@@ -174,6 +174,9 @@ def regressions(score: ScoreResult, min_accuracy: float = DEFAULT_MIN_ACCURACY, 
     return failed
 
 
+CLASSIFIER_TO_SCORE = "classifier to score (a model id, a plugin or a model file)"
+
+
 @run_kind(ScoreResult)
 @dataclass(frozen=True)
 class ScoreRequest:
@@ -196,7 +199,7 @@ class ScoreRequest:
 
     def __post_init__(self) -> None:
         check_reference(self.suite, "suite")
-        check_reference(self.classifier, "classifier to score (a model id, a plugin or a model file)")
+        check_reference(self.classifier, CLASSIFIER_TO_SCORE)
 
     @classmethod
     def build(cls, registry, suite: str, classifier: str) -> "ScoreRequest":
@@ -209,8 +212,7 @@ class ScoreRequest:
             Before any run is stored.
         """
         stored = require_suite(registry.store, suite)
-        if not isinstance(classifier, str) or not classifier.strip():
-            raise ProbeError("name the classifier to score (a model id, a plugin or a model file)")
+        check_reference(classifier, CLASSIFIER_TO_SCORE)
         return cls(suite, load_classifier(registry, stored, classifier.strip()).id)
 
 

@@ -108,10 +108,15 @@ def test_a_sharded_request_is_checked_by_the_request_alone(trained_workspace, mo
 
     checks = {"request": 0, "sampler": 0}
     original = requests.check_sampler_settings
+
+    def counted_by(layer):
+        def check_sampler_settings(**settings):
+            checks[layer] += 1
+            return original(**settings)
+        return check_sampler_settings
+
     for module, layer in ((requests, "request"), (run, "sampler")):  # wherever a layer could call it from
-        monkeypatch.setattr(module, "check_sampler_settings",
-                            lambda layer=layer, **settings: (checks.__setitem__(layer, checks[layer] + 1),
-                                                             original(**settings))[1])
+        monkeypatch.setattr(module, "check_sampler_settings", counted_by(layer))
     registry = trained_workspace.registry.remembering()
     request = SampleRequest.build(registry, "digits", "high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
     assert checks == {"request": 1, "sampler": 0}  # built: checked once, by the request being made
