@@ -25,7 +25,7 @@ from probe_core.errors import ProbeError
 from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import SampleRequest, field_defaults
+from probe_core.runs.requests import CHAIN_STARTS, SampleRequest, field_defaults
 from probe_core.sampling.targets import spec_help
 from probe_core.team.accounts import shell_annotator
 
@@ -53,7 +53,7 @@ def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> in
 def _given_settings(args: argparse.Namespace) -> dict:
     """The sampler settings as given on the command line; None where the target's default applies."""
     return {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "sigma": args.sigma,
-            "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every,
+            "sampler": args.sampler, "seed": args.seed, "keep_every": args.keep_every, "init": args.init,
             "executor": args.executor, "shards": args.shards, "independence_moves": args.independence_moves,
             "allow_weak_classifier": args.allow_weak_classifier or None}
 
@@ -82,6 +82,11 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sigma", type=float, default=0.05)
     parser.add_argument("--sampler", choices=["hmc", "nuts", "rwm"], default="hmc")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--init", choices=CHAIN_STARTS, default="auto", metavar="START",
+                        help="where chains start: prior (the paper's), optimize, smc, uniform, classes (draws of the "
+                        "target classes' components of a generator's class density); auto (default) chooses: smc "
+                        "for ambiguous and vector targets, classes where the generator has a class density, else "
+                        "optimize")
     parser.add_argument("--keep-every", type=int,
                         help=_default_help("store every n-th sample in the workspace", "keep_every"))
     parser.add_argument("--independence-moves", type=int, default=0, metavar="N",
@@ -157,7 +162,8 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                         help=f"{spec_help()}; classes by index or name, several targets separated by ';' "
                              "(e.g. ambiguous:4,9;high:7)")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
-    parser.add_argument("--generator", default="default", help="model id, 'default' (the VAE) or a plugin .py")
+    parser.add_argument("--generator", default="default", help="model id, 'default' (the data's: the VAE; on your own "
+                        "data of 64x64 and up the spatial autoencoder) or a plugin .py")
     parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                         "from the data set's (classes are matched by name, never by position)")
     _add_sampler_options(parser)

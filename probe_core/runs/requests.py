@@ -20,7 +20,7 @@ from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.models.checks import check_classifier, require_usable
 from probe_core.models.registry import SEED_RANGE
 from probe_core.runs.scaleout import check_executor, check_shards
-from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
+from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP, INIT_MODES
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
 
 # The whole numbers a sample request's settings may take, inclusive (checked by
@@ -44,6 +44,9 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
 
 
 SAMPLERS = ("hmc", "nuts", "rwm")
+# Chain starts a run may name: "auto" lets the run choose from its targets and generator
+# (:func:`~probe_core.bayestrex.run.auto_init`).
+CHAIN_STARTS = ("auto", *INIT_MODES)
 MAX_CHAINS = SAMPLE_RANGES["chains"][1]  # per target
 MAX_ITERATIONS = SAMPLE_RANGES["samples"][1]
 MAX_INDEPENDENCE_MOVES = SAMPLE_RANGES["independence_moves"][1]
@@ -178,7 +181,7 @@ def page_sampler_defaults(image_shape: tuple[int, int, int], sized: bool = False
 def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP,
                            samples: int = DEFAULT_SAMPLES, sigma: float = DEFAULT_SIGMA,
                            sampler: str = "hmc", keep_every: int = 1, independence_moves: int = 0,
-                           seed: int = 0, **_ignored) -> None:
+                           seed: int = 0, init: str = "auto", **_ignored) -> None:
     """Raise :class:`ProbeError` with a clear message for settings the sampler
     (:func:`~probe_core.bayestrex.run.sample`) cannot run with.
 
@@ -186,6 +189,8 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
     """
     if sampler not in SAMPLERS:
         raise ProbeError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    if init not in CHAIN_STARTS:
+        raise ProbeError(f"unknown chain start {init!r}; use one of {', '.join(CHAIN_STARTS)}")
     check_number_ranges({"chains": chains, "warmup": warmup, "samples": samples, "keep_every": keep_every,
                          "independence_moves": independence_moves, "seed": seed, "sigma": sigma},
                         {**SAMPLE_RANGES, "sigma": SIGMA_RANGE}, SETTING_WORDS)
@@ -218,6 +223,9 @@ class SampleRequest:
     sampler : {"hmc", "rwm", "nuts"}
     seed : int
     anneal_sigma_from : float, None or "auto"
+    init : str
+        Where chains start, one of :data:`CHAIN_STARTS`; "auto" chooses from the targets and the generator
+        (:func:`~probe_core.bayestrex.run.auto_init`), "prior" is the paper's.
     executor : str
         Where the target shards run: ``local``, ``ray`` or ``ray:ADDRESS`` (:mod:`probe_core.runs.scaleout`).
     shards : int or None
@@ -246,6 +254,7 @@ class SampleRequest:
     seed: int = 0
     keep_every: int = 1
     anneal_sigma_from: float | str | None = "auto"
+    init: str = "auto"
     executor: str = "local"
     shards: int | None = 1
     independence_moves: int = 0
@@ -270,7 +279,8 @@ class SampleRequest:
         """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""
         return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
                 "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
-                "anneal_sigma_from": self.anneal_sigma_from, "executor": self.executor, "shards": self.shards,
+                "anneal_sigma_from": self.anneal_sigma_from, "init": self.init, "executor": self.executor,
+                "shards": self.shards,
                 "independence_moves": self.independence_moves}
 
     @classmethod
@@ -329,6 +339,9 @@ class SampleRequest:
         generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
         request = cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
                       class_names=names, **given)  # which checks the settings
+        if request.init == "classes" and not registry.can_start_in_classes(generator or "default", dataset):
+            raise ProbeError("chains start in classes only with a generator whose prior has class components (a "
+                             "density autoencoder's, --kind rae); this one has none: use auto, prior or optimize")
         if not isinstance(classifier, str):
             # a classifier the caller already holds is checked now (a few forward passes), so a refused one
             # starts nothing; one named by reference is checked where the run loads it

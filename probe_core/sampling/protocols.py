@@ -95,6 +95,7 @@ class GeneratorCapabilities:
     differentiable: bool
     encoder: bool
     structured_prior: bool
+    class_starts: bool = False  # a prior with class components: chains may start in them (init="classes")
 
     @property
     def sampler(self) -> str:
@@ -121,7 +122,8 @@ def generator_capabilities(generator, source: str = "generator") -> GeneratorCap
                          f"describe; it has only {', '.join(structured)}")
     return GeneratorCapabilities(differentiable=is_differentiable(generator),
                                  encoder=isinstance(generator, Encoder),
-                                 structured_prior=isinstance(generator, StructuredPrior))
+                                 structured_prior=isinstance(generator, StructuredPrior),
+                                 class_starts=isinstance(generator, ClassConditionalPrior))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,18 @@ def test_independence_jumps_are_a_sampler_option_the_run_records(trained_workspa
     assert run.config["independence_moves"] == 2 and run.config["target"] == "high:2"
 
 
+def test_chain_starts_are_a_sampler_option_and_class_starts_need_a_generator_with_class_components(
+        trained_workspace, capsys):
+    root = str(trained_workspace.root)
+    before = len(trained_workspace.store.list_runs(kind="sample", limit=1000))
+    assert main(["--workspace", root, "sample", "--target", "high:2", "--init", "classes"]) == 2
+    assert "class components" in capsys.readouterr().err  # the digits VAE's prior is N(0, I): refused, nothing stored
+    assert len(trained_workspace.store.list_runs(kind="sample", limit=1000)) == before
+    assert main(["--workspace", root, "sample", "--target", "high:2", "--chains", "2", "--warmup", "2",
+                 "--samples", "2", "--init", "prior"]) == 0
+    assert trained_workspace.store.list_runs(kind="sample", limit=1)[0].config["init"] == "prior"
+
+
 def test_sample_command_writes_result_json(trained_workspace, tmp_path, capsys):
     out = tmp_path / "result.json"
     code = main(["--workspace", str(trained_workspace.root), "sample", "--target", "high:7", "--chains", "4",

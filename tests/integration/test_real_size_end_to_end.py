@@ -89,13 +89,30 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
     assert given.noise == "paper"  # the noise is still the data's
 
 
-def test_real_size_defaults_train_the_classifier_and_the_vae_only(colour_npz, tmp_path):
-    """At 32x32 and up the weak GAN is left out of the defaults; smaller user data keeps it."""
+def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_size(colour_npz, tmp_path):
+    """At 32x32 and up the weak GAN is left out of the defaults and the VAE trained; from 64x64 up, with codes
+    enough for its density, the spatial autoencoder instead; smaller user data keeps the VAE and the GAN."""
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.models.registry import REAL_SIZE_ZOO_GENERATORS, ModelRegistry
+    from probe_core.models.registry import (
+        REAL_SIZE_SPATIAL_LATENT,
+        REAL_SIZE_ZOO_GENERATORS,
+        SPATIAL_SIZE_ZOO_GENERATORS,
+        ModelRegistry,
+        default_generator_kind,
+    )
+    from probe_core.models.density import MIN_CODES_PER_DIMENSION
 
     reference = canonical_dataset_name(str(colour_npz))
     assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]
+    assert default_generator_kind(reference) == "vae"
+    enough = MIN_CODES_PER_DIMENSION * REAL_SIZE_SPATIAL_LATENT
+    for count, kinds in ((enough, SPATIAL_SIZE_ZOO_GENERATORS), (enough - 1, REAL_SIZE_ZOO_GENERATORS)):
+        images = np.zeros((count, 64, 64, 3), dtype=np.uint8)  # only the shape and count are read
+        split = (images, np.arange(count) % 10)
+        sized = canonical_dataset_name(str(write_npz(tmp_path / f"signs-{count}.npz", split, split, SVHN_CLASSES)))
+        assert [spec.kind for spec in ModelRegistry.default_specs(sized)] == ["classifier", *kinds]
+        assert default_generator_kind(sized) == kinds[0]
+    assert SPATIAL_SIZE_ZOO_GENERATORS == ("rae",)
     digits = load_digits()
     small = np.stack([digits.images[:60] * 16] * 3, axis=-1).clip(0, 255).astype(np.uint8)  # 8x8 colour
     split = (small, digits.target[:60])

@@ -172,6 +172,19 @@ def test_init_classes_starts_chains_in_their_targets_components_and_is_refused_w
                 SamplerConfig(num_warmup=0, num_samples=1, init="classes"))
 
 
+def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_keeps_smc_for_ambiguous_targets():
+    from probe_core.bayestrex.run import auto_init
+
+    autoencoder = _LinearAutoencoder()
+    codes, labels = _codes()
+    generator = DensityGenerator(autoencoder, class_names=("0", "1", "2")).fit_density(autoencoder.decode(codes),
+                                                                                     labels)
+    assert auto_init(generator, hard=False, sampler="hmc") == "classes"  # disclosed in docs/fidelity.md
+    assert auto_init(generator, hard=True, sampler="hmc") == "smc"
+    assert auto_init(autoencoder, hard=False, sampler="hmc") == "optimize"  # no class components: as before
+    assert auto_init(autoencoder, hard=True, sampler="hmc") == "smc"
+
+
 @pytest.mark.parametrize("size, levels, spatial, latent", [(8, 1, False, 12), (32, 3, False, 12), (64, 4, False, 12),
                                                            (32, 2, True, 128), (64, 3, True, 256)])
 def test_the_autoencoder_halves_to_four_pixels_or_a_spatial_code_and_keeps_its_shapes(size, levels, spatial, latent):

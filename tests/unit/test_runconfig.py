@@ -95,7 +95,8 @@ def test_a_sample_request_checks_its_settings_however_it_is_made():
     made = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, executor=" local ", shards=None)
     assert made.executor == "local" and made.shards == 1
     for bad, message in (({"chains": 0}, "chains"), ({"sampler": "gibbs"}, "unknown sampler"),
-                         ({"sigma": -1.0}, "sigma"), ({"shards": 0}, "shards"), ({"warmup": "ten"}, "warm")):
+                         ({"sigma": -1.0}, "sigma"), ({"shards": 0}, "shards"), ({"warmup": "ten"}, "warm"),
+                         ({"init": "anywhere"}, "unknown chain start")):
         with pytest.raises(ProbeError, match=message):
             SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, **bad)
         stored = {**record(made), **bad}
