@@ -13,7 +13,7 @@ from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.defuse.cluster import REAL_SIZE_REVIEW_TAU, REVIEW_TAU, review_tau
-from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE, default_noise
+from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
@@ -35,7 +35,8 @@ if not generator.capabilities.encoder:
 st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
 
 # what runs with the defaults, chosen from the data's size by the rule the CLI and the API use, shown in the form
-planned, plan_note = identify_step.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset)
+planned, plan_note = identify_step.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset,
+                                                        generator.capabilities)
 available = len(dataset.train_labels)
 with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
@@ -51,11 +52,12 @@ with st.form("defuse-find", enter_to_submit=False):
     keep = c2.number_input("Failures kept per image (M)", *identify_ranges["max_per_image"],
                            identify_defaults["max_per_image"], key="defuse_m")
     noise = c3.selectbox("Noise", NOISE_MODES, key=f"defuse_noise_{dataset.name}",
-                         index=NOISE_MODES.index(default_noise(dataset.image_shape)["noise"]),
+                         index=NOISE_MODES.index(planned.noise),
                          help="centered: Beta noise centred, sd = scale; paper: μ + ε with ε ~ Beta(a, b), exactly "
                               f"Algorithm 1. The default comes from the image size: {SMALL_IMAGE_NOISE['noise']} "
                               f"below {REAL_SIZE_LABEL} (on digits it finds more labelable clusters), "
-                              f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up (the papers' colour runs)")
+                              f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up (the papers' colour runs); "
+                              "a generator may ask for its own (a density autoencoder's whitened codes: centered)")
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
     st.markdown("**Distillation**")

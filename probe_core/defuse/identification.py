@@ -14,7 +14,7 @@ image, smallest ‖δ‖ first. Two noise modes:
     δ = s · (ε − E[ε]) / SD[ε]: the same Beta shape, centred, with sd ``s`` per
     dimension (``noise_scale``). Perturbations surround the original code.
 
-Which one a run uses when none is named depends on the images' size (:func:`default_noise`).
+Which one a run uses when none is named depends on the generator and the images' size (:func:`default_noise`).
 """
 
 from __future__ import annotations
@@ -111,10 +111,15 @@ class FailureSet:
         np.savez_compressed(path, **self.as_arrays())
 
 
-def default_noise(image_shape: tuple[int, int, int]) -> dict:
-    """``noise``, ``a`` and ``b`` of an identification on images of ``image_shape`` (C, H, W) that names none:
+def default_noise(image_shape: tuple[int, int, int], capabilities=None) -> dict:
+    """``noise``, ``a`` and ``b`` of an identification on images of ``image_shape`` (C, H, W) that names none: the
+    noise the generator declares (its :class:`~probe_core.sampling.protocols.GeneratorCapabilities`'
+    ``perturbation_noise``: a density generator's whitened codes want centred noise), else
     :data:`REAL_SIZE_NOISE` at real size (32x32 and up, :func:`~probe_core.data.is_real_size`), else
     :data:`SMALL_IMAGE_NOISE`."""
+    declared = getattr(capabilities, "perturbation_noise", None)
+    if declared:
+        return dict(declared)
     return dict(REAL_SIZE_NOISE if is_real_size(tuple(image_shape)) else SMALL_IMAGE_NOISE)
 
 

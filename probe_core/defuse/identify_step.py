@@ -114,7 +114,7 @@ class IdentifyRequest(BuiltFromSettings):
             raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
         data = load_dataset(request.dataset, registry.data_dir)
         checked_models(classifier, data, allow_weak_classifier=request.allow_weak_classifier)  # refused: see there
-        request, note = sized_identification(request, data)
+        request, note = sized_identification(request, data, vae.capabilities)
         if note:
             log.warning(note)
         return replace(request, classifier=classifier.id, vae=vae.id)
@@ -130,21 +130,23 @@ REAL_SIZE_PERTURBATIONS = 100_000
 DEFAULT_SAMPLES_PER_IMAGE = 500
 
 
-def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int]) -> IdentifyRequest:
+def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int], capabilities=None) -> IdentifyRequest:
     """The settings with the noise they leave open (``noise``, ``a``, ``b`` as None) chosen for images of
-    ``image_shape`` (C, H, W) by :func:`~probe_core.defuse.identification.default_noise`."""
-    chosen = default_noise(image_shape)
+    ``image_shape`` (C, H, W) and a generator of ``capabilities`` by
+    :func:`~probe_core.defuse.identification.default_noise`."""
+    chosen = default_noise(image_shape, capabilities)
     return replace(settings, **{name: value for name, value in chosen.items() if getattr(settings, name) is None})
 
 
-def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tuple[IdentifyRequest, str | None]:
+def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
+                         capabilities=None) -> tuple[IdentifyRequest, str | None]:
     """The settings with the noise, images and perturbations chosen from the data's size, and a note saying so.
 
     The noise they leave open: :func:`with_data_noise`. Images of 32x32 and up, with no ``max_images`` given: at
     most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it
     was left at its default. Smaller images, or a ``max_images`` the user gave, keep their images (note None).
     """
-    settings = with_data_noise(settings, dataset.image_shape)
+    settings = with_data_noise(settings, dataset.image_shape, capabilities)
     if settings.max_images is not None or not is_real_size(dataset.image_shape):
         return settings, None
     per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
@@ -153,6 +155,8 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset) -> tu
     images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
     noise = (f"Beta({settings.a:g}, {settings.b:g}) noise as the papers add it" if settings.noise == "paper" else
              f"centred noise of sd {settings.noise_scale:g}")
+    if getattr(capabilities, "perturbation_noise", None):
+        noise += ", which the generator's codes ask for"
     note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
             f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "
             f"size (--max-images, --samples-per-image and --noise choose otherwise)")
@@ -189,11 +193,12 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         started = time.perf_counter()
         store = context.store
         dataset = load_dataset(settings.dataset, registry.data_dir)
-        resolved = with_data_noise(settings, dataset.image_shape)  # a request stored unchecked leaves it open
         context.report(0.0, "loading models", force=True)
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
+        # a request stored unchecked leaves the noise open
+        resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities)
         classifier_check, vae_check = checked_models(classifier, dataset, vae,
                                                      allow_weak_classifier=settings.allow_weak_classifier)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,

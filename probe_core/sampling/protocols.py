@@ -96,6 +96,9 @@ class GeneratorCapabilities:
     encoder: bool
     structured_prior: bool
     class_starts: bool = False  # a prior with class components: chains may start in them (init="classes")
+    # the Defuse noise its codes want where a run names none (``noise``, ``a``, ``b``), declared by the generator
+    # as ``perturbation_noise``; None: the one the images' size chooses
+    perturbation_noise: dict | None = None
 
     @property
     def sampler(self) -> str:
@@ -123,7 +126,17 @@ def generator_capabilities(generator, source: str = "generator") -> GeneratorCap
     return GeneratorCapabilities(differentiable=is_differentiable(generator),
                                  encoder=isinstance(generator, Encoder),
                                  structured_prior=isinstance(generator, StructuredPrior),
-                                 class_starts=isinstance(generator, ClassConditionalPrior))
+                                 class_starts=isinstance(generator, ClassConditionalPrior),
+                                 perturbation_noise=_declared_noise(generator, source))
+
+
+def _declared_noise(generator, source: str) -> dict | None:
+    declared = getattr(generator, "perturbation_noise", None)
+    if declared is None:
+        return None
+    if not isinstance(declared, dict) or not {"noise", "a", "b"} <= set(declared):
+        raise ProbeError(f"{source}: perturbation_noise is a dict with noise, a and b, got {declared!r}")
+    return dict(declared)
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,25 @@ def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_keeps_sm
     assert auto_init(autoencoder, hard=True, sampler="hmc") == "smc"
 
 
+def test_a_density_generator_asks_defuse_for_centred_noise_and_a_bad_declaration_is_refused():
+    from probe_core.defuse.identification import REAL_SIZE_NOISE, default_noise
+    from probe_core.defuse.identify_step import IdentifyRequest, with_data_noise
+
+    autoencoder = _LinearAutoencoder()
+    codes, labels = _codes()
+    generator = DensityGenerator(autoencoder, class_names=("0", "1", "2")).fit_density(autoencoder.decode(codes),
+                                                                                     labels)
+    declared = generator_capabilities(generator)
+    assert declared.class_starts and declared.perturbation_noise["noise"] == "centered"
+    real_size = (3, 64, 64)
+    assert default_noise(real_size, declared) == declared.perturbation_noise  # whitened codes: centred
+    assert default_noise(real_size, generator_capabilities(autoencoder)) == REAL_SIZE_NOISE  # by size, as before
+    assert with_data_noise(IdentifyRequest(noise="paper"), real_size, declared).noise == "paper"  # a named one stays
+    autoencoder.perturbation_noise = {"noise": "centered"}
+    with pytest.raises(ProbeError, match="perturbation_noise"):
+        generator_capabilities(autoencoder)
+
+
 @pytest.mark.parametrize("size, levels, spatial, latent", [(8, 1, False, 12), (32, 3, False, 12), (64, 4, False, 12),
                                                            (32, 2, True, 128), (64, 3, True, 256)])
 def test_the_autoencoder_halves_to_four_pixels_or_a_spatial_code_and_keeps_its_shapes(size, levels, spatial, latent):
