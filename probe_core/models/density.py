@@ -37,6 +37,18 @@ def has_codes_enough(codes: int, dimensions: int) -> bool:
     return codes >= MIN_CODES_PER_DIMENSION * dimensions
 
 
+class CodeMixture(dist.MixtureSameFamily):
+    """A Gaussian mixture over codes whose support is said to be its components' (every real vector).
+
+    torch names a mixture's support with a constraint of its own, which ``biject_to`` cannot transform, so Pyro's
+    NUTS (the reference sampler) could not set up a model with the mixture as its prior.
+    """
+
+    @property
+    def support(self):
+        return self.component_distribution.support
+
+
 class ClassCodeDensity:
     """A Gaussian mixture over codes, one component per class with a shared covariance, in whitened coordinates.
 
@@ -129,7 +141,7 @@ class ClassCodeDensity:
         """The fitted mixture over whitened codes as a Pyro distribution, event (D,), batch ``(batch,)``."""
         self._require_fitted()
         usable = self.weights_ > 0
-        mixture = dist.MixtureSameFamily(
+        mixture = CodeMixture(
             dist.Categorical(probs=self.weights_[usable], validate_args=False),
             dist.MultivariateNormal(self.means_[usable], scale_tril=self.scale_tril_, validate_args=False),
             validate_args=False)

@@ -9,7 +9,7 @@ from torch import nn
 
 from probe_core.errors import ProbeError
 from probe_core.models.density import ClassCodeDensity, DensityGenerator, fit_code_density
-from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc
+from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
 from probe_core.sampling.protocols import generator_capabilities
 from probe_core.sampling.targets import TargetBatch, parse_targets
 
@@ -121,6 +121,10 @@ def test_a_generator_seen_through_its_density_encodes_into_it_and_hmc_runs_on_th
     start = density.sample(4, torch.Generator().manual_seed(4), class_index=1)
     result = run_hmc(posterior, SamplerConfig(num_warmup=10, num_samples=10, seed=0), initial=start)
     assert result.positions.shape[:2] == (4, 10) and torch.isfinite(result.positions).all()
+    # Pyro NUTS, the reference sampler, sets up the same model with the mixture as its prior
+    reference = run_pyro_nuts(BayesTrExPosterior(_FirstPixels(), generator, TargetBatch(targets.targets, 1)),
+                              num_warmup=3, num_samples=3, seed=0)
+    assert reference.positions.shape == (1, 3, 4) and torch.isfinite(reference.positions).all()
 
 
 def test_bad_input_is_the_projects_error():
