@@ -146,6 +146,7 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
     most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it
     was left at its default. Smaller images, or a ``max_images`` the user gave, keep their images (note None).
     """
+    noise_left_open = settings.noise is None
     settings = with_data_noise(settings, dataset.image_shape, capabilities)
     if settings.max_images is not None or not is_real_size(dataset.image_shape):
         return settings, None
@@ -155,7 +156,7 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
     images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
     noise = (f"Beta({settings.a:g}, {settings.b:g}) noise as the papers add it" if settings.noise == "paper" else
              f"centred noise of sd {settings.noise_scale:g}")
-    if getattr(capabilities, "perturbation_noise", None):
+    if noise_left_open and getattr(capabilities, "perturbation_noise", None):
         noise += ", which the generator's codes ask for"
     note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
             f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "

@@ -191,7 +191,8 @@ def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_keeps_sm
 
 def test_a_density_generator_asks_defuse_for_centred_noise_and_a_bad_declaration_is_refused():
     from probe_core.defuse.identification import REAL_SIZE_NOISE, default_noise
-    from probe_core.defuse.identify_step import IdentifyRequest, with_data_noise
+    from probe_core.data import ImageDataset
+    from probe_core.defuse.identify_step import IdentifyRequest, sized_identification, with_data_noise
 
     autoencoder = _LinearAutoencoder()
     codes, labels = _codes()
@@ -203,6 +204,11 @@ def test_a_density_generator_asks_defuse_for_centred_noise_and_a_bad_declaration
     assert default_noise(real_size, declared) == declared.perturbation_noise  # whitened codes: centred
     assert default_noise(real_size, generator_capabilities(autoencoder)) == REAL_SIZE_NOISE  # by size, as before
     assert with_data_noise(IdentifyRequest(noise="paper"), real_size, declared).noise == "paper"  # a named one stays
+    signs = ImageDataset("signs", torch.zeros(4, 3, 64, 64), torch.arange(4), torch.zeros(2, 3, 64, 64),
+                         torch.arange(2), ("a", "b", "c", "d"), "test")
+    chosen, note = sized_identification(IdentifyRequest(), signs, declared)
+    assert chosen.noise == "centered" and "the generator's codes ask for" in note
+    assert "ask for" not in sized_identification(IdentifyRequest(noise="paper"), signs, declared)[1]
     autoencoder.perturbation_noise = {"noise": "centered"}
     with pytest.raises(ProbeError, match="perturbation_noise"):
         generator_capabilities(autoencoder)
