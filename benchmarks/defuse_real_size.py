@@ -25,8 +25,8 @@ Run: ``.venv/bin/python benchmarks/defuse_real_size.py [--quick] [--sizes 32,64]
 ``--quick``: a few hundred images and 2 epochs; its classifiers are near chance and are refused, so it only
 checks the set-up (CI's smoke run, in ``make bench-quick``). The README and docs/fidelity.md quote
 ``--sizes 32 --noises centered,paper --protocols paper,earlier`` (run flaw by flaw: ``--flaws mislabel``,
-``--flaws dropdark``); on the sign-like set, ``--sizes 64 --flaws mislabel`` was run through identification
-(its default VAE is weak, and the flaw was not found; README), its dark flaw not at all.
+``--flaws dropdark``); docs/real-size.md quotes the sign-like set's ``--sizes 64 --flaws mislabel`` (with both
+noises, on the spatial autoencoder: the flaw not found yet), its dark flaw not at all.
 """
 
 from __future__ import annotations
