@@ -90,7 +90,7 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
     ``details["models"]`` maps each model id to ``{"kind", "status", "fraction",
     "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw.
     """
-    specs = [ModelSpec(**s) if isinstance(s, dict) else s for s in request.specs]
+    specs = [ModelSpec(**s) for s in request.specs]  # the request keeps each spec as its fields' dict
     device = request.device or device or "cpu"
 
     def run(context: JobContext) -> TrainingResult:
