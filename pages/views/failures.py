@@ -12,7 +12,8 @@ from probe_core.defuse import identify_step
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
-from probe_core.defuse.cluster import REAL_SIZE_REVIEW_TAU, REVIEW_TAU, review_tau
+from probe_core.defuse.cluster import (PROJECT_CODES_ABOVE, PROJECTED_CODE_SIZE, REAL_SIZE_REVIEW_TAU, REVIEW_TAU,
+                                      review_tau)
 from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
@@ -61,7 +62,7 @@ with st.form("defuse-find", enter_to_submit=False):
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
     st.markdown("**Distillation**")
-    d1, d2, d3, d4 = st.columns(4)
+    d1, d2, d3, d4, d5 = st.columns(5)
     components = d1.number_input("Max clusters (K)", *distill_ranges["n_components"], distill_defaults["n_components"],
                                  key="defuse_k")
     threshold = d2.number_input("Weight threshold (ε)", *distill_ranges["weight_threshold"],
@@ -73,6 +74,13 @@ with st.form("defuse-find", enter_to_submit=False):
                           help="review and correction samples from N(μ, τΣ); the default comes from the image size "
                                f"({REAL_SIZE_REVIEW_TAU:g} on {REAL_SIZE_LABEL} and up, the papers' colour setting; "
                                f"{REVIEW_TAU:g} below)")
+    class_share = d5.number_input("Keep a class's share", *distill_ranges["class_share"],
+                                  distill_defaults["class_share"], 0.05, format="%.2f", key="defuse_class_share",
+                                  help="a cluster lighter than ε is kept too when it holds this share of the "
+                                       "failures of one class (0: ε alone, as the papers), so that a class the "
+                                       "classifier otherwise knows shows its one failure mode. Codes of more than "
+                                       f"{PROJECT_CODES_ABOVE} dimensions are clustered in their first "
+                                       f"{PROJECTED_CODE_SIZE} principal components")
     st.caption(f"With these values: {int(planned.max_images or available):,} images × {planned.samples_per_image} "
                f"perturbations = {int(planned.max_images or available) * planned.samples_per_image:,} decodings"
                + (" (chosen from the data's size: real-size images)" if plan_note else "")
@@ -81,7 +89,7 @@ with st.form("defuse-find", enter_to_submit=False):
 if start:
     try:  # models and settings are checked (and references resolved) before a run is stored
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
-                   "max_samples": int(max_samples), "tau": float(tau)}
+                   "max_samples": int(max_samples), "tau": float(tau), "class_share": float(class_share)}
         identify = steps.IdentifyRequest.checked(
             ws.registry, _ui.device(), dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
             vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),

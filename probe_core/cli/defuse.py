@@ -15,7 +15,8 @@ from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
-from probe_core.defuse.cluster import REAL_SIZE_REVIEW_TAU, REVIEW_TAU
+from probe_core.defuse.cluster import (MIN_CLASS_REGION, PROJECT_CODES_ABOVE, PROJECTED_CODE_SIZE, REAL_SIZE_REVIEW_TAU,
+                                      REVIEW_TAU)
 from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table, write_file
@@ -131,15 +132,23 @@ def _identify(args) -> int:
 def _distill_settings(args, identify_run: int) -> steps.DistillRequest:
     return steps.DistillRequest.build(identify_run=identify_run, n_components=args.components,
                                       weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
-                                      seed=args.seed)
+                                      seed=args.seed, projection_dim=args.projection, class_share=args.class_share)
+
+
+def _print_distilled(run_id: int, result) -> None:
+    """A distillation's counts, and what it chose beyond the papers' mixture."""
+    choices = ([f"fitted in the codes' first {result.projection_dim} principal components"] if result.projection_dim
+               else []) + ([f"clusters lighter than ε kept where they hold {result.class_share:.0%} of one class's "
+                            "failures"] if result.class_share else [])
+    print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
+          f"(run {run_id})" + (f"; {'; '.join(choices)}" if choices else ""))
 
 
 def _distill(args) -> int:
 
     workspace = workspace_from_args(args)
     run_id, result = _run_step(args, workspace, _distill_settings(args, args.run), "distill")
-    print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
-          f"(run {run_id})")
+    _print_distilled(run_id, result)
     _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
                     label_tools.DEFAULT_RHO)
     print(f"next: label clusters, e.g. probe defuse label --run {run_id} --cluster ID --annotator YOU "
@@ -319,8 +328,7 @@ def _run_all(args) -> int:
         raise ProbeError("identification found fewer than 2 failures, nothing to cluster (try more samples per "
                          "image or a larger --noise-scale)")
     distill_run, result = _run_step(args, workspace, _distill_settings(args, identify_run), "distill")
-    print(f"{result.clusters} clusters kept from {result.failures} failures in {result.seconds:.1f} s "
-          f"(run {distill_run})")
+    _print_distilled(distill_run, result)
     source = label_tools.HUMAN
     if oracle is not None:
         source, _ = defuse_review.auto_label(workspace.registry, workspace.store, distill_run, oracle,
@@ -387,6 +395,12 @@ def _add_distill_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tau", type=float, help="review and correction samples from N(μ, τΣ) (default: from the "
                         f"image size: {REAL_SIZE_REVIEW_TAU:g} on {REAL_SIZE_LABEL} and up, the papers' colour "
                         f"setting; {REVIEW_TAU:g} below)")
+    parser.add_argument("--projection", type=int, help="cluster the codes' first N principal components, the "
+                        f"clusters mapped back as probabilistic PCA (0: the codes themselves; default: "
+                        f"{PROJECTED_CODE_SIZE} for codes of more than {PROJECT_CODES_ABOVE} dimensions)")
+    parser.add_argument("--class-share", type=float, default=0.0, help="also keep a cluster lighter than ε that "
+                        f"holds this share of one class's failures, at least {MIN_CLASS_REGION} of them (default 0: ε "
+                        "alone, the papers')")
 
 
 def _lambda_list(text: str) -> list[float]:

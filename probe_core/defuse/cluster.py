@@ -31,12 +31,44 @@ def review_tau(image_shape: tuple[int, int, int]) -> float:
     return REAL_SIZE_REVIEW_TAU if is_real_size(tuple(image_shape)) else REVIEW_TAU
 
 
+# Codes of more than PROJECT_CODES_ABOVE dimensions (the spatial autoencoder's 512 at 64x64) are clustered in their
+# first PROJECTED_CODE_SIZE principal components. On the 64x64 sign-like stand-in's 23,508 failures, the mixture on
+# the 512-d codes kept 6 broad clusters with the planted flaw's failures spread among 14,793; on 16, 32 or 64
+# components it put them in a cluster of their own (benchmarks/defuse_real_size.py). The papers' codes are 15-d.
+PROJECT_CODES_ABOVE = 64
+PROJECTED_CODE_SIZE = 32
+# The fewest failures a cluster kept for its share of one class's failures holds (FailureClusterer.class_share).
+MIN_CLASS_REGION = 20
+
+
+def projection_for(code_size: int) -> int:
+    """The principal components to cluster codes of ``code_size`` dimensions in (0: the codes themselves)."""
+    return PROJECTED_CODE_SIZE if code_size > PROJECT_CODES_ABOVE else 0
+
+
 class FailureClusterer:
     """Distil failure latents into clusters (Defuse Sec. 3.2).
 
     A ``BayesianGaussianMixture`` with a Dirichlet-process prior and full
     covariances is fitted on a random subsample; components whose mixing weight
     is at most ``weight_threshold`` are dropped.
+
+    With ``projection_dim`` set below the codes' size D, the mixture is fitted on the codes' first
+    ``projection_dim`` principal components and each kept component is mapped back into the code space in the
+    manner of probabilistic PCA (Tipping & Bishop): its mean is the mean of the codes it is responsible for
+    (weighted by responsibility) and its covariance ``W Σ Wᵀ + σ² I``, with ``W`` the principal directions,
+    ``Σ`` its fitted covariance and ``σ²`` its codes' mean variance in the discarded directions. Review and
+    correction samples are then drawn in the generator's own code space, as without projection. (A mean made of
+    ``d`` principal components alone decodes to a blur: on the 64x64 sign-like stand-in the oracle called nearly
+    every such review image one class.) Full covariances in hundreds of
+    dimensions (a spatial autoencoder's codes) leave a few broad components that bury a small failure region;
+    projected first, the mixture separates it.
+
+    With ``class_share`` set, :meth:`fit` takes each failure's true class too, and a component is also kept when at
+    least ``min_class_region`` failures fall in it and they hold at least ``class_share`` of all failures of the
+    class most of them show. The weight threshold alone keeps only what is common among *all* failures: where a
+    few classes fail everywhere (a classifier weak on some classes), a class it otherwise knows, and its one
+    failure mode (a planted or a real flaw), is dropped however clear that mode is.
 
     Parameters
     ----------
@@ -52,11 +84,17 @@ class FailureClusterer:
         Variational inference iterations.
     random_state : int
         Seeds the subsample and the mixture's initialisation.
+    projection_dim : int, optional
+        Fit on this many principal components of the codes (None, or at least D: the codes themselves).
+    class_share : float, optional
+        Also keep components holding this share of one class's failures (None: the weight threshold alone).
+    min_class_region : int
+        The fewest failures a component kept by ``class_share`` holds.
 
     Attributes
     ----------
     mixture_ : BayesianGaussianMixture
-        The fitted mixture, all K components.
+        The fitted mixture, all K components (in projected coordinates where ``projection_`` is set).
     components_ : np.ndarray
         (J,) indices into the mixture of the kept components, heaviest first.
     weights_ : np.ndarray
@@ -70,18 +108,25 @@ class FailureClusterer:
         component was dropped.
     n_clusters_ : int
         J.
+    projection_ : sklearn.decomposition.PCA or None
+        The fitted projection, None when the mixture is fitted on the codes themselves.
     converged_ : bool
         Whether variational inference converged within ``max_iter``.
     """
 
     def __init__(self, n_components: int = 100, weight_threshold: float = 0.01, max_samples: int = 10_000,
-                 weight_concentration_prior: float | None = None, max_iter: int = 300, random_state: int = 0) -> None:
+                 weight_concentration_prior: float | None = None, max_iter: int = 300, random_state: int = 0,
+                 projection_dim: int | None = None, class_share: float | None = None,
+                 min_class_region: int = MIN_CLASS_REGION) -> None:
         self.n_components = n_components
         self.weight_threshold = weight_threshold
         self.max_samples = max_samples
         self.weight_concentration_prior = weight_concentration_prior
         self.max_iter = max_iter
         self.random_state = random_state
+        self.projection_dim = projection_dim
+        self.class_share = class_share
+        self.min_class_region = min_class_region
 
     def _validate(self, latents: np.ndarray) -> np.ndarray:
         latents = np.asarray(latents, dtype=np.float64)
@@ -93,18 +138,35 @@ class FailureClusterer:
             raise ProbeError(f"need at least 2 failures to cluster, got {len(latents)}")
         if self.n_components < 1 or not 0 <= self.weight_threshold < 1 or self.max_samples < 2:
             raise ProbeError("n_components must be ≥ 1, weight_threshold in [0, 1) and max_samples ≥ 2")
+        if self.projection_dim is not None and self.projection_dim < 1:
+            raise ProbeError(f"projection_dim must be ≥ 1 or None, got {self.projection_dim}")
+        if self.class_share is not None and not 0 < self.class_share <= 1:
+            raise ProbeError(f"class_share must be in (0, 1] or None, got {self.class_share}")
         return latents
 
-    def fit(self, latents: np.ndarray) -> "FailureClusterer":
-        """Fit on (N, D) failure latents; returns ``self``."""
+    def fit(self, latents: np.ndarray, classes: np.ndarray | None = None) -> "FailureClusterer":
+        """Fit on (N, D) failure latents; returns ``self``.
+
+        ``classes`` (N,): each failure's true class, needed (and only used) with ``class_share``.
+        """
+        from sklearn.decomposition import PCA
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.mixture import BayesianGaussianMixture
 
         latents = self._validate(latents)
+        if self.class_share is not None:
+            if classes is None or np.shape(classes) != (len(latents),):
+                raise ProbeError("FailureClusterer with class_share needs each failure's true class: fit(latents, "
+                                 "classes) with classes of shape (N,)")
+            classes = np.asarray(classes, dtype=np.int64)
         rng = np.random.default_rng(self.random_state)
         subsample = latents
         if len(latents) > self.max_samples:
             subsample = latents[rng.choice(len(latents), self.max_samples, replace=False)]
+        self.projection_ = None
+        if self.projection_dim is not None and self.projection_dim < min(subsample.shape):
+            self.projection_ = PCA(self.projection_dim, random_state=self.random_state).fit(subsample)
+            subsample = self.projection_.transform(subsample)
         with warnings.catch_warnings():  # non-convergence is reported through converged_, not a warning
             warnings.simplefilter("ignore", ConvergenceWarning)
             self.mixture_ = BayesianGaussianMixture(
@@ -118,13 +180,50 @@ class FailureClusterer:
         self.converged_ = bool(self.mixture_.converged_)
         weights = self.mixture_.weights_
         kept = np.flatnonzero(weights > self.weight_threshold)
+        if self.class_share is not None:
+            kept = np.union1d(kept, self._components_holding_a_class(self._components_of(latents), classes))
         self.components_ = kept[np.argsort(-weights[kept], kind="stable")]
         self.weights_ = weights[self.components_]
-        self.means_ = self.mixture_.means_[self.components_]
-        self.covariances_ = self.mixture_.covariances_[self.components_]
+        self.means_, self.covariances_ = self._in_code_space(latents)
         self.n_clusters_ = len(self.components_)
         self.labels_ = self.predict(latents)
         return self
+
+    def _components_of(self, latents: np.ndarray) -> np.ndarray:
+        """(N,) the most likely of all K components for each (N, D) code."""
+        return self.mixture_.predict(self.projection_.transform(latents) if self.projection_ is not None else latents)
+
+    def _components_holding_a_class(self, components: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """Components whose failures, at least ``min_class_region``, hold ``class_share`` of their majority class's."""
+        per_class = np.bincount(classes)
+        holding = []
+        for component in np.unique(components):
+            members = classes[components == component]
+            if len(members) < self.min_class_region:
+                continue
+            majority_class, count = np.unique(members, return_counts=True)
+            if count.max() >= self.class_share * per_class[majority_class[count.argmax()]]:
+                holding.append(component)
+        return np.asarray(holding, dtype=np.int64)
+
+    def _in_code_space(self, latents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kept components' (J, D) means and (J, D, D) covariances in the space of the (N, D) codes."""
+        means = self.mixture_.means_[self.components_]
+        covariances = self.mixture_.covariances_[self.components_]
+        if self.projection_ is None:
+            return means, covariances
+        basis = self.projection_.components_  # (d, D), orthonormal rows
+        responsibilities = self.mixture_.predict_proba(self.projection_.transform(latents))[:, self.components_]
+        mass = np.maximum(responsibilities.sum(0), 1e-12)  # (J,)
+        code_means = (responsibilities.T @ latents) / mass[:, None]
+        spreads = np.empty(len(code_means))
+        for index, mean in enumerate(code_means):
+            centred = latents - mean
+            residual = centred - (centred @ basis.T) @ basis
+            spreads[index] = responsibilities[:, index] @ (residual ** 2).sum(1) / (mass[index] * max(
+                basis.shape[1] - basis.shape[0], 1))
+        within = np.einsum("di,jde,ek->jik", basis, covariances, basis)
+        return code_means, within + spreads[:, None, None] * np.eye(basis.shape[1])
 
     def predict(self, latents: np.ndarray) -> np.ndarray:
         """Kept-cluster index of each (N, D) code, -1 where its most likely component was dropped."""
@@ -133,7 +232,7 @@ class FailureClusterer:
         latents = np.asarray(latents, dtype=np.float64)
         if len(latents) == 0:
             return np.zeros(0, dtype=np.int64)
-        component = self.mixture_.predict(latents)
+        component = self._components_of(latents)
         lookup = np.full(self.mixture_.n_components, NOT_IN_A_CLUSTER, dtype=np.int64)
         lookup[self.components_] = np.arange(self.n_clusters_)
         return lookup[component]

@@ -81,6 +81,10 @@ class DistillationResult(StoredResult):
     seconds : float
     tau : float
         The sampling temperature of a region's review and finetuning samples.
+    projection_dim : int
+        The principal components the mixture was fitted in (0: the codes themselves).
+    class_share : float
+        Light clusters holding this share of one class's failures were kept too (0: the weight threshold alone).
     """
 
     kind: ClassVar[str] = DISTILL
@@ -95,6 +99,8 @@ class DistillationResult(StoredResult):
     failures_in_kept_clusters: int
     seconds: float
     tau: float = 0.5
+    projection_dim: int = 0
+    class_share: float = 0.0
 
 
 @dataclass(frozen=True)

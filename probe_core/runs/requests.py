@@ -40,7 +40,9 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "max_samples": "failures fitted", "tau": "the review spread τ", "batch_size": "the batch size",
                  "learning_rate": "the learning rate", "validation_fraction": "the validation fraction",
                  "rho": "ρ", "sigma": "sigma (the paper uses 0.05)",
-                 "steps_per_epoch": "batches of the training data per epoch"}
+                 "steps_per_epoch": "batches of the training data per epoch",
+                 "projection_dim": "the principal components clustered (0: none)",
+                 "class_share": "the class share that keeps a light cluster"}
 
 
 SAMPLERS = ("hmc", "nuts", "rwm")

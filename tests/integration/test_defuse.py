@@ -224,6 +224,20 @@ def test_a_distillation_without_a_tau_records_the_one_its_image_size_chose(train
     assert queries.distill_tau(store, given) == result.tau == 0.2
 
 
+def test_a_projected_distillation_stores_regions_in_the_generators_own_code_space(trained_workspace, flawed_run):
+    registry, store = trained_workspace.registry, trained_workspace.store
+    paper = store.get_run(flawed_run["distill_run"])
+    assert paper.result["projection_dim"] == 0 and paper.result["class_share"] == 0.0  # small codes: as the papers
+    run_id, result = steps.run_step(registry, store, steps.DistillRequest(
+        identify_run=flawed_run["identify_run"], max_samples=1000, projection_dim=3, class_share=0.5))
+    assert (result.projection_dim, result.class_share) == (3, 0.5) and result.clusters >= 1
+    code_size = queries.failures_of(store, flawed_run["identify_run"]).latents.shape[1]
+    assert code_size > 3
+    for cluster in store.get_clusters(run_id):
+        assert cluster["mean"].shape == (code_size,) and cluster["covariance"].shape == (code_size, code_size)
+        assert np.linalg.eigvalsh(cluster["covariance"].astype(np.float64)).min() > 0  # review samples can be drawn
+
+
 def test_an_abstaining_oracle_says_none_exactly_where_it_is_less_sure_than_asked(trained_workspace, flawed_run):
     registry, store = trained_workspace.registry, trained_workspace.store
     # a distillation of its own: the shared run's oracle labels, which other tests read, stay as they are

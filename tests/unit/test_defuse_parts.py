@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse.cluster import FailureClusterer
+from probe_core.defuse.cluster import FailureClusterer, projection_for, sample_cluster_latents
+from probe_core.defuse.distill_step import DistillRequest
 from probe_core.defuse.identification import REAL_SIZE_NOISE, SMALL_IMAGE_NOISE, default_noise, perturbation_noise
 from probe_core.errors import ProbeError
 
@@ -61,6 +62,55 @@ def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_cluster
     assert (clusterer.predict(centres) == clusterer.predict(centres[[0, 1, 2]])).all()
     with pytest.raises(ProbeError, match="NaN"):
         FailureClusterer().fit(np.full((10, 2), np.nan))
+
+
+def test_projected_clusters_are_mapped_back_into_the_code_space_as_probabilistic_pca():
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(200, 3)))[0].T  # (3, 200): clusters differ in 3 of 200 directions
+    centres = np.array([[0.0, 0, 0], [8.0, 0, 0], [0.0, 8, 8]]) @ basis
+    truth = np.repeat([0, 1, 2], [500, 300, 200])
+    latents = centres[truth] + rng.normal(scale=0.3, size=(1000, 200))
+    clusterer = FailureClusterer(n_components=10, projection_dim=5, random_state=0).fit(latents)
+    assert clusterer.projection_.n_components_ == 5 and clusterer.n_clusters_ == 3
+    assert adjusted_rand_score(truth, clusterer.labels_) > 0.95
+    assert clusterer.means_.shape == (3, 200) and clusterer.covariances_.shape == (3, 200, 200)
+    nearest_centre = np.linalg.norm(clusterer.means_[:, None] - centres[None], axis=2).min(1)
+    assert (nearest_centre < 1.0).all()  # 200 coordinates of noise 0.3 each would put a wrong mean 8 away
+    for covariance in clusterer.covariances_:
+        assert np.allclose(covariance, covariance.T)
+        # the discarded directions keep the data's own spread (σ² = 0.09), so review samples are proper
+        assert np.linalg.eigvalsh(covariance).min() == pytest.approx(0.09, rel=0.2)
+    samples = sample_cluster_latents(clusterer.means_[0], clusterer.covariances_[0], 50, 0.5, rng)
+    assert samples.shape == (50, 200)
+    assert FailureClusterer(projection_dim=300).fit(latents).projection_ is None  # not below the codes' size
+
+
+def test_a_light_cluster_holding_most_of_one_class_failures_is_kept_with_a_class_share():
+    rng = np.random.default_rng(2)
+    # class 0 fails everywhere (two broad regions); class 1, known otherwise, fails in one small tight region
+    latents = np.concatenate([rng.normal([0, 0], 1.0, size=(3000, 2)), rng.normal([8, 0], 1.0, size=(3000, 2)),
+                              rng.normal([4, 9], 0.1, size=(30, 2)), rng.normal([4, -9], 3.0, size=(5, 2))])
+    classes = np.repeat([0, 0, 1, 1], [3000, 3000, 30, 5])
+    by_weight = FailureClusterer(n_components=10, random_state=0).fit(latents)
+    assert not (by_weight.labels_[6000:6030] >= 0).any()  # at 0.5 % of all failures, ε = 0.01 drops it
+    by_class = FailureClusterer(n_components=10, class_share=0.5, random_state=0).fit(latents, classes)
+    kept = by_class.labels_[6000:6030]
+    assert (kept >= 0).all() and len(set(kept)) == 1
+    assert by_class.weights_[kept[0]] < 0.01 and by_class.n_clusters_ == by_weight.n_clusters_ + 1
+    with pytest.raises(ProbeError, match="true class"):
+        FailureClusterer(class_share=0.5).fit(latents)
+    with pytest.raises(ProbeError, match="class_share"):
+        FailureClusterer(class_share=1.5).fit(latents, classes)
+
+
+def test_distillation_projects_only_codes_larger_than_the_papers_and_keeps_class_regions_when_asked():
+    assert projection_for(512) == 32 and projection_for(15) == 0 and projection_for(64) == 0
+    assert DistillRequest.build(identify_run=1).class_share == 0.0  # the papers' weight threshold alone
+    with pytest.raises(ProbeError, match="class share that keeps a light cluster must be a number from 0 to 1"):
+        DistillRequest.build(identify_run=1, class_share=2.0)
+    assert DistillRequest.build(identify_run=1, projection_dim=0).projection_dim == 0
 
 
 
