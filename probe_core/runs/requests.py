@@ -327,7 +327,7 @@ class SampleRequest:
                 raise ProbeError("a class map goes with a classifier reference, not an already resolved "
                                  "classifier")
             classifier = with_class_map(classifier, class_map)
-        classifier_id, names = resolved_reference(registry, classifier, "classifier", dataset)
+        classifier_id, names, _ = resolved_reference(registry, classifier, "classifier", dataset)
         if isinstance(target, str):
             # the one parse: a bad target stops here, in the classifier's words
             spec = TargetSpec.parse(target, names)
@@ -338,10 +338,11 @@ class SampleRequest:
         given = {key: value for key, value in settings.items() if value is not None or key in ("shards",
                                                                                               "anneal_sigma_from")}
         given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
-        generator_id, _ = resolved_reference(registry, generator or "default", "generator", dataset)
+        generator_id, _, loaded_generator = resolved_reference(registry, generator or "default", "generator", dataset)
         request = cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
                       class_names=names, **given)  # which checks the settings
-        if request.init == "classes" and not registry.can_start_in_classes(generator or "default", dataset):
+        if request.init == "classes" and not registry.can_start_in_classes(loaded_generator or generator_id,
+                                                                             dataset):
             raise ProbeError("chains start in classes only with a generator whose prior has class components (a "
                              "density autoencoder's, --kind rae); this one has none: use auto, prior or optimize")
         if not isinstance(classifier, str):
@@ -370,29 +371,30 @@ SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
                         if f.name not in ("dataset", "target", "classifier", "generator", "class_names", "use_case"))
 
 
-def resolved_reference(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...]]:
-    """``(stored reference, class names)`` of a model on ``dataset``, without training anything.
+def resolved_reference(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...], object]:
+    """``(stored reference, class names, the model)`` of a model on ``dataset``, without training anything.
 
     A model already resolved for ``dataset`` (a ``LoadedModel``, as the dashboard holds) is taken as it
-    is. A ``default`` that is not trained yet keeps its name (the run trains it, announced); a classifier's
-    names are then the data set's, which it will be trained on. Anything else is resolved, so a
-    classifier's classes are matched to the data set's by name here, and its id is what is stored.
+    is. A ``default`` that is not trained yet keeps its name (the run trains it, announced) and has no model
+    (None); a classifier's names are then the data set's, which it will be trained on. Anything else is
+    resolved, so a classifier's classes are matched to the data set's by name here, its id is what is stored,
+    and the ``LoadedModel`` is returned for what else the caller asks of it (a generator's capabilities).
 
     Raises
     ------
     ClassMismatchError, ModelNotFoundError, PluginError
     """
     if not isinstance(reference, str):
-        return reference.id, tuple(reference.class_names)
+        return reference.id, tuple(reference.class_names), reference
     base, _ = split_class_map(reference)
     if base == "default":
         spec = registry.default_spec(dataset, role)
         if spec is not None and not registry.exists(registry.default_id(dataset, role)):
             if role != "classifier":
-                return reference, ()
-            return reference, tuple(load_dataset(classifier_dataset(dataset), registry.data_dir).class_names)
+                return reference, (), None
+            return reference, tuple(load_dataset(classifier_dataset(dataset), registry.data_dir).class_names), None
     loaded = registry.resolve(reference, role, dataset)
-    return loaded.id, tuple(loaded.class_names)
+    return loaded.id, tuple(loaded.class_names), loaded
 
 
 def classifier_class_names(registry, reference: str | None, dataset: str) -> tuple[str, ...]:
