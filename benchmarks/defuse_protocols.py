@@ -103,7 +103,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     started = time.perf_counter()
     # checked and sized as the CLI, the page and the API check it (a warning says how the data's size chose the
     # images and perturbations); the run records the VAE's id, never "default"
-    request = steps.IdentifyRequest.checked(registry, dataset=flawed_data, classifier=flawed.id, vae=vae, **identify)
+    request = steps.IdentifyRequest.build(registry, dataset=flawed_data, classifier=flawed.id, vae=vae, **identify)
     identify_run, identified = steps.run_step(registry, store, request)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,

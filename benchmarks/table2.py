@@ -64,8 +64,8 @@ def main() -> None:
             continue
         started = time.perf_counter()
         if isinstance(target, str):
-            result = recipes.probe_target(recipes.prepare_sample(
-                registry, SampleRequest.build(registry, args.dataset, target, **models, **settings), suggest_generator=False))
+            request = SampleRequest.build(registry, dataset=args.dataset, target=target, **models, **settings)
+            result = recipes.probe_target(recipes.prepare_sample(registry, request, suggest_generator=False))
         else:
             name, options = target
             plan = recipes.plan_use_case(registry, args.dataset, name, **options)

@@ -123,7 +123,7 @@ def main() -> None:
     for spec in workspace.registry.default_specs("digits", seed=0):
         workspace.registry.get_or_train(spec)
     registry = workspace.registry
-    config = SampleRequest.build(registry, "digits", "high:3", chains=8 if args.quick else 32,
+    config = SampleRequest.build(registry, dataset="digits", target="high:3", chains=8 if args.quick else 32,
                                  warmup=10 if args.quick else 300, samples=10 if args.quick else 300, keep_every=5)
     rounds = 1 if args.quick else args.rounds
     default_threads, all_cores = worker_threads(), len(os.sched_getaffinity(0))

@@ -49,8 +49,9 @@ if start:
     if loaded is None:
         st.stop()
     try:
-        request = CompareRequest.build(dataset.name, first, second, loaded.id, chains=int(chains),
-                                       warmup=int(warmup), samples=int(samples))
+        request = CompareRequest.build(ws.registry, dataset=dataset.name, classifier_a=first, classifier_b=second,
+                                       generator=loaded.id, chains=int(chains), warmup=int(warmup),
+                                       samples=int(samples))
     except ProbeError as error:
         st.error(_ui.plain(error))
     else:

@@ -172,7 +172,8 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, generator = references(space, dataset, classifier, generator, class_names, input_shape)
     registry = space.registry.remembering()  # validation, preparation and the run load each model once
-    request = SampleRequest.build(registry, dataset, target, classifier, generator, class_map=class_map, **settings)
+    request = SampleRequest.build(registry, dataset=dataset, target=target, classifier=classifier, generator=generator,
+                                  class_map=class_map, **settings)
     prepared = prepare_sample(registry, request, device)
     if prepared.warning:
         warnings.warn(prepared.warning, stacklevel=2)

@@ -14,14 +14,14 @@ from probe_core.bayestrex.run import check_sampler_settings, sample_validated
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
-from probe_core.runs.requests import refuse_unknown
+from probe_core.runs.requests import BuiltFromSettings, refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
 from probe_core.sampling.targets import DEFAULT_SIGMA, TargetSpec
 
 
 @run_kind(ComparisonResult)
 @dataclass(frozen=True)
-class CompareRequest:
+class CompareRequest(BuiltFromSettings):
     """High-confidence samples of every class for two classifiers on one generator (paper Table 3)."""
 
     kind: ClassVar[str] = COMPARE
@@ -51,7 +51,7 @@ class CompareRequest:
         return [self.classifier_a, self.classifier_b]
 
     @classmethod
-    def build(cls, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
+    def build(cls, registry, *, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
               **settings) -> "CompareRequest":
         """The one way to make a comparison request: settings not given (or None) take this type's defaults,
         and all are checked once, when the request is made (:meth:`__post_init__`), before any work; the job
@@ -59,6 +59,8 @@ class CompareRequest:
 
         Parameters
         ----------
+        registry : ModelRegistry
+            The workspace (the models are resolved there by the run, which may train missing defaults).
         dataset, classifier_a, classifier_b, generator : str
             The models as references (resolved, and trained if they are missing defaults, by the run).
         **settings

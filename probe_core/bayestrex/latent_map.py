@@ -20,7 +20,7 @@ from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
-from probe_core.runs.requests import checked_run_id
+from probe_core.runs.requests import BuiltFromSettings, checked_run_id
 
 ARRAYS = "latent-map"
 
@@ -67,7 +67,7 @@ def latent_map(store, run_id: int, prior_points: int = 1000, max_hits: int = 200
 
 @run_kind(LatentMapResult)
 @dataclass(frozen=True)
-class LatentMapRequest:
+class LatentMapRequest(BuiltFromSettings):
     """Map a finished sampling run's hits among prior draws (cached with that run)."""
 
     kind: ClassVar[str] = LATENT_MAP
@@ -78,10 +78,10 @@ class LatentMapRequest:
         object.__setattr__(self, "run", checked_run_id(self.run, "the sampling run to map"))
 
     @classmethod
-    def build(cls, store, run_id: int) -> "LatentMapRequest":
+    def build(cls, registry, *, run: int) -> "LatentMapRequest":
         """The request for a stored sampling run; a :class:`ProbeError` if there is none of that id."""
-        require_run(store, run_id, SamplingResult.kind)
-        return cls(run_id)
+        require_run(registry.store, run, SamplingResult.kind)
+        return cls(run)
 
 
 @job_of(LatentMapRequest)
@@ -97,7 +97,7 @@ def latent_map_job(registry, request: LatentMapRequest, device: str = "cpu") -> 
 
 def submit_latent_map(manager, registry, run_id: int) -> int:
     """Compute (and cache) a sampling run's latent map in the background; returns the job's run id."""
-    return submit(manager, LatentMapRequest.build(registry.store, run_id), registry.data_dir)
+    return submit(manager, LatentMapRequest.build(registry, run=run_id), registry.data_dir)
 
 
 def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:

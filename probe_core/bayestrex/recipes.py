@@ -224,7 +224,8 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
     models = {kind: registry.get_or_train(model, device=device) if isinstance(model, ModelSpec)
               else registry.get_or_train_reference(model, kind, dataset, device=device)
               for kind, model in kinds.items()}
-    request = SampleRequest.build(registry, dataset, plan.target, models["classifier"], models["generator"], **settings)
+    request = SampleRequest.build(registry, dataset=dataset, target=plan.target, classifier=models["classifier"],
+                                  generator=models["generator"], **settings)
     return prepare_sample(registry, replace(request, use_case=plan.use_case), device, suggest_generator=False)
 
 
@@ -290,7 +291,8 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     int
         The run id.
     """
-    request = CompareRequest.build(dataset, classifier_a, classifier_b, generator, **settings)  # before any training
+    request = CompareRequest.build(registry, dataset=dataset, classifier_a=classifier_a, classifier_b=classifier_b,
+                                   generator=generator, **settings)  # before any training
     # the run stores resolved references (trained first if they are missing defaults)
     first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in request.classifiers)
     generator = registry.get_or_train_reference(request.generator, "generator", dataset).id

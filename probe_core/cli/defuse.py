@@ -121,18 +121,18 @@ def _print_results(result) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = steps.IdentifyRequest.checked(workspace.registry, args.device, train_missing=True,
-                                             **_identify_settings(args))
+    settings = steps.IdentifyRequest.build(workspace.registry, device=args.device, train_missing=True,
+                                           **_identify_settings(args))
     run_id, result = _run_step(args, workspace, settings, "identify")
     _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
     print(f"next: probe defuse distill --run {run_id}")
     return 0
 
 
-def _distill_settings(args, identify_run: int) -> steps.DistillRequest:
-    return steps.DistillRequest.build(identify_run=identify_run, n_components=args.components,
-                                      weight_threshold=args.threshold, max_samples=args.max_samples, tau=args.tau,
-                                      seed=args.seed, projection_dim=args.projection, class_share=args.class_share)
+def _distill_options(args) -> dict:
+    """The distillation settings the command line gives (all but the identification run)."""
+    return {"n_components": args.components, "weight_threshold": args.threshold, "max_samples": args.max_samples,
+            "tau": args.tau, "seed": args.seed, "projection_dim": args.projection, "class_share": args.class_share}
 
 
 def _print_distilled(run_id: int, result) -> None:
@@ -147,7 +147,8 @@ def _print_distilled(run_id: int, result) -> None:
 def _distill(args) -> int:
 
     workspace = workspace_from_args(args)
-    run_id, result = _run_step(args, workspace, _distill_settings(args, args.run), "distill")
+    request = steps.DistillRequest.build(workspace.registry, identify_run=args.run, **_distill_options(args))
+    run_id, result = _run_step(args, workspace, request, "distill")
     _print_distilled(run_id, result)
     _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
                     label_tools.DEFAULT_RHO)
@@ -284,20 +285,21 @@ def _write_novelty(workspace, args, class_names: tuple[str, ...]) -> None:
     print(format_table(rows, ["image", "training index", "its label", "classifier says", "l2", "l2 to any training"]))
 
 
-def _correct_settings(args, distill_run: int, source: str) -> steps.CorrectRequest:
-    return steps.CorrectRequest.build(distill_run=distill_run, source=source, rho=args.rho,
-                                      lambdas=None if args.lambdas is None else tuple(args.lambdas),
-                                      epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                                      samples_per_region=args.samples_per_region, seed=args.seed,
-                                      executor=args.executor, baseline=args.baseline, selection=args.selection,
-                                      validation=args.validation, learning_rate=args.learning_rate,
-                                      keep_batch_statistics=args.keep_batch_statistics)
+def _correct_options(args) -> dict:
+    """The correction settings the command line gives (all but the distillation run and the labels' source)."""
+    return {"rho": args.rho, "lambdas": None if args.lambdas is None else tuple(args.lambdas),
+            "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+            "samples_per_region": args.samples_per_region, "seed": args.seed, "executor": args.executor,
+            "baseline": args.baseline, "selection": args.selection, "validation": args.validation,
+            "learning_rate": args.learning_rate, "keep_batch_statistics": args.keep_batch_statistics}
 
 
 def _correct(args) -> int:
 
     workspace = workspace_from_args(args)
-    run_id, result = _run_step(args, workspace, _correct_settings(args, args.run, args.source), "correct")
+    request = steps.CorrectRequest.build(workspace.registry, distill_run=args.run, source=args.source,
+                                         **_correct_options(args))
+    run_id, result = _run_step(args, workspace, request, "correct")
     _print_results(result)
     _write_out(args, workspace, args.run, args.source, run_id)
     return 0
@@ -317,17 +319,19 @@ def _run_all(args) -> int:
 
     workspace = workspace_from_args(args)
     oracle = _oracle(args)
-    _correct_settings(args, 0, label_tools.HUMAN)  # the correction's settings are checked before anything runs
-    _distill_settings(args, 0)
-    settings = steps.IdentifyRequest.checked(workspace.registry, args.device, train_missing=True,
-                                             **_identify_settings(args))
+    # the later steps' settings are checked before anything runs (their runs do not exist yet)
+    steps.CorrectRequest.from_settings(distill_run=0, source=label_tools.HUMAN, **_correct_options(args))
+    steps.DistillRequest.from_settings(identify_run=0, **_distill_options(args))
+    settings = steps.IdentifyRequest.build(workspace.registry, device=args.device, train_missing=True,
+                                           **_identify_settings(args))
     identify_run, result = _run_step(args, workspace, settings, "identify")
     class_names = _class_names(workspace, identify_run, args.data_dir)
     _print_identify(identify_run, result, class_names)
     if result.failures < 2:
         raise ProbeError("identification found fewer than 2 failures, nothing to cluster (try more samples per "
                          "image or a larger --noise-scale)")
-    distill_run, result = _run_step(args, workspace, _distill_settings(args, identify_run), "distill")
+    distill_run, result = _run_step(args, workspace, steps.DistillRequest.build(
+        workspace.registry, identify_run=identify_run, **_distill_options(args)), "distill")
     _print_distilled(distill_run, result)
     source = label_tools.HUMAN
     if oracle is not None:
@@ -340,7 +344,8 @@ def _run_all(args) -> int:
               f"probe defuse correct --run {distill_run}")
         _write_out(args, workspace, distill_run, source, None)
         return 0
-    correct_run, result = _run_step(args, workspace, _correct_settings(args, distill_run, source), "correct")
+    correct_run, result = _run_step(args, workspace, steps.CorrectRequest.build(
+        workspace.registry, distill_run=distill_run, source=source, **_correct_options(args)), "correct")
     _print_results(result)
     _write_out(args, workspace, distill_run, source, correct_run)
     return 0

@@ -62,8 +62,8 @@ def _sample(args: argparse.Namespace) -> int:
     workspace = workspace_from_args(args)
     registry = workspace.registry.remembering()  # validation and preparation load each model once
     # every setting is checked before anything is trained or stored; then the models are checked on the data
-    request = SampleRequest.build(registry, args.dataset, args.target, args.classifier, args.generator,
-                             class_map=args.class_map, **_given_settings(args))
+    request = SampleRequest.build(registry, dataset=args.dataset, target=args.target, classifier=args.classifier,
+                                  generator=args.generator, class_map=args.class_map, **_given_settings(args))
     return _run_prepared(args, workspace, registry, prepare_sample(registry, request, args.device))
 
 

@@ -104,6 +104,14 @@ class CorrectRequest(BuiltFromSettings):
             raise ProbeError(f"unknown validation source {self.validation!r}; choose one of "
                              f"{', '.join(VALIDATION_SOURCES)}")
 
+    @classmethod
+    def build(cls, registry, **settings) -> "CorrectRequest":
+        """The request from ``settings``; a :class:`ProbeError` for bad settings or no distillation run of that id
+        in the workspace."""
+        request = cls.from_settings(**settings)
+        require_run(registry.store, request.distill_run, DISTILL)
+        return request
+
     def _check_lambdas(self) -> None:
         if not self.lambdas:
             raise ProbeError("give at least one λ")

@@ -42,6 +42,14 @@ class DistillRequest(BuiltFromSettings):
     def __post_init__(self) -> None:
         self.check_ranges()
 
+    @classmethod
+    def build(cls, registry, **settings) -> "DistillRequest":
+        """The request from ``settings``; a :class:`ProbeError` for bad settings or no identification run of that id
+        in the workspace."""
+        request = cls.from_settings(**settings)
+        require_run(registry.store, request.identify_run, IDENTIFY)
+        return request
+
 
 @job_of(DistillRequest)
 def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:

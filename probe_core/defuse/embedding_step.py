@@ -10,12 +10,12 @@ from probe_core.defuse.results import DISTILL, EMBEDDING, EmbeddingResult
 from probe_core.defuse.review import embedding
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
-from probe_core.runs.requests import checked_run_id
+from probe_core.runs.requests import BuiltFromSettings, checked_run_id
 
 
 @run_kind(EmbeddingResult)
 @dataclass(frozen=True)
-class EmbeddingRequest:
+class EmbeddingRequest(BuiltFromSettings):
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
 
     kind: ClassVar[str] = EMBEDDING
@@ -26,15 +26,15 @@ class EmbeddingRequest:
         object.__setattr__(self, "distill_run", checked_run_id(self.distill_run, "the distillation run to map"))
 
     @classmethod
-    def build(cls, store, distill_run: int) -> "EmbeddingRequest":
+    def build(cls, registry, *, distill_run: int) -> "EmbeddingRequest":
         """The request for a stored distillation run; a :class:`ProbeError` if there is none of that id."""
-        require_run(store, distill_run, DISTILL)
+        require_run(registry.store, distill_run, DISTILL)
         return cls(distill_run)
 
 
 def submit_embedding(manager, registry, distill_run: int) -> int:
     """Compute (and cache) a distillation run's failure map in the background."""
-    return submit(manager, EmbeddingRequest.build(registry.store, distill_run), registry.data_dir)
+    return submit(manager, EmbeddingRequest.build(registry, distill_run=distill_run), registry.data_dir)
 
 
 @job_of(EmbeddingRequest)

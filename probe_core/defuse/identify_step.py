@@ -79,7 +79,7 @@ class IdentifyRequest(BuiltFromSettings):
             if not isinstance(self.distill_after, dict) or "identify_run" in self.distill_after:
                 raise ProbeError("distill_after holds distillation settings (not the identification run)")
             try:
-                DistillRequest.build(identify_run=0, **self.distill_after)
+                DistillRequest.from_settings(identify_run=0, **self.distill_after)
             except ProbeError as exc:
                 raise ProbeError(f"distill_after: {exc}") from None
         self.check_ranges()
@@ -89,8 +89,8 @@ class IdentifyRequest(BuiltFromSettings):
             raise ProbeError(f"the Beta noise's a and b must be positive, got a={self.a}, b={self.b}")
 
     @classmethod
-    def checked(cls, registry, device: str = "cpu", train_missing: bool = False, **settings) -> "IdentifyRequest":
-        """The request built from ``settings`` (:meth:`build`) and checked against the workspace in the same step,
+    def build(cls, registry, *, device: str = "cpu", train_missing: bool = False, **settings) -> "IdentifyRequest":
+        """The request made from ``settings`` (:meth:`from_settings`) and checked against the workspace in one step,
         before a run is stored: the classifier's classes matched to the data's, both models loaded (a plugin that
         fails or a missing id fails here) and the classifier checked on the data, the settings the request leaves
         open chosen from the data's size (:func:`sized_identification`; the note is logged), and the models
@@ -104,7 +104,7 @@ class IdentifyRequest(BuiltFromSettings):
         ProbeError
             For bad settings, models that do not load or match the data, or a generator without an encoder.
         """
-        request = cls.build(**settings)
+        request = cls.from_settings(**settings)
         registry = registry.remembering()  # the classes are matched and the models checked on one load of each
         classifier_class_names(registry, request.classifier, request.dataset)  # classes matched before any training
         lookup = registry.get_or_train_reference if train_missing else registry.resolve

@@ -158,8 +158,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
     reference = with_class_map(classifier, class_map) if class_map else classifier
-    request = IdentifyRequest.checked(space.registry, device, train_missing=True, dataset=dataset,
-                                      classifier=reference, vae=vae, **settings)
+    request = IdentifyRequest.build(space.registry, device=device, train_missing=True, dataset=dataset,
+                                    classifier=reference, vae=vae, **settings)
     run_id, outcome = run_now(space.registry, request, device=device,
                              progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)
@@ -175,7 +175,7 @@ def distill(identified, *, workspace=None, device: str = "auto", progress: bool 
     space = open_workspace(workspace)
 
     device = str(resolve_device(device))  # "auto": CUDA when present
-    request = DistillRequest.build(identify_run=_run_id(identified), **settings)
+    request = DistillRequest.build(space.registry, identify_run=_run_id(identified), **settings)
     run_id, _ = run_now(space.registry, request, device=device, progress_bar="distilling" if progress else None)
     return _report(space, run_id, HUMAN)
 
@@ -230,6 +230,6 @@ def correct(distilled, *, source: str | None = None, workspace=None, device: str
     device = str(resolve_device(device))  # "auto": CUDA when present
     source = source or getattr(distilled, "source", HUMAN)
     distill_run = _run_id(distilled)
-    request = CorrectRequest.build(distill_run=distill_run, source=source, **settings)
+    request = CorrectRequest.build(space.registry, distill_run=distill_run, source=source, **settings)
     correct_run, _ = run_now(space.registry, request, device=device, progress_bar="finetuning" if progress else None)
     return _report(space, distill_run, source, correct_run)

@@ -102,9 +102,15 @@ def refuse_unknown(given, allowed, what: str) -> None:
 class BuiltFromSettings:
     """A request dataclass whose one constructor for front ends is :meth:`build`.
 
-    Its fields' defaults are its defaults table and its ``__post_init__`` checks the values; ``build`` adds
-    the check for names the request does not have and turns a wrong type into the project's error, so a
-    front end (CLI, page, API verb) gets one clear message for any bad input, before a run is stored.
+    Every run request has the same constructor, ``Request.build(registry, **settings)``: the workspace's
+    :class:`~probe_core.models.registry.ModelRegistry` (its store is the workspace's runs) and the settings by
+    name. It checks what needs the workspace (runs that must exist, models that must resolve), and the request's
+    ``__post_init__`` checks the values however the request is made (built, read back from a stored run, or made
+    directly), so a front end (CLI, page, API verb) gets one clear message for any bad input before a run is
+    stored, and jobs trust the request they are given.
+
+    Its fields' defaults are its defaults table; :meth:`from_settings` adds the check for names the request does
+    not have and turns a wrong type into the project's error.
     """
 
     setting_word: ClassVar[str] = "request"  # the message's word: "unknown <word> setting(s)"
@@ -117,8 +123,9 @@ class BuiltFromSettings:
         check_number_ranges({name: getattr(self, name) for name in self.ranges}, self.ranges, SETTING_WORDS)
 
     @classmethod
-    def build(cls, **settings):
-        """The request from settings named as its fields; those left out take the defaults.
+    def from_settings(cls, **settings):
+        """The request from settings named as its fields, those left out taking the defaults, without the
+        workspace's checks (settings nested in another request, such as an identification's ``distill_after``).
 
         Raises
         ------
@@ -130,6 +137,17 @@ class BuiltFromSettings:
             return cls(**settings)
         except TypeError as exc:  # e.g. a text where a number goes: the comparisons in __post_init__
             raise ProbeError(f"bad {cls.setting_word} settings: {exc}") from None
+
+    @classmethod
+    def build(cls, registry, **settings):
+        """The request from ``settings`` (:meth:`from_settings`), checked against the workspace of ``registry``.
+
+        Raises
+        ------
+        ProbeError
+            For a name the request does not have, a value it cannot use, or what the workspace lacks.
+        """
+        return cls.from_settings(**settings)
 
 
 def checked_run_id(value, what: str) -> int:
@@ -199,7 +217,7 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 
 
 @dataclass(frozen=True)
-class SampleRequest:
+class SampleRequest(BuiltFromSettings):
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
     Build it with :meth:`build`, the one constructor for front ends: it fills the target's defaults, resolves
@@ -286,8 +304,8 @@ class SampleRequest:
                 "independence_moves": self.independence_moves}
 
     @classmethod
-    def build(cls, registry, dataset: str, target: "str | TargetSpec", classifier="default", generator="default",
-              *, class_map: str | None = None, **settings) -> "SampleRequest":
+    def build(cls, registry, *, dataset: str, target: "str | TargetSpec", classifier="default", generator="default",
+              class_map: str | None = None, **settings) -> "SampleRequest":
         """The one way to make a sample request: defaults, checks, references, targets.
 
         Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image

@@ -11,6 +11,7 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
+from probe_core.runs.requests import BuiltFromSettings
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class TrainingResult(StoredResult):
 
 @run_kind(TrainingResult)
 @dataclass(frozen=True)
-class TrainRequest:
+class TrainRequest(BuiltFromSettings):
     """Training zoo models in order: ``specs`` are :class:`~probe_core.models.ModelSpec` fields as dicts.
 
     ``purpose`` says why (``defaults`` of ``dataset``, or ``custom``); two configs with the same
@@ -61,12 +62,15 @@ class TrainRequest:
         object.__setattr__(self, "device", str(self.device))
 
     @classmethod
-    def build(cls, dataset: str, specs, purpose: str = "custom", device: str = "cpu") -> "TrainRequest":
+    def build(cls, registry, *, dataset: str, specs, purpose: str = "custom",
+              device: str = "cpu") -> "TrainRequest":
         """The one way to make a training request: every spec is checked as a :class:`ModelSpec` when the request
         is made (:meth:`__post_init__`), before a run is stored; the job trusts them.
 
         Parameters
         ----------
+        registry : ModelRegistry
+            The workspace the models are trained into (nothing of it is needed before the run).
         dataset : str
             The data set the run is for (its page and its defaults).
         specs : iterable of ModelSpec or dict
@@ -125,7 +129,8 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
 def submit_training(manager, registry, specs: list, dataset: str, purpose: str = "custom",
                     device: str = "cpu") -> int:
     """Train :class:`~probe_core.models.ModelSpec` s in the background; a second identical request joins the first."""
-    return submit(manager, TrainRequest.build(dataset, specs, purpose, device), registry.data_dir, dedupe=True)
+    return submit(manager, TrainRequest.build(registry, dataset=dataset, specs=specs, purpose=purpose, device=device),
+                  registry.data_dir, dedupe=True)
 
 
 def start_default_training(manager, registry, dataset: str = DEFAULT_DATASET, device: str = "cpu") -> int | None:

@@ -12,7 +12,7 @@ import torch
 from probe_core.catalog import generator_dataset, load_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, run_now, submit
-from probe_core.runs.requests import check_reference
+from probe_core.runs.requests import BuiltFromSettings, check_reference
 
 REGION = "defuse-region"
 FINDING = "bayestrex-finding"
@@ -179,7 +179,7 @@ CLASSIFIER_TO_SCORE = "classifier to score (a model id, a plugin or a model file
 
 @run_kind(ScoreResult)
 @dataclass(frozen=True)
-class ScoreRequest:
+class ScoreRequest(BuiltFromSettings):
     """Score a classifier on a regression suite: its scores are stored with the suite's version.
 
     Build it with :meth:`build`; ``probe suite score``, the Finetune and Regressions pages and
@@ -202,7 +202,7 @@ class ScoreRequest:
         check_reference(self.classifier, CLASSIFIER_TO_SCORE)
 
     @classmethod
-    def build(cls, registry, suite: str, classifier: str) -> "ScoreRequest":
+    def build(cls, registry, *, suite: str, classifier: str) -> "ScoreRequest":
         """The one way to make a score request: the suite must exist and the classifier resolve on its data set
         (never trained); the request holds the classifier's stored id.
 
@@ -231,12 +231,13 @@ def score_now(registry, suite: str, classifier: str, device: str = "cpu") -> Sco
     """Score a classifier on a suite in this process, recorded as a run like the page's; returns
     :func:`score_suite`'s result (``probe suite score`` and :func:`probe_core.api.suite`)."""
     registry = registry.remembering()  # checked and scored on one load
-    return run_now(registry, ScoreRequest.build(registry, suite, classifier), device=device)[1]
+    return run_now(registry, ScoreRequest.build(registry, suite=suite, classifier=classifier), device=device)[1]
 
 
 def submit_score(manager, registry, suite: str, classifier: str, device: str = "cpu") -> int:
     """Score a classifier on a suite in the background; returns the job's run id."""
-    return submit(manager, ScoreRequest.build(registry, suite, classifier), registry.data_dir, device=device)
+    return submit(manager, ScoreRequest.build(registry, suite=suite, classifier=classifier), registry.data_dir,
+                  device=device)
 
 
 def require_suite(store, name: str) -> dict:

@@ -146,7 +146,8 @@ def test_run_limits_read_nested_settings_of_every_request(workspace, forged):
     accounts.add_account(store, "boss", "admin", PASSWORD)
     manager = JobManager(store, ThreadLauncher()).acting_as(ADMIN)
     config = {
-        "training": lambda: record(TrainRequest.build("digits", [ModelSpec(dataset="digits", epochs=100_000)])),
+        "training": lambda: record(TrainRequest.build(workspace.registry, dataset="digits",
+                                                      specs=[ModelSpec(dataset="digits", epochs=100_000)])),
         "feature-epochs": lambda: {"specs": [{"kind": "vae", "epochs": 3, "feature_epochs": 10**6}]},
         "nested-dict": lambda: {"settings": {"identify": {"samples_per_image": 10**6}}},
         "in-a-list": lambda: {"targets": [{"chains": 2}, {"chains": 10**5}]},

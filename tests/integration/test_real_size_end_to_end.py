@@ -42,8 +42,9 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
     assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
     assert models["vae"]["spec"]["perceptual"] == REAL_SIZE_PERCEPTUAL  # trained with a perceptual term
     assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == REAL_SIZE_VAE_LATENT
-    request = SampleRequest.build(Workspace(tmp_path / "ws").registry, canonical_dataset_name(str(colour_npz)), "high:7",
-                             models["classifier"]["id"], models["vae"]["id"])
+    request = SampleRequest.build(Workspace(tmp_path / "ws").registry, dataset=canonical_dataset_name(str(colour_npz)),
+                                  target="high:7", classifier=models["classifier"]["id"],
+                                  generator=models["vae"]["id"])
     assert (request.warmup, request.samples) == (REAL_SIZE_SAMPLER_DEFAULTS["warmup"],
                                                  REAL_SIZE_SAMPLER_DEFAULTS["samples"])  # sized for real size
     capsys.readouterr()

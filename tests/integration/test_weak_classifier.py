@@ -109,9 +109,9 @@ def test_a_request_made_with_a_classifier_at_chance_is_refused_when_made(digits,
     registry = trained_workspace.registry
     runs_before = len(trained_workspace.store.list_runs())
     with pytest.raises(ModelCheckError, match="near chance"):
-        SampleRequest.build(registry, "digits", "high:7", _constant(digits), "default", chains=2)
+        SampleRequest.build(registry, dataset="digits", target="high:7", classifier=_constant(digits), chains=2)
     assert len(trained_workspace.store.list_runs()) == runs_before
-    insisted = SampleRequest.build(registry, "digits", "high:7", _constant(digits), "default", chains=2,
+    insisted = SampleRequest.build(registry, dataset="digits", target="high:7", classifier=_constant(digits), chains=2,
                                    allow_weak_classifier=True)
     assert insisted.allow_weak_classifier and insisted.classifier == _constant(digits).id
 

@@ -66,7 +66,7 @@ def test_real_size_selects_on_half_the_test_set_as_the_papers_colour_protocol_un
     plan = correction_plan(CorrectRequest(distill_run=1), (3, 32, 32))
     assert plan.validation == "test-half" and "half of the test set" in plan.note
     with pytest.raises(ProbeError, match="unknown validation source 'test'; choose one of training, test-half"):
-        CorrectRequest.build(distill_run=1, validation="test")
+        CorrectRequest.from_settings(distill_run=1, validation="test")
 
 
 def test_the_test_half_split_keeps_all_training_images_and_splits_the_test_set_in_disjoint_halves():
@@ -86,7 +86,7 @@ def test_the_test_half_split_keeps_all_training_images_and_splits_the_test_set_i
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
 def test_a_steps_per_epoch_that_is_not_a_positive_whole_number_is_refused(bad):
     with pytest.raises(ProbeError, match="steps per epoch|whole number"):
-        CorrectRequest.build(distill_run=1, steps_per_epoch=bad)
+        CorrectRequest.from_settings(distill_run=1, steps_per_epoch=bad)
 
 
 class _CountingClassifier(torch.nn.Module):

@@ -38,9 +38,9 @@ def test_the_noise_a_request_leaves_open_is_chosen_from_the_image_size():
     assert (named.noise, named.a, named.b) == ("centered", 20.0, 75.0)  # what the user names stands
     assert with_data_noise(IdentifyRequest(), (1, 8, 8)).noise == "centered"
     with pytest.raises(ProbeError, match="noise must be one of paper, centered, got 'gaussian'"):
-        IdentifyRequest.build(noise="gaussian")
+        IdentifyRequest.from_settings(noise="gaussian")
     with pytest.raises(ProbeError, match="a and b must be positive"):
-        IdentifyRequest.build(b=-1.0)
+        IdentifyRequest.from_settings(b=-1.0)
 
 
 def test_failure_clusterer_follows_sklearn_conventions_and_finds_planted_clusters():
@@ -107,10 +107,10 @@ def test_a_light_cluster_holding_most_of_one_class_failures_is_kept_with_a_class
 
 def test_distillation_projects_only_codes_larger_than_the_papers_and_keeps_class_regions_when_asked():
     assert projection_for(512) == 32 and projection_for(15) == 0 and projection_for(64) == 0
-    assert DistillRequest.build(identify_run=1).class_share == 0.0  # the papers' weight threshold alone
+    assert DistillRequest.from_settings(identify_run=1).class_share == 0.0  # the papers' weight threshold alone
     with pytest.raises(ProbeError, match="class share that keeps a light cluster must be a number from 0 to 1"):
-        DistillRequest.build(identify_run=1, class_share=2.0)
-    assert DistillRequest.build(identify_run=1, projection_dim=0).projection_dim == 0
+        DistillRequest.from_settings(identify_run=1, class_share=2.0)
+    assert DistillRequest.from_settings(identify_run=1, projection_dim=0).projection_dim == 0
 
 
 

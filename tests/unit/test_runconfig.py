@@ -16,6 +16,7 @@ from probe_core.runs.lifecycle import JobSpec, job_spec
 from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
 from probe_core.runs.training import TrainRequest
+from probe_core.runs.workspace import Workspace
 from probe_core.suites.scoring import ScoreRequest
 
 DIGITS = tuple(str(i) for i in range(10))
@@ -105,7 +106,7 @@ def test_a_sample_request_checks_its_settings_however_it_is_made():
         assert config_of(SimpleNamespace(kind="sample", config=stored)) is None
 
 
-def test_a_comparison_request_checks_its_settings_however_it_is_made():
+def test_a_comparison_request_checks_its_settings_however_it_is_made(tmp_path):
     made = CompareRequest(dataset="digits", classifier_a="a", classifier_b="b")
     for bad, message in (({"classifier_b": "a"}, "two different"), ({"classifier_a": ""}, "two classifiers"),
                          ({"chains": 0}, "chains"), ({"sigma": 0.0}, "sigma")):
@@ -114,7 +115,7 @@ def test_a_comparison_request_checks_its_settings_however_it_is_made():
         with pytest.raises(ProbeError, match=message):
             from_record(CompareRequest, {**record(made), **bad})
         with pytest.raises(ProbeError, match=message):
-            CompareRequest.build(**{**record(made), **bad})
+            CompareRequest.build(Workspace(tmp_path).registry, **{**record(made), **bad})
 
 
 def test_a_training_request_checks_its_specs_however_it_is_made():
@@ -158,6 +159,7 @@ from typing import ClassVar
 
 from probe_core.catalog import load_dataset
 from probe_core.runs.lifecycle import StoredResult, job_of, run_kind
+from probe_core.runs.requests import BuiltFromSettings
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class CountResult(StoredResult):
 
 @run_kind(CountResult)
 @dataclass(frozen=True)
-class CountRequest:
+class CountRequest(BuiltFromSettings):
     kind: ClassVar[str] = "toy-count"
 
     dataset: str
@@ -227,8 +229,8 @@ def _cli_request(registry, *argv):
     from probe_core.runs.requests import SampleRequest
 
     args = build_parser().parse_args(["sample", *argv])
-    return SampleRequest.build(registry, args.dataset, args.target, args.classifier, args.generator,
-                          **_given_settings(args))
+    return SampleRequest.build(registry, dataset=args.dataset, target=args.target, classifier=args.classifier,
+                               generator=args.generator, **_given_settings(args))
 
 
 def test_the_matrix_has_its_own_sampler_defaults_on_the_command_line(tmp_path):
@@ -283,39 +285,43 @@ def test_the_api_documents_every_sample_setting_with_the_request_types_default()
         assert f"{name}={getattr(SampleRequest, name)!r}" in mp.sample.__doc__
 
 
-def test_unknown_settings_are_refused_by_name_with_the_ones_the_request_has():
+def test_unknown_settings_are_refused_by_name_with_the_ones_the_request_has(tmp_path):
     refuse_unknown({"chains": 4}, ("chains", "warmup"), "sampler")
     with pytest.raises(ProbeError, match=r"unknown sampler setting\(s\) steps, temperature; use chains, warmup"):
         refuse_unknown({"temperature": 1, "steps": 2, "chains": 4}, ("chains", "warmup"), "sampler")
     with pytest.raises(ProbeError, match=r"unknown comparison setting\(s\) bogus; use chains"):
-        CompareRequest.build("digits", "a", "b", bogus=1)
+        CompareRequest.build(Workspace(tmp_path).registry, dataset="digits", classifier_a="a", classifier_b="b",
+                             bogus=1)
 
 
-def test_a_training_request_checks_its_specs_before_any_run_is_stored():
-    request = TrainRequest.build("digits", [ModelSpec(kind="vae", epochs=2), {"kind": "classifier"}], "defaults")
+def test_a_training_request_checks_its_specs_before_any_run_is_stored(tmp_path):
+    registry = Workspace(tmp_path).registry
+    request = TrainRequest.build(registry, dataset="digits", specs=[ModelSpec(kind="vae", epochs=2),
+                                                                    {"kind": "classifier"}], purpose="defaults")
     assert [spec["kind"] for spec in request.specs] == ["vae", "classifier"] and request.specs[0]["epochs"] == 2
     assert from_record(TrainRequest, record(request)) == request
     with pytest.raises(ProbeError, match="nothing to train"):
-        TrainRequest.build("digits", [])
+        TrainRequest.build(registry, dataset="digits", specs=[])
     with pytest.raises(ProbeError, match="not a model spec"):
-        TrainRequest.build("digits", [{"kind": "vae", "colour": "red"}])
+        TrainRequest.build(registry, dataset="digits", specs=[{"kind": "vae", "colour": "red"}])
     with pytest.raises(ProbeError, match="unknown model kind"):
-        TrainRequest.build("digits", [{"kind": "forest"}])
+        TrainRequest.build(registry, dataset="digits", specs=[{"kind": "forest"}])
     with pytest.raises(ProbeError, match="say why"):
-        TrainRequest.build("digits", [{"kind": "vae"}], purpose=" ")
-    assert TrainRequest.build("digits", [{"kind": "vae"}], purpose="benchmark").purpose == "benchmark"
+        TrainRequest.build(registry, dataset="digits", specs=[{"kind": "vae"}], purpose=" ")
+    assert TrainRequest.build(registry, dataset="digits", specs=[{"kind": "vae"}],
+                              purpose="benchmark").purpose == "benchmark"
 
 
 @pytest.mark.parametrize("request_type, required, number", [(IdentifyRequest, {}, "samples_per_image"),
                                                             (DistillRequest, {"identify_run": 1}, "n_components"),
                                                             (CorrectRequest, {"distill_run": 1}, "epochs")])
 def test_defuse_requests_are_built_with_one_clear_message_for_bad_settings(request_type, required, number):
-    """build() keeps the defaults, refuses a name the request lacks (naming it) and a wrong type as ProbeError."""
-    assert request_type.build(**required) == request_type(**required)
+    """from_settings() keeps the defaults, refuses a name the request lacks (naming it), a wrong type as ProbeError."""
+    assert request_type.from_settings(**required) == request_type(**required)
     with pytest.raises(ProbeError, match=f"unknown {request_type.setting_word} setting.*bogus"):
-        request_type.build(**required, bogus=1)
+        request_type.from_settings(**required, bogus=1)
     with pytest.raises(ProbeError):
-        request_type.build(**required, **{number: "many"})
+        request_type.from_settings(**required, **{number: "many"})
 
 
 @pytest.mark.parametrize("request_type, required", [(IdentifyRequest, {}), (DistillRequest, {"identify_run": 1}),
@@ -328,19 +334,19 @@ def test_defuse_requests_accept_their_declared_ranges_and_refuse_beyond_them(req
         whole = isinstance(low, int) and isinstance(high, int)
         step = 1 if whole else max(abs(high - low) * 1e-3, 1e-9)
         for inside in (low, high):
-            assert getattr(request_type.build(**required, **{name: inside}), name) == inside
+            assert getattr(request_type.from_settings(**required, **{name: inside}), name) == inside
         for outside in (low - step, high + step):
             with pytest.raises(ProbeError, match=r"must be a (whole )?number from \S+ to \S+, got"):
-                request_type.build(**required, **{name: outside})
+                request_type.from_settings(**required, **{name: outside})
         if whole:
             with pytest.raises(ProbeError, match="whole number"):
-                request_type.build(**required, **{name: low + 0.5})
+                request_type.from_settings(**required, **{name: low + 0.5})
 
 
 def test_distill_after_names_an_unknown_distillation_setting():
     with pytest.raises(ProbeError, match="distill_after: unknown distillation setting.*clusters"):
-        IdentifyRequest.build(distill_after={"clusters": 3})
-    assert IdentifyRequest.build(distill_after={"tau": 0.5}).distill_after == {"tau": 0.5}
+        IdentifyRequest.from_settings(distill_after={"clusters": 3})
+    assert IdentifyRequest.from_settings(distill_after={"tau": 0.5}).distill_after == {"tau": 0.5}
 
 
 def test_a_stored_kind_is_found_through_the_entry_points_and_the_runs_layer_imports_no_domain():
@@ -387,21 +393,31 @@ def test_every_declared_run_kind_is_named_in_the_entry_points():
 
 
 def test_every_run_kind_builds_its_request_with_a_check_before_anything_is_stored(tmp_path):
+    import inspect
+
     from probe_core.bayestrex.latent_map import LatentMapRequest
     from probe_core.defuse.embedding_step import EmbeddingRequest
     from probe_core.runs.lifecycle import all_run_kinds
-    from probe_core.store import Store
+    from probe_core.runs.requests import BuiltFromSettings
 
-    # one constructor for front ends on every kind: nothing in the lifecycle builds a request by hand
-    assert all(callable(getattr(kind.request_type, "build", None)) for kind in all_run_kinds().values())
-    store = Store(tmp_path / "probe.sqlite")
+    # one constructor for front ends on every kind, with one signature: build(registry, **settings by name)
+    for kind in all_run_kinds().values():
+        assert issubclass(kind.request_type, BuiltFromSettings), kind.name
+        parameters = list(inspect.signature(kind.request_type.build).parameters.values())
+        assert parameters[0].name == "registry", kind.name
+        assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in parameters[1:]), kind.name
+    workspace = Workspace(tmp_path)
+    registry, store = workspace.registry, workspace.store
     sampling = store.create_run("sample", {})
     distilling = store.create_run("defuse-distill", {})
-    assert LatentMapRequest.build(store, sampling) == LatentMapRequest(sampling)
-    assert EmbeddingRequest.build(store, distilling) == EmbeddingRequest(distilling)
-    for build, wrong in ((LatentMapRequest.build, distilling), (EmbeddingRequest.build, sampling)):
+    assert LatentMapRequest.build(registry, run=sampling) == LatentMapRequest(sampling)
+    assert EmbeddingRequest.build(registry, distill_run=distilling) == EmbeddingRequest(distilling)
+    for build, key, wrong in ((LatentMapRequest.build, "run", distilling),
+                              (EmbeddingRequest.build, "distill_run", sampling),
+                              (DistillRequest.build, "identify_run", sampling),
+                              (CorrectRequest.build, "distill_run", sampling)):
         with pytest.raises(ProbeError, match=f"run {wrong} is a"):
-            build(store, wrong)
+            build(registry, **{key: wrong})
         with pytest.raises(ProbeError, match="no run 999; expected a"):
-            build(store, 999)
+            build(registry, **{key: 999})
     assert len(store.list_runs()) == 2
