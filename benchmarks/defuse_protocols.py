@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
 from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
 from probe_core.defuse import review as defuse_review
@@ -79,6 +81,28 @@ def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[di
             f"{hurt}, {shown} of their review images are {hurt}s {wrong}")
 
 
+def where_the_flaw_went(flaw: str, class_names: tuple[str, ...], store, identify_run: int, distill_run: int) -> str:
+    """One line: the failures that show the flaw (images of the class it hurts, called its wrong class), their
+    share of all failures, how many training images they came from, and the kept cluster holding most of them."""
+    hurt, called = flaw_classes(flaw, class_names)
+    failures = queries.failures_of(store, identify_run)
+    hurt_index = class_names.index(hurt)
+    showing = (failures.true_labels == hurt_index) & (failures.predictions != hurt_index)
+    if called is not None:
+        showing &= failures.predictions == class_names.index(called)
+    if not showing.any():
+        return f"no failure shows the flaw ({hurt}s called {called or 'another class'})"
+    clusters = queries.assignments_of(store, distill_run)
+    in_kept = clusters[showing][clusters[showing] >= 0]
+    where = "in no kept cluster"
+    if len(in_kept):
+        most = int(np.bincount(in_kept).argmax())
+        where = (f"{len(in_kept)} in kept clusters, the most ({int((in_kept == most).sum())}) in cluster {most} of "
+                 f"{int((clusters == most).sum())} failures")
+    return (f"failures showing the flaw: {int(showing.sum()):,} of {len(showing):,} ({showing.mean():.2%}), from "
+            f"{len(np.unique(failures.source_index[showing]))} training images; {where}")
+
+
 def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_images: int | None = None,
                   oracle: str = "default", identify_settings: dict | None = None,
                   correct_settings: dict | None = None, classifier_epochs: int | None = None,
@@ -120,6 +144,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     print(f"labels of the failure regions: {sorted({v['label'] for v in regions})}; oracle agreement is 1 by "
           f"construction ({agreement['all']['images']} images){abstained}")
     print(planted_flaw_found(flaw, names, regions))
+    print(where_the_flaw_went(flaw, names, store, identify_run, distill_run))
 
     seconds = {"flawed_classifier": float(flawed.metrics.get("train_seconds", 0.0)), "identify": identified.seconds,
                "distill": distilled.seconds, "corrections": 0.0}

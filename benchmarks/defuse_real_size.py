@@ -17,7 +17,7 @@ less than 90 % sure), and correction runs with the paper's 5 epochs under the to
 printing regions found, whether the planted flaw is among them (regions the oracle labels with the flaw's class
 whose review images the classifier calls the flaw's wrong class), failure-region accuracy and test accuracy
 before and after, time per step, and what the whole set costs from scratch (every model's recorded training
-time and the Defuse steps; goal: 30 minutes). Identification runs with the paper's literal Beta(75, 75) noise
+time and the Defuse steps; goal: 30 minutes at 32x32, 45 at 64x64). Identification runs with the paper's literal Beta(75, 75) noise
 (the default at real size; ``--noises centered`` for the default below 32x32): the real-size defaults (noise,
 selection rule) were chosen from what both flaws showed under both noises and both protocols.
 
@@ -47,6 +47,8 @@ from probe_core.data import REAL_SIZE_LABEL  # noqa: E402
 # The sign-like set's flaws are on classes its clean classifier (the oracle) knows: it reaches p >= 0.9 on none of the
 # number signs' test images (the '80' sign, the flaw of earlier rounds, included), so with an oracle that abstains
 # below 0.9 no region of '80's could ever be labelled one, whatever the generator.
+# Issue 68's goals for the whole set from scratch: both flaws at 32x32, the mislabel flaw at 64x64.
+FROM_SCRATCH_GOAL_MINUTES = {32: 30, 64: 45}
 FLAWS = {32: ("mislabel=7->1:0.4", "dropdark=3:0.5"),
          64: ("mislabel=triangle-red-bar->triangle-red-bars:0.4", "dropdark=circle-blue-arrow-up:0.5")}
 # the paper's colour settings: Beta(75, 75) noise, review spread τ = 0.01, 5 finetuning epochs
@@ -118,7 +120,7 @@ def main() -> None:
                 parts[f"{flaw}, {noise} noise: Defuse"] = seconds["defuse"]
             print(f"({time.perf_counter() - started:.0f} s for this flaw)")
         total = sum(parts.values())
-        print(f"\n{size}×{size} from scratch: {total / 60:.1f} min (goal: 30) = "
+        print(f"\n{size}×{size} from scratch: {total / 60:.1f} min (goal: {FROM_SCRATCH_GOAL_MINUTES[size]}) = "
               + " + ".join(f"{name} {value:.0f} s" for name, value in parts.items())
               + (f" ({refused} refused, not counted)" if refused else ""))
 
