@@ -63,8 +63,9 @@ def build_data(size: int, quick: bool, mnist: Path, out: Path,
     return path, names
 
 
-def similar_pair(classifier, dataset) -> tuple[int, int]:
-    """The two classes the classifier confuses most on the test images (a pair a user would probe)."""
+def similar_pair(classifier, dataset, among: list[int] | None = None) -> tuple[int, int]:
+    """The two classes the classifier confuses most on the test images (a pair a user would probe), among the
+    classes ``among`` where at least two are given (else among all)."""
     with torch.no_grad():
         predicted = torch.cat([classifier.module(dataset.test_images[s:s + 512]).argmax(1)
                                for s in range(0, len(dataset.test_images), 512)])
@@ -73,6 +74,9 @@ def similar_pair(classifier, dataset) -> tuple[int, int]:
     np.add.at(confusion, (dataset.test_labels.numpy(), predicted.numpy()), 1)
     symmetric = confusion + confusion.T
     np.fill_diagonal(symmetric, -1)
+    if among is not None and len(among) >= 2:
+        outside = np.setdiff1d(np.arange(count), among)
+        symmetric[outside, :] = symmetric[:, outside] = -1
     a, b = np.unravel_index(np.argmax(symmetric), symmetric.shape)
     return int(min(a, b)), int(max(a, b))
 
@@ -86,29 +90,39 @@ def ordinal(number: int) -> str:
     return f"{number}{suffix}"
 
 
-def confidently_known_class(classifier, dataset, first: int = FIRST_PROBED_CLASS,
-                            least_share: float = LEAST_BASELINE_SHARE) -> tuple[int, float, list]:
-    """``(class, share, passed_over)``: the first class from ``first`` on (in class order, wrapping) on whose real test
-    images the classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most
-    often); ``share`` is that share, the class's own part of the test-set baseline (paper Sec. 4.10), and
-    ``passed_over`` the ``(class, share)`` of the classes looked at before it.
-
-    A ``high:C`` whose baseline is 0 asks for what the classifier never does on real images of C: its hits can only
-    be images unlike C, whatever the generator, so a judge's agreement with them would measure the target, not the
-    generator.
-    """
+def high_shares(classifier, dataset) -> np.ndarray:
+    """(K,) for each class, the share of its real test images on which the classifier meets ``high:C`` (the class's
+    own part of the test-set baseline, paper Sec. 4.10; 0 for a class without test images)."""
     from probe_core.sampling.targets import parse_targets
 
     with torch.no_grad():
         probabilities = torch.cat([classifier.module(dataset.test_images[s:s + 512])
                                    for s in range(0, len(dataset.test_images), 512)])
     names = tuple(str(index) for index in range(dataset.num_classes))
+    shares = np.zeros(dataset.num_classes)
+    for index in range(dataset.num_classes):
+        [target] = parse_targets(f"high:{index}", names)
+        own = probabilities[dataset.test_labels == index]
+        shares[index] = float(target.is_hit(own).float().mean()) if len(own) else 0.0
+    return shares
+
+
+def confidently_known_class(classifier, dataset, first: int = FIRST_PROBED_CLASS,
+                            least_share: float = LEAST_BASELINE_SHARE) -> tuple[int, float, list]:
+    """``(class, share, passed_over)``: the first class from ``first`` on (in class order, wrapping) on whose real test
+    images the classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most
+    often); ``share`` is that share (:func:`high_shares`), and ``passed_over`` the ``(class, share)`` of the classes
+    looked at before it.
+
+    A ``high:C`` whose baseline is 0 asks for what the classifier never does on real images of C: its hits can only
+    be images unlike C, whatever the generator, so a judge's agreement with them would measure the target, not the
+    generator.
+    """
+    shares = high_shares(classifier, dataset)
     looked_at = []
     for offset in range(dataset.num_classes):
         index = (first + offset) % dataset.num_classes
-        [target] = parse_targets(f"high:{index}", names)
-        own = probabilities[dataset.test_labels == index]
-        looked_at.append((index, float(target.is_hit(own).float().mean()) if len(own) else 0.0))
+        looked_at.append((index, float(shares[index])))
         if looked_at[-1][1] >= least_share:
             break
     chosen = looked_at[-1] if looked_at[-1][1] >= least_share else max(looked_at, key=lambda pair: pair[1])
@@ -214,7 +228,14 @@ def run_size(size: int, args, workspace) -> None:
     high_index, high_share, passed_over = confidently_known_class(classifier, dataset)
     high_class = names[high_index]
     rows.append(("high:C's class", describe_class_choice(names, high_index, high_share, passed_over)))
-    pair = similar_pair(classifier, dataset)
+    # an ambiguous pair is two classes the classifier knows (high:C on at least half their test images, as high:C's
+    # class): between two it cannot name, a hit is ambiguous in its eyes only, and no judge can agree with it
+    known = [int(index) for index in np.flatnonzero(high_shares(classifier, dataset) >= LEAST_BASELINE_SHARE)]
+    pair = similar_pair(classifier, dataset, among=known)
+    why = (f"the pair the classifier confuses most among the {len(known)} of {dataset.num_classes} classes on whose "
+           f"test images it meets high:C at least {LEAST_BASELINE_SHARE:.0%} of the time" if len(known) >= 2
+           else "the pair the classifier confuses most (it knows fewer than 2 classes)")
+    rows.append(("ambiguous pair", why))
     for spec, classes in ((f"high:{high_class}", (names.index(high_class),)),
                           (f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair)):
         started = time.perf_counter()

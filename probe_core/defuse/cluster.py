@@ -32,9 +32,10 @@ def review_tau(image_shape: tuple[int, int, int]) -> float:
 
 
 # Codes of more than PROJECT_CODES_ABOVE dimensions (the spatial autoencoder's 512 at 64x64) are clustered in their
-# first PROJECTED_CODE_SIZE principal components. On the 64x64 sign-like stand-in's 23,508 failures, the mixture on
-# the 512-d codes kept 6 broad clusters with the planted flaw's failures spread among 14,793; on 16, 32 or 64
-# components it put them in a cluster of their own (benchmarks/defuse_real_size.py). The papers' codes are 15-d.
+# first PROJECTED_CODE_SIZE principal components. On the 64x64 sign-like stand-in's 23,508 failures (a run of
+# benchmarks/defuse_real_size.py), the mixture on the 512-d codes kept 6 broad clusters, the planted flaw's failures
+# in one of 14,793; on 16, 32 or 64 components (measured by hand on the same failures) 80 of them, one image's
+# perturbations, formed a cluster of their own. The papers' codes are 15-d and are not projected.
 PROJECT_CODES_ABOVE = 64
 PROJECTED_CODE_SIZE = 32
 # The fewest failures a cluster kept for its share of one class's failures holds (FailureClusterer.class_share).
@@ -53,16 +54,15 @@ class FailureClusterer:
     covariances is fitted on a random subsample; components whose mixing weight
     is at most ``weight_threshold`` are dropped.
 
-    With ``projection_dim`` set below the codes' size D, the mixture is fitted on the codes' first
-    ``projection_dim`` principal components and each kept component is mapped back into the code space in the
-    manner of probabilistic PCA (Tipping & Bishop): its mean is the mean of the codes it is responsible for
-    (weighted by responsibility) and its covariance ``W Σ Wᵀ + σ² I``, with ``W`` the principal directions,
-    ``Σ`` its fitted covariance and ``σ²`` its codes' mean variance in the discarded directions. Review and
-    correction samples are then drawn in the generator's own code space, as without projection. (A mean made of
-    ``d`` principal components alone decodes to a blur: on the 64x64 sign-like stand-in the oracle called nearly
-    every such review image one class.) Full covariances in hundreds of
-    dimensions (a spatial autoencoder's codes) leave a few broad components that bury a small failure region;
-    projected first, the mixture separates it.
+    Full covariances in hundreds of dimensions (a spatial autoencoder's codes) leave a few broad components that
+    bury a small failure region. With ``projection_dim`` set below the codes' size D, the mixture is fitted on the
+    codes' first ``projection_dim`` principal components instead, and each kept component is mapped back into the
+    code space in the manner of probabilistic PCA (Tipping & Bishop): its mean is the mean of the codes it is
+    responsible for (weighted by responsibility) and its covariance ``W Σ Wᵀ + σ² I``, with ``W`` the principal
+    directions, ``Σ`` its fitted covariance and ``σ²`` its codes' mean variance in the discarded directions. Review
+    and correction samples are then drawn in the generator's own code space, as without projection. (A mean made
+    of ``d`` principal components alone decodes to a blur: on the 64x64 sign-like stand-in the oracle called
+    nearly every such review image one class.)
 
     With ``class_share`` set, :meth:`fit` takes each failure's true class too, and a component is also kept when at
     least ``min_class_region`` failures fall in it and they hold at least ``class_share`` of all failures of the
@@ -201,8 +201,8 @@ class FailureClusterer:
             members = classes[components == component]
             if len(members) < self.min_class_region:
                 continue
-            majority_class, count = np.unique(members, return_counts=True)
-            if count.max() >= self.class_share * per_class[majority_class[count.argmax()]]:
+            member_classes, counts = np.unique(members, return_counts=True)
+            if counts.max() >= self.class_share * per_class[member_classes[counts.argmax()]]:
                 holding.append(component)
         return np.asarray(holding, dtype=np.int64)
 
