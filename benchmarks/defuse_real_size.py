@@ -17,9 +17,9 @@ less than 90 % sure), and correction runs with the paper's 5 epochs under the to
 printing regions found, whether the planted flaw is among them (regions the oracle labels with the flaw's class
 whose review images the classifier calls the flaw's wrong class), failure-region accuracy and test accuracy
 before and after, time per step, and what the whole set costs from scratch (every model's recorded training
-time and the Defuse steps; goal: 30 minutes at 32x32, 45 at 64x64). Identification runs with the paper's literal Beta(75, 75) noise
-(the default at real size; ``--noises centered`` for the default below 32x32): the real-size defaults (noise,
-selection rule) were chosen from what both flaws showed under both noises and both protocols.
+time and the Defuse steps; goal: 30 minutes at 32x32, 45 at 64x64). Identification runs with the paper's literal
+Beta(75, 75) noise (the default at real size; ``--noises centered`` for the default below 32x32): the real-size
+defaults (noise, selection rule) were chosen from what both flaws showed under both noises and both protocols.
 
 Run: ``.venv/bin/python benchmarks/defuse_real_size.py [--quick] [--sizes 32,64] [--workspace DIR]``.
 ``--quick``: a few hundred images and 2 epochs; its classifiers are near chance and are refused, so it only

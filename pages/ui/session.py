@@ -372,8 +372,8 @@ def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **s
     if classifier is None or generator is None:
         raise ProbeError("the session's classifier and generator are not ready (see the Models page)")
     registry = workspace().registry
-    config = SampleRequest.build(registry, dataset=dataset_name, target=spec, classifier=classifier, generator=generator,
-                                 **{**scaleout(), **sample_kwargs})
+    config = SampleRequest.build(registry, dataset=dataset_name, target=spec, classifier=classifier,
+                                 generator=generator, **{**scaleout(), **sample_kwargs})
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
     run_id = lifecycle.submit(job_manager(), config, data_dir(), dedupe=True,
                               device=device())

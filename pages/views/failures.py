@@ -91,8 +91,8 @@ if start:
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau), "class_share": float(class_share)}
         identify = steps.IdentifyRequest.build(
-            ws.registry, device=_ui.device(), dataset=dataset.name, classifier=_ui.model_ref("classifier", dataset.name),
-            vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
+            ws.registry, device=_ui.device(), dataset=dataset.name,
+            classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
             **_ui.scaleout())

@@ -18,7 +18,6 @@ from probe_core.defuse.cluster import embed_2d
 from probe_core.errors import ProbeError
 from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg
-from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
 from probe_core.runs.requests import BuiltFromSettings, checked_run_id
 
@@ -71,17 +70,12 @@ class LatentMapRequest(BuiltFromSettings):
     """Map a finished sampling run's hits among prior draws (cached with that run)."""
 
     kind: ClassVar[str] = LATENT_MAP
+    follows_run: ClassVar[tuple[str, str]] = ("run", SamplingResult.kind)  # build() requires that sampling run
 
     run: int
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run", checked_run_id(self.run, "the sampling run to map"))
-
-    @classmethod
-    def build(cls, registry, *, run: int) -> "LatentMapRequest":
-        """The request for a stored sampling run; a :class:`ProbeError` if there is none of that id."""
-        require_run(registry.store, run, SamplingResult.kind)
-        return cls(run)
 
 
 @job_of(LatentMapRequest)

@@ -73,6 +73,7 @@ class CorrectRequest(BuiltFromSettings):
                               "validation_fraction": (0.01, 0.9), "batch_size": (1, 4096),
                               "learning_rate": (1e-6, 1.0), "steps_per_epoch": (1, 1_000_000)}
     kind: ClassVar[str] = CORRECT
+    follows_run: ClassVar[tuple[str, str]] = ("distill_run", DISTILL)
 
     distill_run: int
     source: str = HUMAN
@@ -103,14 +104,6 @@ class CorrectRequest(BuiltFromSettings):
         if self.validation is not None and self.validation not in VALIDATION_SOURCES:
             raise ProbeError(f"unknown validation source {self.validation!r}; choose one of "
                              f"{', '.join(VALIDATION_SOURCES)}")
-
-    @classmethod
-    def build(cls, registry, **settings) -> "CorrectRequest":
-        """The request from ``settings``; a :class:`ProbeError` for bad settings or no distillation run of that id
-        in the workspace."""
-        request = cls.from_settings(**settings)
-        require_run(registry.store, request.distill_run, DISTILL)
-        return request
 
     def _check_lambdas(self) -> None:
         if not self.lambdas:

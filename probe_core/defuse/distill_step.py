@@ -29,6 +29,7 @@ class DistillRequest(BuiltFromSettings):
                               "max_samples": (2, 1_000_000), "tau": (0.001, 10.0),
                               "projection_dim": (0, 100_000), "class_share": (0.0, 1.0)}
     kind: ClassVar[str] = DISTILL
+    follows_run: ClassVar[tuple[str, str]] = ("identify_run", IDENTIFY)
 
     identify_run: int
     n_components: int = 100
@@ -42,14 +43,6 @@ class DistillRequest(BuiltFromSettings):
     def __post_init__(self) -> None:
         self.check_ranges()
 
-    @classmethod
-    def build(cls, registry, **settings) -> "DistillRequest":
-        """The request from ``settings``; a :class:`ProbeError` for bad settings or no identification run of that id
-        in the workspace."""
-        request = cls.from_settings(**settings)
-        require_run(registry.store, request.identify_run, IDENTIFY)
-        return request
-
 
 @job_of(DistillRequest)
 def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:
@@ -60,8 +53,7 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
         store = context.store
         require_run(store, settings.identify_run, IDENTIFY)
         failures = failures_of(store, settings.identify_run)
-        image_shape = failures.images.shape[1:]
-        tau = settings.tau if settings.tau is not None else review_tau(image_shape)
+        tau = settings.tau if settings.tau is not None else review_tau(failures.images.shape[1:])
         projection_dim = (settings.projection_dim if settings.projection_dim is not None
                           else projection_for(failures.latents.shape[1]))
         context.report(0.05, f"clustering {len(failures)} failures", force=True)

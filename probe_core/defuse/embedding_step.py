@@ -8,7 +8,6 @@ from typing import ClassVar
 
 from probe_core.defuse.results import DISTILL, EMBEDDING, EmbeddingResult
 from probe_core.defuse.review import embedding
-from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind, submit
 from probe_core.runs.requests import BuiltFromSettings, checked_run_id
 
@@ -19,17 +18,12 @@ class EmbeddingRequest(BuiltFromSettings):
     """The 2-D failure map of a distillation run (UMAP, cached in the workspace)."""
 
     kind: ClassVar[str] = EMBEDDING
+    follows_run: ClassVar[tuple[str, str]] = ("distill_run", DISTILL)  # build() requires that distillation run
 
     distill_run: int
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "distill_run", checked_run_id(self.distill_run, "the distillation run to map"))
-
-    @classmethod
-    def build(cls, registry, *, distill_run: int) -> "EmbeddingRequest":
-        """The request for a stored distillation run; a :class:`ProbeError` if there is none of that id."""
-        require_run(registry.store, distill_run, DISTILL)
-        return cls(distill_run)
 
 
 def submit_embedding(manager, registry, distill_run: int) -> int:

@@ -19,6 +19,7 @@ from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.models.checks import check_classifier, require_usable
 from probe_core.models.registry import SEED_RANGE
+from probe_core.runs.history import require_run
 from probe_core.runs.scaleout import check_executor, check_shards
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP, INIT_MODES
 from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetSpec
@@ -117,6 +118,8 @@ class BuiltFromSettings:
     # The inclusive bounds of its number settings (both bounds whole: a whole number), checked by
     # check_ranges() in __post_init__; the pages' widgets take their bounds from here. None is left to the type.
     ranges: ClassVar[dict[str, tuple[float, float]]] = {}
+    # (field, run kind): the field names a stored run of that kind, which build() requires; None: no such field
+    follows_run: ClassVar[tuple[str, str] | None] = None
 
     def check_ranges(self) -> None:
         """Refuse a number setting outside :attr:`ranges` (or not a number) with the project's error."""
@@ -140,14 +143,19 @@ class BuiltFromSettings:
 
     @classmethod
     def build(cls, registry, **settings):
-        """The request from ``settings`` (:meth:`from_settings`), checked against the workspace of ``registry``.
+        """The request from ``settings`` (:meth:`from_settings`), checked against the workspace of ``registry``:
+        the run its :attr:`follows_run` field names must be stored there, of that kind.
 
         Raises
         ------
         ProbeError
             For a name the request does not have, a value it cannot use, or what the workspace lacks.
         """
-        return cls.from_settings(**settings)
+        request = cls.from_settings(**settings)
+        if cls.follows_run is not None:
+            field, kind = cls.follows_run
+            require_run(registry.store, getattr(request, field), kind)
+        return request
 
 
 def checked_run_id(value, what: str) -> int:

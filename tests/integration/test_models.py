@@ -118,7 +118,8 @@ def test_a_sharded_request_is_checked_by_the_request_alone(trained_workspace, mo
     for module, layer in ((requests, "request"), (run, "sampler")):  # wherever a layer could call it from
         monkeypatch.setattr(module, "check_sampler_settings", counted_by(layer))
     registry = trained_workspace.registry.remembering()
-    request = SampleRequest.build(registry, dataset="digits", target="high:3;high:5", chains=2, warmup=2, samples=2, shards=2)
+    request = SampleRequest.build(registry, dataset="digits", target="high:3;high:5", chains=2, warmup=2, samples=2,
+                                  shards=2)
     assert checks == {"request": 1, "sampler": 0}  # built: checked once, by the request being made
     result = probe_target(prepare_sample(registry, request))
     assert checks["sampler"] == 0  # neither the run nor its two shards check again: a request is valid
