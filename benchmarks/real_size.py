@@ -108,17 +108,18 @@ def high_shares(classifier, dataset) -> np.ndarray:
 
 
 def confidently_known_class(classifier, dataset, first: int = FIRST_PROBED_CLASS,
-                            least_share: float = LEAST_BASELINE_SHARE) -> tuple[int, float, list]:
+                            least_share: float = LEAST_BASELINE_SHARE,
+                            shares: np.ndarray | None = None) -> tuple[int, float, list]:
     """``(class, share, passed_over)``: the first class from ``first`` on (in class order, wrapping) on whose real test
     images the classifier meets ``high:C`` at least ``least_share`` of the time (else the one where it does most
     often); ``share`` is that share (:func:`high_shares`), and ``passed_over`` the ``(class, share)`` of the classes
-    looked at before it.
+    looked at before it. ``shares``: :func:`high_shares` already computed for this classifier and data set.
 
     A ``high:C`` whose baseline is 0 asks for what the classifier never does on real images of C: its hits can only
     be images unlike C, whatever the generator, so a judge's agreement with them would measure the target, not the
     generator.
     """
-    shares = high_shares(classifier, dataset)
+    shares = high_shares(classifier, dataset) if shares is None else shares
     looked_at = []
     for offset in range(dataset.num_classes):
         index = (first + offset) % dataset.num_classes
@@ -225,12 +226,13 @@ def run_size(size: int, args, workspace) -> None:
     # quick mode's 2-epoch classifier is near chance: it insists (flagged), to run every step of the pipeline
     insist = {"allow_weak_classifier": True} if args.quick else {}
     short = {"warmup": 5, "samples": 5, **insist} if args.quick else {}
-    high_index, high_share, passed_over = confidently_known_class(classifier, dataset)
+    shares = high_shares(classifier, dataset)
+    high_index, high_share, passed_over = confidently_known_class(classifier, dataset, shares=shares)
     high_class = names[high_index]
     rows.append(("high:C's class", describe_class_choice(names, high_index, high_share, passed_over)))
     # an ambiguous pair is two classes the classifier knows (high:C on at least half their test images, as high:C's
     # class): between two it cannot name, a hit is ambiguous in its eyes only, and no judge can agree with it
-    known = [int(index) for index in np.flatnonzero(high_shares(classifier, dataset) >= LEAST_BASELINE_SHARE)]
+    known = [int(index) for index in np.flatnonzero(shares >= LEAST_BASELINE_SHARE)]
     pair = similar_pair(classifier, dataset, among=known)
     why = (f"the pair the classifier confuses most among the {len(known)} of {dataset.num_classes} classes on whose "
            f"test images it meets high:C at least {LEAST_BASELINE_SHARE:.0%} of the time" if len(known) >= 2

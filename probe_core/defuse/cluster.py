@@ -180,18 +180,26 @@ class FailureClusterer:
         self.converged_ = bool(self.mixture_.converged_)
         weights = self.mixture_.weights_
         kept = np.flatnonzero(weights > self.weight_threshold)
+        coordinates = self._coordinates(latents)
+        components = self.mixture_.predict(coordinates)  # of all K, for every code (not only the subsample)
         if self.class_share is not None:
-            kept = np.union1d(kept, self._components_holding_a_class(self._components_of(latents), classes))
+            kept = np.union1d(kept, self._components_holding_a_class(components, classes))
         self.components_ = kept[np.argsort(-weights[kept], kind="stable")]
         self.weights_ = weights[self.components_]
-        self.means_, self.covariances_ = self._in_code_space(latents)
+        self.means_, self.covariances_ = self._in_code_space(latents, coordinates)
         self.n_clusters_ = len(self.components_)
-        self.labels_ = self.predict(latents)
+        self.labels_ = self._kept_index(components)
         return self
 
-    def _components_of(self, latents: np.ndarray) -> np.ndarray:
-        """(N,) the most likely of all K components for each (N, D) code."""
-        return self.mixture_.predict(self.projection_.transform(latents) if self.projection_ is not None else latents)
+    def _coordinates(self, latents: np.ndarray) -> np.ndarray:
+        """(N, d) the coordinates the mixture is fitted in: the codes' principal components, or the (N, D) codes."""
+        return self.projection_.transform(latents) if self.projection_ is not None else latents
+
+    def _kept_index(self, components: np.ndarray) -> np.ndarray:
+        """(N,) the kept-cluster index of each of the K components in ``components``, -1 for a dropped one."""
+        lookup = np.full(self.mixture_.n_components, NOT_IN_A_CLUSTER, dtype=np.int64)
+        lookup[self.components_] = np.arange(self.n_clusters_)
+        return lookup[components]
 
     def _components_holding_a_class(self, components: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """Components whose failures, at least ``min_class_region``, hold ``class_share`` of their majority class's."""
@@ -206,14 +214,15 @@ class FailureClusterer:
                 holding.append(component)
         return np.asarray(holding, dtype=np.int64)
 
-    def _in_code_space(self, latents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The kept components' (J, D) means and (J, D, D) covariances in the space of the (N, D) codes."""
+    def _in_code_space(self, latents: np.ndarray, coordinates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kept components' (J, D) means and (J, D, D) covariances in the space of the (N, D) codes, whose
+        mixture coordinates are ``coordinates`` (:meth:`_coordinates`)."""
         means = self.mixture_.means_[self.components_]
         covariances = self.mixture_.covariances_[self.components_]
         if self.projection_ is None:
             return means, covariances
         basis = self.projection_.components_  # (d, D), orthonormal rows
-        responsibilities = self.mixture_.predict_proba(self.projection_.transform(latents))[:, self.components_]
+        responsibilities = self.mixture_.predict_proba(coordinates)[:, self.components_]
         mass = np.maximum(responsibilities.sum(0), 1e-12)  # (J,)
         code_means = (responsibilities.T @ latents) / mass[:, None]
         spreads = np.empty(len(code_means))
@@ -232,10 +241,7 @@ class FailureClusterer:
         latents = np.asarray(latents, dtype=np.float64)
         if len(latents) == 0:
             return np.zeros(0, dtype=np.int64)
-        component = self._components_of(latents)
-        lookup = np.full(self.mixture_.n_components, NOT_IN_A_CLUSTER, dtype=np.int64)
-        lookup[self.components_] = np.arange(self.n_clusters_)
-        return lookup[component]
+        return self._kept_index(self.mixture_.predict(self._coordinates(latents)))
 
 
 def sample_cluster_latents(mean: np.ndarray, covariance: np.ndarray, count: int, tau: float,
