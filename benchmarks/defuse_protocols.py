@@ -78,7 +78,7 @@ def planted_flaw_found(flaw: str, class_names: tuple[str, ...], regions: list[di
     wrong = f"called {called}" if called else "called another class"
     verdict = "found" if flaw_regions and shown else "NOT found"
     return (f"planted flaw {flaw}: {verdict}: {len(flaw_regions)} of {len(regions)} failure regions labelled "
-            f"{hurt}, {shown} of their review images are {hurt}s {wrong}")
+            f"{hurt}, {shown} of their review images show {hurt} {wrong}")
 
 
 def where_the_flaw_went(flaw: str, class_names: tuple[str, ...], store, identify_run: int, distill_run: int) -> str:
@@ -91,7 +91,7 @@ def where_the_flaw_went(flaw: str, class_names: tuple[str, ...], store, identify
     if called is not None:
         showing &= failures.predictions == class_names.index(called)
     if not showing.any():
-        return f"no failure shows the flaw ({hurt}s called {called or 'another class'})"
+        return f"no failure shows the flaw ({hurt} called {called or 'another class'})"
     clusters = queries.assignments_of(store, distill_run)
     in_kept = clusters[showing][clusters[showing] >= 0]
     where = "in no kept cluster"

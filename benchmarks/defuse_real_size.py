@@ -26,7 +26,8 @@ Run: ``.venv/bin/python benchmarks/defuse_real_size.py [--quick] [--sizes 32,64]
 checks the set-up (CI's smoke run, in ``make bench-quick``). The README and docs/fidelity.md quote
 ``--sizes 32 --noises centered,paper --protocols paper,earlier`` (run flaw by flaw: ``--flaws mislabel``,
 ``--flaws dropdark``); docs/real-size.md quotes the sign-like set's ``--sizes 64 --flaws mislabel`` (with both
-noises, on the spatial autoencoder: the flaw not found yet), its dark flaw not at all.
+noises, on the spatial autoencoder: the flaw not found without a judge; with ``--noises centered --judge seed
+--every-image 25`` found and fixed, with ``--judge flawed-seed`` not), its dark flaw not at all.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from defuse_protocols import run_protocols  # noqa: E402
-from real_size import MNIST, QUICK_EPOCHS, build_data  # noqa: E402
+from real_size import JUDGE_SEED, MNIST, QUICK_EPOCHS, build_data  # noqa: E402
 
 from probe_core.data import REAL_SIZE_LABEL  # noqa: E402
 
@@ -79,11 +80,20 @@ def main() -> None:
                         "selection and baseline `probe defuse correct` picks when none is named), paper "
                         "(selection by validation accuracy on the data, the labelled failures as "
                         "baseline), earlier (the failure-aware selection, the regions' failures as baseline)")
+    parser.add_argument("--judge", choices=("none", "seed", "flawed-seed"), default="none",
+                        help="seed: identification keeps a misclassified decoding only if a judge, the clean recipe "
+                        f"with seed {JUDGE_SEED} (benchmarks/real_size.py's independent judge), gives its source "
+                        "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
+                        "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw)")
+    parser.add_argument("--every-image", type=int, metavar="Q",
+                        help="identify over every training image with Q perturbations each (default: the images "
+                        "and Q the data's size chooses: the first 1,000 images x 100 at 32x32, every image at "
+                        "64x64, 25 each on the sign-like set)")
     args = parser.parse_args()
     kinds = {kind.strip() for kind in args.flaws.split(",") if kind.strip()}
     noises = [noise.strip() for noise in args.noises.split(",") if noise.strip()]
     protocols = tuple(PROTOCOL_NAMES[name.strip()] for name in args.protocols.split(",") if name.strip())
-    from probe_core.catalog import canonical_dataset_name
+    from probe_core.catalog import canonical_dataset_name, load_dataset
     from probe_core.models import ModelSpec
     from probe_core.runs.workspace import Workspace
 
@@ -101,15 +111,26 @@ def main() -> None:
         # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here
         parts = {"clean classifier": clean.metrics.get("train_seconds", 0.0),
                  "generator": vae.metrics.get("train_seconds", 0.0)}
+        identify = {}
+        if args.every_image:
+            images = len(load_dataset(reference, workspace.registry.data_dir).train_labels)
+            identify.update(max_images=images, samples_per_image=args.every_image)
         refused = 0
         for flaw, noise in ((flaw, noise) for flaw in FLAWS[size] if flaw.split("=")[0] in kinds
                             for noise in noises):
             started = time.perf_counter()
             print(f"\n## {size}×{size}: {path.name}[{flaw}], {noise} noise; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
+            if args.judge != "none":
+                judged_data = reference if args.judge == "seed" else f"{reference}[{flaw}]"
+                judge = workspace.registry.get_or_train(ModelSpec(dataset=judged_data, kind="classifier",
+                                                                  seed=JUDGE_SEED, epochs=epochs))
+                parts[f"judge on {judged_data}"] = judge.metrics.get("train_seconds", 0.0)
+                identify["judge"] = judge.id
+                print(f"judge {judge.id} ({judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             try:
                 seconds = run_protocols(workspace, reference, flaw, quick=args.quick, oracle=clean.id,
-                                        identify_settings=NOISES[noise], correct_settings=PAPER_CORRECT,
+                                        identify_settings={**NOISES[noise], **identify}, correct_settings=PAPER_CORRECT,
                                         classifier_epochs=epochs, oracle_abstains_below=ORACLE_ABSTAINS_BELOW,
                                         vae=vae.id, protocols=protocols)
             except Exception as exc:  # noqa: BLE001 - a benchmark reports a refusal and goes on

@@ -35,6 +35,7 @@ MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-
 SIZES = {32: {"full": (8000, 2000), "quick": (400, 200)},
          64: {"full": (90, 30), "quick": (6, 4)}}  # 64: per class, 43 classes
 QUICK_EPOCHS = 2
+JUDGE_SEED = 1001  # the independent judge: the clean classifier recipe with another seed
 
 
 def build_data(size: int, quick: bool, mnist: Path, out: Path,
@@ -215,11 +216,11 @@ def run_size(size: int, args, workspace) -> None:
     rows.append(("class kept, training images", f"the classifier is right on {train_kept[1]:.1%} of "
                  f"{train_kept[0]:,} training images and {train_kept[2]:.1%} of their reconstructions "
                  f"({train_kept[2] / max(train_kept[1], 1e-6):.2f}x; Defuse perturbs these images' codes)"))
-    judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=1001,
+    judge_spec = ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED,
                            epochs=QUICK_EPOCHS if args.quick else None)
     started = time.perf_counter()
     judge = registry.get_or_train(judge_spec)
-    rows.append(("independent judge", f"{judge_spec.resolved(dataset).describe_recipe()}, seed 1001: "
+    rows.append(("independent judge", f"{judge_spec.resolved(dataset).describe_recipe()}, seed {JUDGE_SEED}: "
                  f"{judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy "
                  f"({time.perf_counter() - started:.0f} s)"))
     chains = 4 if args.quick else 16

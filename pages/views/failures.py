@@ -61,6 +61,17 @@ with st.form("defuse-find", enter_to_submit=False):
                               "a generator may ask for its own (a density autoencoder's whitened codes: centered)")
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
+    j1, j2 = st.columns([4, 1])
+    judge = j1.text_input("Judge (optional)", key=f"defuse_judge_{dataset.name}",
+                          placeholder="a classifier other than the probed one: model id, default, plugin or file",
+                          help="a misclassified decoding counts as a failure only if the judge still sees its "
+                               "source class in it, so that decodings the generator blurred out of their class "
+                               "are not kept as the classifier's failures")
+    if not judge.strip() and identify_step.judge_advice(dataset.image_shape):
+        j1.caption(identify_step.judge_advice(dataset.image_shape))
+    judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], identify_defaults["judge_sure"],
+                                 0.05, format="%.2f", key="defuse_judge_sure",
+                                 help="the judge's least probability of the source class")
     st.markdown("**Distillation**")
     d1, d2, d3, d4, d5 = st.columns(5)
     components = d1.number_input("Max clusters (K)", *distill_ranges["n_components"], distill_defaults["n_components"],
@@ -95,7 +106,7 @@ if start:
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
-            **_ui.scaleout())
+            judge=judge.strip() or None, judge_sure=float(judge_sure), **_ui.scaleout())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:

@@ -17,7 +17,7 @@ from probe_core.defuse import review as defuse_review
 from probe_core.defuse import steps
 from probe_core.defuse.cluster import (MIN_CLASS_REGION, PROJECT_CODES_ABOVE, PROJECTED_CODE_SIZE, REAL_SIZE_REVIEW_TAU,
                                       REVIEW_TAU)
-from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
+from probe_core.defuse.identification import DEFAULT_JUDGE_SURE, NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table, write_file
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
@@ -61,13 +61,16 @@ def _identify_settings(args) -> dict:
         dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
         max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
         seed=args.seed, max_images=args.max_images, executor=args.executor,
-        shards=shard_count(args.executor, args.shards), allow_weak_classifier=args.allow_weak_classifier)
+        shards=shard_count(args.executor, args.shards), allow_weak_classifier=args.allow_weak_classifier,
+        judge=args.judge, judge_sure=args.judge_sure)
 
 
 def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:
     by_class = ", ".join(f"{class_names[c]}: {n}" for c, n in enumerate(result.failures_by_prediction) if n)
     print(f"{result.failures} failures from {result.images_with_failures} of {result.images} training "
           f"images in {result.seconds:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
+    if result.judge:
+        print(f"each confirmed by the judge {result.judge}: its source class at least {result.judge_sure:g} sure")
     for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}")
     if result.generator_weak:
@@ -391,6 +394,11 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
                         "otherwise); the run is then flagged")
     parser.add_argument("--shards", type=int, help="split the training images into this many shards, each with its "
                         "own seed (default: 1 with --executor local, one per worker with ray)")
+    parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file): "
+                        "a misclassified decoding counts as a failure only if the judge still sees its source "
+                        "class in it, so the generator's own blurs are not kept (default: no judge)")
+    parser.add_argument("--judge-sure", type=float, default=DEFAULT_JUDGE_SURE, metavar="P",
+                        help="with --judge: the judge's least probability of the source class (default: %(default)s)")
 
 
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
 from probe_core.defuse.distill_step import DistillRequest, distill_job
 from probe_core.defuse.identification import (
+    DEFAULT_JUDGE_SURE,
     NOISE_MODES,
     FailureSet,
     concatenate_failures,
@@ -53,7 +54,8 @@ class IdentifyRequest(BuiltFromSettings):
 
     setting_word: ClassVar[str] = "identification"
     ranges: ClassVar[dict] = {"samples_per_image": (1, 100_000), "max_per_image": (1, 100_000),
-                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": SHARDS_RANGE}
+                              "noise_scale": (0.001, 10.0), "max_images": (1, 10_000_000), "shards": SHARDS_RANGE,
+                              "judge_sure": (0.01, 1.0)}
     kind: ClassVar[str] = IDENTIFY
 
     dataset: str = DEFAULT_DATASET
@@ -70,6 +72,10 @@ class IdentifyRequest(BuiltFromSettings):
     executor: str = "local"  # where the image shards run (probe_core.runs.scaleout): local, ray or ray:ADDRESS
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
     allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
+    # a classifier other than the probed one (a reference, as classifier): a misclassified decoding is a failure
+    # only if the judge gives its source label at least judge_sure (identify_failures); None: every one is
+    judge: str | None = None
+    judge_sure: float = DEFAULT_JUDGE_SURE
     # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
     # distillation run of its own (the Failures page's one button); None: identification only
     distill_after: dict | None = None
@@ -114,10 +120,41 @@ class IdentifyRequest(BuiltFromSettings):
             raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
         data = load_dataset(request.dataset, registry.data_dir)
         checked_models(classifier, data, allow_weak_classifier=request.allow_weak_classifier)  # refused: see there
+        judge = None if request.judge is None else _checked_judge(registry, lookup, request, classifier, data, device)
         request, note = sized_identification(request, data, vae.capabilities)
-        if note:
-            log.warning(note)
-        return replace(request, classifier=classifier.id, vae=vae.id)
+        for advice in (note, None if judge else judge_advice(data.image_shape)):
+            if advice:
+                log.warning(advice)
+        return replace(request, classifier=classifier.id, vae=vae.id, judge=judge)
+
+
+# From this side up, identification without a judge kept mostly decodings that had lost their class (the 64x64
+# sign-like stand-in: the clean classifier was 90 % sure of 4-6 % of them) and Defuse found no planted flaw.
+JUDGE_ADVISED_FROM_SIDE = 64
+
+
+def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
+    """What to say when images of ``image_shape`` (C, H, W) are identified without a judge (None below
+    :data:`JUDGE_ADVISED_FROM_SIDE`)."""
+    if min(image_shape[1:]) < JUDGE_ADVISED_FROM_SIDE:
+        return None
+    return (f"{image_shape[1]}x{image_shape[2]} images without a judge: at this size most misclassified decodings "
+            "may be the generator's, images that lost their class; give a judge (--judge, a classifier trained on "
+            "data you trust) to keep only failures that still show their class (docs/defuse.md)")
+
+
+def _checked_judge(registry, lookup, request: IdentifyRequest, classifier, data: ImageDataset, device: str) -> str:
+    """The judge's stored reference, after checking that it is another classifier, on the data's classes, that
+    is not near chance on them (a judge that knows nothing would drop every failure)."""
+    names = classifier_class_names(registry, request.judge, request.dataset)
+    if tuple(names) != tuple(data.class_names):
+        raise ProbeError(f"the judge's classes {list(names)} are not the data's {list(data.class_names)}")
+    judge = lookup(request.judge, "classifier", request.dataset, device=device)
+    if judge.id == classifier.id:
+        raise ProbeError(f"the judge must be a classifier other than the probed one ({classifier.id}): it checks "
+                         "that a decoding still shows its class, which the probed classifier cannot vouch for")
+    checked_models(judge, data)
+    return judge.id
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
@@ -128,6 +165,11 @@ REAL_SIZE_SAMPLES_PER_IMAGE = 100
 
 REAL_SIZE_PERTURBATIONS = 100_000
 DEFAULT_SAMPLES_PER_IMAGE = 500
+# From this side up the same budget is spread over every training image (Q = budget / N, at least
+# MIN_SAMPLES_PER_IMAGE): on the 64x64 sign-like stand-in the first 1,000 images held 23 of a flawed class's 90,
+# and its failures came from 4 images; 3,870 images x 25 found them in 22 images, in less time.
+EVERY_IMAGE_FROM_SIDE = 64
+MIN_SAMPLES_PER_IMAGE = 10
 
 
 def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int], capabilities=None) -> IdentifyRequest:
@@ -144,15 +186,20 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
 
     The noise they leave open: :func:`with_data_noise`. Images of 32x32 and up, with no ``max_images`` given: at
     most :data:`REAL_SIZE_PERTURBATIONS` decodings, Q lowered to :data:`REAL_SIZE_SAMPLES_PER_IMAGE` where it
-    was left at its default. Smaller images, or a ``max_images`` the user gave, keep their images (note None).
+    was left at its default, and from :data:`EVERY_IMAGE_FROM_SIDE` up to what lets every training image in
+    (at least :data:`MIN_SAMPLES_PER_IMAGE`). Smaller images, or a ``max_images`` the user gave, keep their
+    images (note None).
     """
     noise_left_open = settings.noise is None
     settings = with_data_noise(settings, dataset.image_shape, capabilities)
     if settings.max_images is not None or not is_real_size(dataset.image_shape):
         return settings, None
-    per_image = (REAL_SIZE_SAMPLES_PER_IMAGE if settings.samples_per_image == DEFAULT_SAMPLES_PER_IMAGE
-                 else settings.samples_per_image)
     available = len(dataset.train_labels)
+    per_image = settings.samples_per_image
+    if per_image == DEFAULT_SAMPLES_PER_IMAGE:  # left at its default: chosen from the data's size
+        per_image = REAL_SIZE_SAMPLES_PER_IMAGE
+        if min(dataset.image_shape[1:]) >= EVERY_IMAGE_FROM_SIDE:
+            per_image = max(MIN_SAMPLES_PER_IMAGE, min(per_image, REAL_SIZE_PERTURBATIONS // available))
     images = max(1, min(available, REAL_SIZE_PERTURBATIONS // per_image))
     noise = (f"Beta({settings.a:g}, {settings.b:g}) noise as the papers add it" if settings.noise == "paper" else
              f"centred noise of sd {settings.noise_scale:g}")
@@ -198,6 +245,8 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
+        judge = (None if settings.judge is None else
+                 models.get_or_train_reference(settings.judge, "classifier", settings.dataset, device=device))
         # a request stored unchecked leaves the noise open
         resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities)
         classifier_check, vae_check = checked_models(classifier, dataset, vae,
@@ -206,7 +255,8 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
                "generator_weak": vae_check.weak, "generator_warning": vae_check.warning,
                "generator_check": vae_check.to_dict(),
                "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
-                         "noise_scale": resolved.noise_scale}}
+                         "noise_scale": resolved.noise_scale},
+               "judge": None if judge is None else judge.id, "judge_sure": settings.judge_sure}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
         if classifier_check.near_chance:
@@ -229,12 +279,14 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         shards = shard_count(executor, settings.shards)
         if shards > 1 or executor.distributed:
             found, not_done = _identify_in_shards(context, executor, shards, resolved, classifier.module,
-                                                  vae.module, images, labels, ids)
+                                                  vae.module, images, labels, ids,
+                                                  None if judge is None else judge.module)
             return _identify_result(ids, images, found, dataset, started, not_done)
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
             max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
-            noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch)
+            noise_scale=settings.noise_scale, seed=settings.seed, progress=on_progress, on_batch=on_batch,
+            judge=None if judge is None else judge.module, judge_sure=settings.judge_sure)
         return _identify_result(ids, images, found, dataset, started)
 
     return run
@@ -253,22 +305,24 @@ def identify_shard(models: dict, reporter: Reporter, *, images: torch.Tensor, la
                    **settings) -> dict:
     """Identification over one shard of training images (a :mod:`probe_core.runs.scaleout` shard function).
 
-    Returns the shard's failures as arrays, with ``source_index`` counted in the whole training set.
+    ``models``: the ``classifier``, the ``vae`` and, where the run has one, the ``judge``. Returns the shard's
+    failures as arrays, with ``source_index`` counted in the whole training set.
     """
-    found = identify_failures(models["classifier"], models["vae"], images, labels,
+    found = identify_failures(models["classifier"], models["vae"], images, labels, judge=models.get("judge"),
                               progress=lambda progress: reporter.report(progress.fraction), **settings)
     found.source_index = found.source_index + start
     return found.as_arrays()
 
 
 def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifyRequest, classifier, vae,
-                        images, labels, ids: dict):
+                        images, labels, ids: dict, judge=None):
     """Identification with the training images split into shards run by ``executor``; each shard's failures are
     stored as it ends. A result with ``not_done`` lists the image ranges of shards that failed."""
     pieces = split_evenly(len(images), shards)
     options = {"samples_per_image": settings.samples_per_image, "max_per_image": settings.max_per_image,
-               "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale}
-    models = {"classifier": classifier, "vae": vae}
+               "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale,
+               "judge_sure": settings.judge_sure}
+    models = {"classifier": classifier, "vae": vae, **({} if judge is None else {"judge": judge})}
     tasks = [ShardTask("probe_core.defuse.identify_step:identify_shard",
                        {"images": images[piece.start:piece.stop], "labels": labels[piece.start:piece.stop],
                         "start": piece.start, "seed": shard_seed(settings.seed, index), **options},

@@ -44,6 +44,10 @@ class IdentificationResult(StoredResult):
     noise : dict
         The noise the perturbations were drawn with: ``noise``, ``a``, ``b``, ``noise_scale`` (empty in runs
         stored before it was recorded).
+    judge : str or None
+        The classifier that confirmed each failure's decoding still shows its source label (None: none did).
+    judge_sure : float or None
+        The judge's least probability of the source label for a failure to count.
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -63,6 +67,8 @@ class IdentificationResult(StoredResult):
     distill_run: int | None = None
     classifier_warning: str | None = None
     noise: dict = field(default_factory=dict)
+    judge: str | None = None
+    judge_sure: float | None = None
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
     ``classifier`` and ``vae`` are references or in-memory modules, ``dataset`` a name or ``(x, y)`` arrays,
     as in :func:`probe_core.api.sample` (``class_names``, ``input_shape``). ``settings`` are
     :class:`~probe_core.defuse.steps.IdentifyRequest` fields (``samples_per_image``, ``max_per_image``,
-    ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``). A missing default model
+    ``noise``, ``noise_scale``, ``max_images``, ``seed``, ``executor``, ``shards``, ``judge``, ``judge_sure``: a
+    classifier other than the probed one that must still see the source class in a failure). A missing default model
     is trained first (announced); the classifier is checked on the data first.
     """
     space = open_workspace(workspace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import threading
@@ -57,6 +58,75 @@ def test_identification_keeps_only_misclassified_decodings_smallest_noise_first(
     assert len(smallest) == len(np.unique(everything.source_index))
     for index, norm in zip(smallest.source_index, smallest.noise_norms):
         assert norm == pytest.approx(everything.noise_norms[everything.source_index == index].min())
+
+
+class _UniformJudge(torch.nn.Module):
+    """A judge that is sure of nothing: 1/K for each of K classes."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.classes = classes
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.full((len(images), self.classes), 1.0 / self.classes)
+
+
+def test_a_judge_keeps_only_failures_whose_decoding_it_still_sees_as_the_source_class(trained_workspace):
+    classifier, vae = _models(trained_workspace)
+    dataset = load_dataset("digits")
+    images, labels = dataset.train_images[:100], dataset.train_labels[:100]
+    common = {"samples_per_image": 60, "noise_scale": 0.5, "seed": 5}
+    unjudged = identify_failures(classifier.module, vae.module, images, labels, **common)
+    assert len(unjudged) > 50
+    uniform = _UniformJudge(dataset.num_classes)
+    # a judge sure of nothing confirms no failure at 0.5, and every one when asked for no more than its 1/K
+    assert len(identify_failures(classifier.module, vae.module, images, labels, judge=uniform, judge_sure=0.5,
+                                 **common)) == 0
+    lenient = identify_failures(classifier.module, vae.module, images, labels, judge=uniform, judge_sure=0.1, **common)
+    assert np.array_equal(lenient.latents, unjudged.latents)
+    # a real judge: every kept failure is still misclassified and its source class is at least judge_sure in the
+    # judge's eyes (here the classifier itself with its own argmax elsewhere, so the source class below 1/2)
+    judged = identify_failures(classifier.module, vae.module, images, labels, judge=classifier.module,
+                               judge_sure=0.2, **common)
+    assert 0 < len(judged) < len(unjudged)
+    probabilities = classifier.module(vae.module.decode(torch.from_numpy(judged.latents))).detach().numpy()
+    source = probabilities[np.arange(len(judged)), judged.true_labels]
+    assert (source >= 0.2 - 1e-5).all() and (probabilities.argmax(1) != judged.true_labels).all()
+    with pytest.raises(ProbeError, match="judge_sure"):
+        identify_failures(classifier.module, vae.module, images, labels, judge=uniform, judge_sure=0.0, **common)
+
+
+def test_an_identification_judge_must_be_another_classifier_and_the_run_records_it(trained_workspace, flawed_run,
+                                                                                 capsys):
+    from probe_core.cli import main
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    runs_before = len(store.list_runs())
+    with pytest.raises(ProbeError, match="other than the probed one"):
+        steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
+                                    judge=flawed_run["classifier"])
+    with pytest.raises(ProbeError, match="judge sure"):
+        steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
+                                    judge="default", judge_sure=1.5)
+    root = ["--workspace", str(trained_workspace.root), "defuse", "identify", "--dataset", MISLABELLED]
+    assert main([*root, "--classifier", flawed_run["classifier"], "--judge", flawed_run["classifier"]]) == 2
+    error = capsys.readouterr().err
+    assert "other than the probed one" in error and error.count("\n") == 1
+    assert len(store.list_runs()) == runs_before  # refused before anything is stored
+    # the clean digits classifier judges the flawed one ("default" on the flawed data would be the flawed one)
+    clean = registry.default_id("digits", "classifier")
+    request = steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
+                                          judge=clean, samples_per_image=50, max_images=150)
+    assert request.judge == clean
+    judge, vae = registry.resolve(clean, "classifier", "digits"), registry.resolve(request.vae, "generator",
+                                                                                   MISLABELLED)
+    for shards in (1, 2):  # in one piece, and in shards (the judge travels with the shards' models)
+        run_id, identified = steps.run_step(registry, store, dataclasses.replace(request, shards=shards))
+        assert identified.judge == clean and identified.judge_sure == pytest.approx(0.9)
+        found = FailureSet.from_store(store, run_id)
+        with torch.no_grad():
+            probabilities = judge.module(vae.module.decode(torch.from_numpy(found.latents))).numpy()
+        assert len(found) > 0 and (probabilities[np.arange(len(found)), found.true_labels] >= 0.9 - 1e-5).all()
 
 
 def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_workspace):

@@ -215,3 +215,40 @@ def test_review_picks_show_each_look_of_a_cluster_before_any_twice_the_most_typi
     assert len(set(diverse_positions(copies, 10).tolist())) == 10
     with pytest.raises(ProbeError, match="cannot pick 11 of 10 images"):
         diverse_positions(torch.from_numpy(candidates[:10]), 11)
+
+
+def test_identification_without_a_judge_is_advised_one_from_64_pixels_and_a_judge_setting_is_checked():
+    from probe_core.defuse.identify_step import JUDGE_ADVISED_FROM_SIDE, IdentifyRequest, judge_advice
+
+    assert judge_advice((1, 28, 28)) is None and judge_advice((3, 32, 32)) is None
+    assert "--judge" in judge_advice((3, JUDGE_ADVISED_FROM_SIDE, JUDGE_ADVISED_FROM_SIDE))
+    assert "128x96" in judge_advice((3, 128, 96))
+    assert IdentifyRequest.from_settings(judge="clean-model").judge_sure == 0.9
+    with pytest.raises(ProbeError, match="judge sure"):
+        IdentifyRequest.from_settings(judge="clean-model", judge_sure=0.0)
+
+
+def test_from_64_pixels_identification_spreads_its_budget_over_every_training_image():
+    from probe_core.data import ImageDataset
+    from probe_core.defuse.identify_step import (
+        MIN_SAMPLES_PER_IMAGE,
+        REAL_SIZE_PERTURBATIONS,
+        REAL_SIZE_SAMPLES_PER_IMAGE,
+        IdentifyRequest,
+        sized_identification,
+    )
+
+    def data(count: int, side: int) -> ImageDataset:  # views of one image: the shape is what counts
+        return ImageDataset("d", torch.zeros(1, 3, side, side).expand(count, -1, -1, -1), torch.zeros(count).long(),
+                            torch.zeros(2, 3, side, side), torch.zeros(2).long(), ("a",), "test")
+
+    small = sized_identification(IdentifyRequest(), data(4_000, 32))[0]  # 32x32: the first images, Q = 100
+    assert (small.max_images, small.samples_per_image) == (REAL_SIZE_PERTURBATIONS // REAL_SIZE_SAMPLES_PER_IMAGE,
+                                                           REAL_SIZE_SAMPLES_PER_IMAGE)
+    signs = sized_identification(IdentifyRequest(), data(4_000, 64))[0]  # 64x64: every image, the same budget
+    assert (signs.max_images, signs.samples_per_image) == (4_000, 25)
+    many = sized_identification(IdentifyRequest(), data(40_000, 64))[0]  # too many for the budget: Q's floor
+    assert many.samples_per_image == MIN_SAMPLES_PER_IMAGE
+    assert many.max_images * many.samples_per_image <= REAL_SIZE_PERTURBATIONS
+    named = sized_identification(IdentifyRequest(samples_per_image=40), data(4_000, 64))[0]  # a Q the user named
+    assert named.samples_per_image == 40 and named.max_images == REAL_SIZE_PERTURBATIONS // 40
