@@ -91,8 +91,7 @@ def model_choice(kind: str, dataset: str) -> None:
     if kind == "generator":
         ids = ws.registry.generator_choices(dataset)
     else:
-        base = split_view(dataset)[0]
-        ids = [m["id"] for m in ws.registry.list(kind="classifier") if split_view(m["dataset"])[0] == base]
+        ids = ws.registry.classifier_choices(dataset)
     options = ["default"] + ids + ["plugin file…"]
     current = model_ref(kind, dataset)
     index = options.index(current) if current in options else len(options) - 1

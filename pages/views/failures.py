@@ -22,6 +22,7 @@ from probe_core.runs import history
 from probe_core.runs.requests import field_defaults
 from probe_core.runs.runconfig import result_of
 
+NO_JUDGE = "none"
 ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Failures")
@@ -62,12 +63,15 @@ with st.form("defuse-find", enter_to_submit=False):
     scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
                             key="defuse_scale")
     j1, j2 = st.columns([4, 1])
-    judge = j1.text_input("Judge (optional)", key=f"defuse_judge_{dataset.name}",
-                          placeholder="a classifier other than the probed one: model id, default, plugin or file",
-                          help="a misclassified decoding counts as a failure only if the judge still sees its "
-                               "source class in it, so that decodings the generator blurred out of their class "
-                               "are not kept as the classifier's failures")
-    if not judge.strip() and identify_step.judge_advice(dataset.image_shape):
+    # stored classifiers only: a plugin path typed here would make the server run its code (the Models page
+    # loads files, for those who may)
+    judges = [NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name) if m != classifier.id]
+    judge = j1.selectbox("Judge", judges, key=f"defuse_judge_{dataset.name}",
+                         help="a classifier other than the probed one, trained on data you trust: a misclassified "
+                              "decoding counts as a failure only if the judge still sees its source class in it, "
+                              "so that decodings the generator blurred out of their class are not kept as the "
+                              "classifier's failures. A judge trained on the same flawed data hides the flaw")
+    if judge == NO_JUDGE and identify_step.judge_advice(dataset.image_shape):
         j1.caption(identify_step.judge_advice(dataset.image_shape))
     judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], identify_defaults["judge_sure"],
                                  0.05, format="%.2f", key="defuse_judge_sure",
@@ -106,7 +110,7 @@ if start:
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
-            judge=judge.strip() or None, judge_sure=float(judge_sure), **_ui.scaleout())
+            judge=None if judge == NO_JUDGE else judge, judge_sure=float(judge_sure), **_ui.scaleout())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:
@@ -137,6 +141,8 @@ identified = result_of(identify_run) if identify_run is not None else None
 if identified is not None:
     if identified.generator_weak:
         st.warning(f"Found with a weak VAE: {identified.generator_warning}")
+    if identified.judge_warning:
+        st.warning(f"Judged by a classifier that may share the flaws: {identified.judge_warning}")
     _ui.shards_not_done(identified.not_done)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Failures", f"{summary.failures:,}")

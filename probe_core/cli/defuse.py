@@ -71,6 +71,8 @@ def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:
           f"images in {result.seconds:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
     if result.judge:
         print(f"each confirmed by the judge {result.judge}: its source class at least {result.judge_sure:g} sure")
+    if result.judge_warning:
+        print(f"warning: {result.judge_warning}")
     for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}")
     if result.generator_weak:

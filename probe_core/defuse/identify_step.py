@@ -143,6 +143,18 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
             "data you trust) to keep only failures that still show their class (docs/defuse.md)")
 
 
+def judge_warning(judge, classifier) -> str | None:
+    """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
+    data is not known): a judge that learnt the same labels shares their flaws, and hides the failures they cause
+    (on the 64x64 stand-in it kept none of a planted flaw's; docs/real-size.md)."""
+    trained_on = [model.record.get("spec", {}).get("dataset") for model in (judge, classifier)]
+    if None in trained_on or trained_on[0] != trained_on[1]:
+        return None
+    return (f"the judge {judge.id} was trained on the same data as the classifier ({trained_on[0]}): it shares "
+            "whatever is wrong with those labels and hides the failures it causes; judge with a classifier "
+            "trained on data you trust")
+
+
 def _checked_judge(registry, lookup, request: IdentifyRequest, classifier, data: ImageDataset, device: str) -> str:
     """The judge's stored reference, after checking that it is another classifier, on the data's classes, that
     is not near chance on them (a judge that knows nothing would drop every failure)."""
@@ -256,9 +268,12 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
                "generator_check": vae_check.to_dict(),
                "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
                          "noise_scale": resolved.noise_scale},
-               "judge": None if judge is None else judge.id, "judge_sure": settings.judge_sure}
+               "judge": None if judge is None else judge.id, "judge_sure": settings.judge_sure,
+               "judge_warning": None if judge is None else judge_warning(judge, classifier)}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
+        if ids["judge_warning"]:
+            context.report(0.0, f"warning: {ids['judge_warning']}", force=True)
         if classifier_check.near_chance:
             ids["classifier_warning"] = classifier_check.message
             context.report(0.0, f"warning: {classifier_check.message}", force=True)

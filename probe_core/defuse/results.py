@@ -48,6 +48,8 @@ class IdentificationResult(StoredResult):
         The classifier that confirmed each failure's decoding still shows its source label (None: none did).
     judge_sure : float or None
         The judge's least probability of the source label for a failure to count.
+    judge_warning : str or None
+        Set when the judge was trained on the same data as the classifier: it may share, and hide, its flaws.
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -69,6 +71,7 @@ class IdentificationResult(StoredResult):
     noise: dict = field(default_factory=dict)
     judge: str | None = None
     judge_sure: float | None = None
+    judge_warning: str | None = None
 
 
 @dataclass(frozen=True)

@@ -847,6 +847,12 @@ class ModelRegistry:
         trained = [m["id"] for m in self.list(dataset=generator_dataset(dataset)) if m["kind"] in GENERATOR_KINDS]
         return [*dataset_entry(dataset).generator_choices, *trained]
 
+    def classifier_choices(self, dataset: str) -> list[str]:
+        """The workspace's trained classifiers of a data set, views of it included (a classifier trained on
+        ``digits[mislabel=9->8:0.4]`` is one of digits')."""
+        base = split_view(dataset)[0]
+        return [m["id"] for m in self.list(kind="classifier") if split_view(m["dataset"])[0] == base]
+
     def can_start_in_classes(self, generator, dataset: str) -> bool:
         """Whether chains may start in a generator's class components (``init="classes"``), without training it:
         a loaded generator (a :class:`LoadedModel`) or a stored one says so in its capabilities, a ``default`` not

@@ -252,3 +252,17 @@ def test_from_64_pixels_identification_spreads_its_budget_over_every_training_im
     assert many.max_images * many.samples_per_image <= REAL_SIZE_PERTURBATIONS
     named = sized_identification(IdentifyRequest(samples_per_image=40), data(4_000, 64))[0]  # a Q the user named
     assert named.samples_per_image == 40 and named.max_images == REAL_SIZE_PERTURBATIONS // 40
+
+
+def test_a_judge_trained_on_the_classifiers_own_data_is_flagged():
+    from types import SimpleNamespace
+
+    from probe_core.defuse.identify_step import judge_warning
+
+    def model(name: str, dataset: str | None):
+        return SimpleNamespace(id=name, record={"spec": {"dataset": dataset}} if dataset else {})
+
+    flawed = model("flawed", "signs[mislabel=bar->bars:0.4]")
+    assert "same data" in judge_warning(model("seed-2", "signs[mislabel=bar->bars:0.4]"), flawed)
+    assert judge_warning(model("clean", "signs"), flawed) is None
+    assert judge_warning(model("plugin", None), flawed) is None  # a plugin's training data is not known
