@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from probe_core.catalog import load_dataset
+from probe_core.data.datasets import resize_images
 from probe_core.errors import ProbeError
 from probe_core.models.remedies import TrainingRemedy, longer_training
 from probe_core.models.training import _features, frechet_distance
@@ -289,6 +290,17 @@ def _sharpness(images: torch.Tensor) -> float:
                   + (images[..., :, 1:] - images[..., :, :-1]).abs().mean()) / 2)
 
 
+def sharpness_reference(generator: torch.nn.Module, real: torch.Tensor) -> torch.Tensor:
+    """The real images (B, C, H, W) as sharp as ``generator`` can show them: resized to its own size and back
+    where it is trained smaller than the data and seen through a resize (``generator_shape``,
+    :class:`~probe_core.models.resized.ResizedGenerator`), else as they are. A 64x64 generator's samples resized to
+    128x128 cannot be sharper than that; against the images themselves it was called blurry for the resize."""
+    own = getattr(generator, "generator_shape", None)
+    if own is None or tuple(own[1:]) == tuple(real.shape[2:]):
+        return real
+    return resize_images(resize_images(real, *own[1:]), *real.shape[2:])
+
+
 def _entropy(probabilities: torch.Tensor) -> float:
     return float(-(probabilities * probabilities.clamp_min(1e-12).log()).sum(1).mean())
 
@@ -396,7 +408,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     p_real, p_generated = _probabilities(classifier.module, real), _probabilities(classifier.module, generated)
     real_confidence = float(p_real.max(1).values.mean())
     sample_confidence = float(p_generated.max(1).values.mean())
-    sharpness = _sharpness(generated) / max(_sharpness(real), 1e-12)
+    sharpness = _sharpness(generated) / max(_sharpness(sharpness_reference(module, real)), 1e-12)
     figures = {"sharpness_ratio": round(sharpness, 3), "fd_clf": round(fd_clf, 3), "fd_train_test": round(fd_train_test, 3),
                "fd_ratio": round(fd_clf / max(fd_train_test, 1e-6), 2),
                "sample_confidence": round(sample_confidence, 4), "real_confidence": round(real_confidence, 4),

@@ -18,7 +18,7 @@ from probe_core.errors import ProbeError
 # What the wrapper forwards to the generator it wraps, where that one has it: the protocols' methods
 # (probe_core.sampling.protocols) and what describes a generator. Anything else is the wrapper's own.
 FORWARDED = ("prior_distribution", "sample_prior", "proposal", "describe", "sample_for_targets",
-             "density", "class_names", "differentiable")
+             "density", "class_names", "differentiable", "perturbation_noise")
 
 
 class ResizedGenerator(nn.Module):

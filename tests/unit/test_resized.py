@@ -19,6 +19,9 @@ def test_the_resize_passes_gradients_and_keeps_what_the_generator_declares():
     capabilities = generator_capabilities(served)
     assert capabilities.structured_prior and capabilities.encoder and capabilities.sampler == "hmc"
     assert isinstance(served, ClassConditionalPrior) and served.class_names == ("a", "b")
+    # the noise its whitened codes ask Defuse for (the papers' Beta(75, 75) would move every code off its prior)
+    assert capabilities.perturbation_noise == generator_capabilities(small).perturbation_noise
+    assert capabilities.perturbation_noise["noise"] == "centered"
     z = torch.randn(4, 6, requires_grad=True)
     images = served.decode(z)
     assert images.shape == (4, 3, 64, 64) and 0 <= float(images.detach().min()) <= float(images.detach().max()) <= 1
@@ -43,3 +46,16 @@ def test_the_recipe_trains_generators_of_large_images_at_64_and_the_registry_ser
     served = workspace.registry.resolve(trained.id, "generator", "digits")
     assert isinstance(served.module, ResizedEncodingGenerator) and served.capabilities.encoder
     assert served.module.decode(torch.zeros(2, served.module.latent_dim)).shape == (2, 1, 8, 8)
+
+
+def test_a_resized_generator_is_judged_as_sharp_as_its_own_size_can_show_the_data():
+    from probe_core.data.datasets import resize_images
+    from probe_core.models.checks import _sharpness, sharpness_reference
+
+    real = torch.rand(6, 3, 64, 64)  # noise: as sharp as images get
+    small = DensityAutoencoder((3, 32, 32), 6, ("a", "b")).eval()
+    assert sharpness_reference(small, real) is real  # a generator at the data's size: the images themselves
+    reference = sharpness_reference(seen_at(small, (3, 64, 64)), real)
+    assert reference.shape == real.shape
+    assert torch.allclose(reference, resize_images(resize_images(real, 32, 32), 64, 64))
+    assert _sharpness(reference) < 0.7 * _sharpness(real)  # a 32x32 generator cannot draw 64x64 noise
