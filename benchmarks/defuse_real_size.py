@@ -27,7 +27,9 @@ checks the set-up (CI's smoke run, in ``make bench-quick``). The README and docs
 ``--sizes 32 --noises centered,paper --protocols paper,earlier`` (run flaw by flaw: ``--flaws mislabel``,
 ``--flaws dropdark``); docs/real-size.md quotes the sign-like set's ``--sizes 64 --flaws mislabel`` (with both
 noises, on the spatial autoencoder: the flaw not found without a judge; with ``--noises centered --judge seed
---every-image 25`` found and fixed, with ``--judge flawed-seed`` not), its dark flaw not at all.
+--every-image 25`` found and fixed, with ``--judge flawed-seed`` not), its dark flaw not at all, and the same set
+drawn at 128×128 (``--sizes 128 --flaws mislabel --noises centered --judge seed``: the classifier at 128×128, the
+generator at 64×64 seen through a resize).
 """
 
 from __future__ import annotations
