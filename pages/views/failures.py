@@ -71,8 +71,9 @@ with st.form("defuse-find", enter_to_submit=False):
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
                               "classifier's failures. A judge trained on the same flawed data hides the flaw")
-    if judge == NO_JUDGE and identify_step.judge_advice(dataset.image_shape):
-        j1.caption(identify_step.judge_advice(dataset.image_shape))
+    advice = identify_step.judge_advice(dataset.image_shape)
+    if judge == NO_JUDGE and advice:
+        j1.caption(advice)
     judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], identify_defaults["judge_sure"],
                                  0.05, format="%.2f", key="defuse_judge_sure",
                                  help="the judge's least probability of the source class")

@@ -244,10 +244,13 @@ def identify_failures(
         probs = classifier(decoded).float().cpu()
         predictions = probs.argmax(1).reshape(count, samples_per_image)
         wrong = predictions != batch_labels[:, None]
-        if judge is not None:
-            source_class = batch_labels.repeat_interleave(samples_per_image)[:, None].to(decoded.device)
-            judged = judge(decoded).float().gather(1, source_class).cpu().reshape(count, samples_per_image)
-            wrong &= judged >= judge_sure
+        if judge is not None and wrong.any():  # the judge sees only the misclassified decodings
+            rows = wrong.reshape(-1).nonzero().squeeze(1)
+            source_class = batch_labels.repeat_interleave(samples_per_image)[rows, None].to(decoded.device)
+            judged = judge(decoded[rows.to(decoded.device)]).float().gather(1, source_class).squeeze(1).cpu()
+            confirmed = torch.zeros(count * samples_per_image, dtype=torch.bool)
+            confirmed[rows] = judged >= judge_sure
+            wrong = confirmed.reshape(count, samples_per_image)
         norms = delta.norm(dim=2)
         order = torch.where(wrong, norms, torch.full_like(norms, math.inf)).argsort(dim=1)[:, :keep]
         chosen = torch.gather(wrong, 1, order)

@@ -147,7 +147,7 @@ def judge_warning(judge, classifier) -> str | None:
     """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
     data is not known): a judge that learnt the same labels shares their flaws, and hides the failures they cause
     (on the 64x64 stand-in it kept none of a planted flaw's; docs/real-size.md)."""
-    trained_on = [model.record.get("spec", {}).get("dataset") for model in (judge, classifier)]
+    trained_on = [(model.record.get("spec") or {}).get("dataset") for model in (judge, classifier)]
     if None in trained_on or trained_on[0] != trained_on[1]:
         return None
     return (f"the judge {judge.id} was trained on the same data as the classifier ({trained_on[0]}): it shares "
