@@ -187,6 +187,13 @@ def write_plugin(folder: Path, body: str, name: str = "plugin.py") -> Path:
     return path
 
 
+def stopped_shard(models, reporter):
+    """A shard function whose run was stopped while it worked (its reporter raised)."""
+    from probe_core.errors import CancelledError
+
+    raise CancelledError("stopped")
+
+
 def echo_shard(models, reporter, value):
     """A shard function (probe_core.runs.scaleout) that reports half-way and returns its value."""
     reporter.report(0.5)

@@ -10,7 +10,6 @@ from probe_core.bayestrex.results import SamplingResult
 from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
-from probe_core.runs.scaleout import report_gracefully
 
 run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
 
@@ -94,23 +93,19 @@ def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
         chains = 1 if request.sampler == "nuts" else request.chains
         trace = LiveTrace(prepared.request.targets, chains)
 
-        def report(*arguments) -> None:  # the chains stop at the sampler's next check; what they kept is summarised
-            report_gracefully(context, *arguments)
-
         def on_progress(progress) -> None:
             trace.update(progress)
-            report(progress.iteration / max(progress.total, 1), f"{progress.stage} {progress.iteration}/{progress.total}",
-                   trace.details())
+            context.report(progress.iteration / max(progress.total, 1),
+                           f"{progress.stage} {progress.iteration}/{progress.total}", trace.details())
 
         def on_shards(progress) -> None:  # a sharded run: one bar over all shards, no per-chain trace
-            report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
-                   {"shards_done": progress.done, "shards": progress.total})
+            context.report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
+                           {"shards_done": progress.done, "shards": progress.total})
 
         result = probe_target(prepared, store=context.store, run_id=context.run_id, progress=on_progress,
                               should_stop=lambda: context.cancelled, shard_progress=on_shards)
-        # written directly: after a stop request, context.report would raise instead of recording the summary
-        context.store.update_run(context.run_id, 1.0, "stopped early; summary of what was kept"
-                                 if result.cancelled else "done", trace.details())
+        context.report_last("stopped early; summary of what was kept" if result.cancelled else "done",
+                            trace.details())
         return result
 
     return run

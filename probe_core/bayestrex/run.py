@@ -20,7 +20,6 @@ from probe_core.runs.scaleout import (
     Reporter,
     ShardTask,
     parse_executor,
-    report_gracefully,
     shard_count,
     shard_seed,
     split_evenly,
@@ -248,8 +247,8 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **s
     """
     kept = _CollectedSamples()
 
-    def on_progress(progress) -> None:  # not raised through the sampler: it stops below and keeps its samples
-        report_gracefully(reporter, progress.iteration / max(progress.total, 1))
+    def on_progress(progress) -> None:  # raises after a stop; the sampler then ends its chains, samples kept
+        reporter.report(progress.iteration / max(progress.total, 1))
 
     result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
                               progress=on_progress, should_stop=reporter.stop_requested, **settings)

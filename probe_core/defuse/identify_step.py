@@ -352,11 +352,9 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
 
     def on_progress(progress) -> None:
         failures = sum(len(p) for p in parts.values())
-        try:
-            context.report(progress.fraction, f"{progress.done}/{progress.total} shards, {failures} failures so far",
-                           {**ids, "failures": failures, "shards_done": progress.done, "shards": progress.total})
-        except CancelledError:  # Stop: the outstanding shards are cancelled, what was stored is kept
-            pass
+        # after a stop this raises: the executor cancels the outstanding shards, what was stored is kept
+        context.report(progress.fraction, f"{progress.done}/{progress.total} shards, {failures} failures so far",
+                       {**ids, "failures": failures, "shards_done": progress.done, "shards": progress.total})
 
     outcome = executor.map(tasks, on_result, on_progress, lambda: context.cancelled)
     if outcome.cancelled:

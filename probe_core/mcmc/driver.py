@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import torch
 
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.mcmc import adaptation, hmc, imh, rwm
 
 # HMC's trajectory cap by default; with independence jumps HMC only has to move locally between them,
@@ -218,9 +218,13 @@ class _Recorder:
             if self.preview is not None:
                 with torch.no_grad():
                     images = self.preview(state.position).cpu()
-            self.hook(Progress(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
-                               state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
-                               self.divergences.clone(), images))
+            try:
+                self.hook(Progress(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
+                                   state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
+                                   self.divergences.clone(), images))
+            except CancelledError:  # the run was stopped (a Reporter's report raised): end here with what was kept
+                self.cancelled = not last
+                return self.cancelled
         self.window_accept.zero_()
         self.cancelled = self.should_stop is not None and not last and bool(self.should_stop())
         return self.cancelled
@@ -422,7 +426,10 @@ def run_chains(density: ChainDensity, settings: ChainSettings, adapter: WarmupAd
 
     Runs any kernel through its adapter; keeps post-warm-up samples, streams them to ``sink``,
     reports to ``hook`` (with ``preview`` of the positions, for live views) and polls ``should_stop`` every
-    ``settings.report_every`` iterations. Cancellation ends the run early with what was kept.
+    ``settings.report_every`` iterations. A stop ends the run early with what was kept: ``should_stop`` saying so,
+    or ``hook`` raising :class:`~probe_core.errors.CancelledError` (as a
+    :class:`~probe_core.runs.scaleout.Reporter`'s ``report`` does once its run was stopped), so a hook may simply
+    pass progress on to a reporter.
 
     Parameters
     ----------

@@ -86,6 +86,13 @@ class JobContext:
         if self._cancelled:
             raise CancelledError(f"run {self.run_id} cancelled")
 
+    def report_last(self, message: str, details: dict | None = None) -> None:
+        """The job's last progress line and details, recorded even after a stop: a job that ended gracefully on a
+        stop (the sampler ends its chains and keeps their samples) says what it kept before it returns."""
+        if self.listener is not None:
+            self.listener(1.0, message)
+        self._cancelled = self.store.update_run(self.run_id, 1.0, message, details) or self._cancelled
+
     def stop_requested(self) -> bool:
         """Whether the run was asked to stop (reads the database), without raising."""
         run = self.store.get_run(self.run_id)

@@ -24,7 +24,9 @@ the modules given in the task and ``reporter`` is a :class:`Reporter`, the proto
 :class:`~probe_core.runs.lifecycle.JobContext` follows too: ``reporter.report(fraction)`` tells progress
 in [0, 1] and raises :class:`~probe_core.errors.CancelledError` once the run was stopped, and
 ``reporter.stop_requested()`` asks without raising (local shards only; Ray shards are cancelled
-instead). Its return value must pickle.
+instead). Its return value must pickle. A stop is that one exception wherever it is raised: a shard's or a
+progress callback's ``CancelledError`` ends the map with ``outcome.cancelled`` (and what was done kept), never
+an error.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ class Reporter(Protocol):
     A job's :class:`~probe_core.runs.lifecycle.JobContext` and a shard's :class:`ShardReporter` follow it.
     ``report`` records progress in [0, 1] (a job also a message and JSON details) and raises
     :class:`~probe_core.errors.CancelledError` once the run was asked to stop, so work that may simply end
-    calls it between steps. ``stop_requested()`` asks without raising, for work that ends gracefully and
-    keeps what it has (the sampler ends its chains and their samples are stored).
+    calls it between steps, and work that ends gracefully catches it where it can end and keep what it has (the
+    sampler's run loop ends its chains there, an executor returns the shards that were done). ``stop_requested()``
+    asks without raising, for work that polls.
     """
 
     def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
@@ -64,15 +67,6 @@ class Reporter(Protocol):
 
     def stop_requested(self) -> bool:
         """Whether the run was asked to stop."""
-
-
-def report_gracefully(reporter: Reporter, *arguments) -> None:
-    """``reporter.report(*arguments)`` for work that ends by asking :meth:`Reporter.stop_requested`: a stop is
-    not raised through it, so the work ends at its own next check and keeps what it has (the sampler's chains)."""
-    try:
-        reporter.report(*arguments)
-    except CancelledError:
-        pass
 
 
 @dataclass
@@ -160,7 +154,13 @@ class Executor(Protocol):
 
     def map(self, tasks: list[ShardTask], on_result: ResultCallback, on_progress: ProgressCallback | None = None,
             should_stop: Callable[[], bool] | None = None) -> ShardOutcome:
-        """Run every task; return which were done, which failed and whether the run was stopped."""
+        """Run every task; return which were done, which failed and whether the run was stopped.
+
+        The run is stopped when ``should_stop()`` says so, or when a shard or ``on_progress`` raises
+        :class:`~probe_core.errors.CancelledError` (a :class:`Reporter` after a stop): the outstanding shards are
+        not run (or are cancelled), the results handed over so far stay handed over, and ``outcome.cancelled``
+        is set; nothing is raised for a stop.
+        """
 
 
 def shard_seed(seed: int, index: int) -> int:
@@ -212,9 +212,13 @@ class LocalShards:
                     on_progress(ShardProgress((index + fraction) / len(tasks), index, len(tasks), {index: os.getpid()}))
 
             function = _shard_function(task.function)
-            on_result(index, function(task.models, ShardReporter(report, stop), **task.arguments))
-            outcome.done.append(index)
-            report(1.0)
+            try:
+                on_result(index, function(task.models, ShardReporter(report, stop), **task.arguments))
+                outcome.done.append(index)
+                report(1.0)
+            except CancelledError:
+                outcome.cancelled = True
+                break
         outcome.cancelled = outcome.cancelled or (stop() and len(outcome.done) < len(tasks))
         return outcome
 
@@ -411,7 +415,11 @@ class RayShards:
                     for index in outcome.done:
                         fractions[index] = 1.0
                     on_progress(ShardProgress(sum(fractions) / len(tasks), len(outcome.done), len(tasks), pids))
-        except BaseException:  # a stop raised by a progress callback, or Ctrl-C: nothing left running
+        except CancelledError:  # a stop raised by the progress callback
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            outcome.cancelled = True
+        except BaseException:  # Ctrl-C or an error of a callback: nothing left running
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise

@@ -4,6 +4,7 @@ import torch
 from helpers import TinyDecoder
 from torch import nn
 
+from probe_core.errors import CancelledError
 from probe_core.mcmc.driver import (
     DEFAULT_INTEGRATION_STEPS,
     JUMPING_INTEGRATION_STEPS,
@@ -51,6 +52,20 @@ def test_stopping_keeps_what_was_sampled():
     config = SamplerConfig(num_warmup=5, num_samples=200, init="prior", report_every=5)
     result = run_rwm(_posterior(), config, should_stop=stop_after_three_reports)
     assert result.cancelled and result.positions.shape[1] == 10
+
+
+def test_a_hook_that_raises_a_stop_ends_the_chains_with_what_was_sampled():
+    # a hook may pass progress straight on to a Reporter, whose report raises CancelledError after a stop
+    reports = []
+
+    def reporter_stopped_after_three_reports(progress):
+        reports.append(progress.iteration)
+        if len(reports) >= 3:
+            raise CancelledError("stopped")
+
+    config = SamplerConfig(num_warmup=5, num_samples=200, init="prior", report_every=5)
+    result = run_rwm(_posterior(), config, hook=reporter_stopped_after_three_reports)
+    assert result.cancelled and result.positions.shape[1] == 10 and reports == [5, 10, 15]
 
 
 def test_adapters_tune_only_what_they_own():

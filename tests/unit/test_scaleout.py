@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from probe_core.errors import ProbeError
+from probe_core.errors import CancelledError, ProbeError
 from probe_core.runs.launchers import WORKER_THREADS_ENV, worker_threads
 from probe_core.runs.scaleout import (
     LocalShards,
@@ -58,6 +58,22 @@ def test_local_shards_run_in_order_report_progress_and_stop_between_shards():
     stopped = LocalShards().map(tasks, lambda i, v: None, None, should_stop=lambda: True)
     assert stopped.cancelled and stopped.done == []
     assert [e["covers"] for e in stopped.not_done(tasks)] == ["value 4", "value 6", "value 8"]
+
+
+def test_a_stop_raised_by_the_progress_listener_or_a_shard_ends_the_map_keeping_what_was_done():
+    tasks = [ShardTask("helpers:echo_shard", {"value": n}) for n in (4, 6, 8)]
+    seen = []
+
+    def listener_stopped_after_the_first_shard(progress):
+        if progress.fraction > 0.3:  # shard 0 ended (1/3 of the run)
+            raise CancelledError("stopped")
+
+    outcome = LocalShards().map(tasks, lambda i, v: seen.append(v), listener_stopped_after_the_first_shard)
+    assert outcome.cancelled and seen == [4] and outcome.done == [0]  # shard 0 kept; 1 and 2 never ran
+    stopping = [ShardTask("helpers:stopped_shard"), *tasks]
+    seen.clear()
+    outcome = LocalShards().map(stopping, lambda i, v: seen.append(v))
+    assert outcome.cancelled and seen == [] and outcome.done == []
 
 
 def test_an_unimportable_shard_function_is_one_clear_error():
