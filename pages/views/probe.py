@@ -180,13 +180,22 @@ with st.expander("Sampler settings", expanded=False):
                                  f"and HMC's trajectories are capped at {JUMPING_INTEGRATION_STEPS} leapfrog steps "
                                  f"instead of {DEFAULT_INTEGRATION_STEPS}")
 
+    NO_JUDGE = "none"
+    judge = st.selectbox("Judge", [NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name)
+                                                if m != classifier.id],
+                         key=f"probe_judge_{dataset.name}",
+                         help="another classifier of this data, never the probed one: it judges each high or "
+                              "ambiguous target's hits, and a target whose hits it mostly puts elsewhere is flagged "
+                              "(hits that fool only the probed classifier)")
+
 anneal_value = {"auto": "auto", "off": None, "from 0.5": 0.5, "from 0.2": 0.2}[anneal]
 
 
 def sampler_kwargs() -> dict:
     return {"chains": int(chains), "warmup": int(warmup), "samples": int(samples), "sigma": float(sigma),
             "sampler": sampler, "seed": int(seed), "keep_every": int(keep_every), "anneal_sigma_from": anneal_value,
-            "independence_moves": int(jumps) if sampler == "hmc" else 0}
+            "independence_moves": int(jumps) if sampler == "hmc" else 0,
+            "judge": None if judge == NO_JUDGE else judge}
 
 
 if st.button("Start sampling", type="primary", disabled=spec is None, key="probe_start"):
@@ -245,6 +254,8 @@ if result.cancelled:
     st.warning("This run was stopped early; the summary covers what it kept.")
 if result.generator_weak:
     st.warning(f"Made with a weak generator: {result.generator_warning}")
+for line in result.judge_warnings:
+    st.warning(line)
 st.subheader("Summary (paper Table 2, with the test-set baseline)")
 st.dataframe(pd.DataFrame(summary_rows(result.targets)), hide_index=True,
              column_config={"hit rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0,

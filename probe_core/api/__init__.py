@@ -64,6 +64,9 @@ class SampleResult:
         Whether the sample meets its target.
     generator_weak : bool
         The generator failed its check on the data: results about its samples are not to be trusted.
+    judge_warnings : list of str
+        With a judge: the targets whose hits it mostly puts outside their classes, and a judge trained on the
+        probed classifier's data (each target's ``judge_agreement`` holds the counts).
     """
 
     run_id: int
@@ -78,6 +81,7 @@ class SampleResult:
     hit: np.ndarray | None = None
     generator_weak: bool = False
     wall_seconds: float = 0.0
+    judge_warnings: list = field(default_factory=list)
 
     @classmethod
     def from_run(cls, store, run_id: int) -> "SampleResult":
@@ -92,7 +96,7 @@ class SampleResult:
         if outcome is None:
             return cls(run_id, request, run.status, [], **arrays)
         return cls(run_id, request, run.status, outcome.targets, **arrays, generator_weak=outcome.generator_weak,
-                   wall_seconds=outcome.wall_seconds)
+                   wall_seconds=outcome.wall_seconds, judge_warnings=outcome.judge_warnings)
 
     def summary(self) -> str:
         """The per-target table (paper Table 2 plus diagnostics), as the CLI prints it."""
@@ -154,6 +158,10 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     class_map : str, optional
         ``MODEL=DATA,...`` where the classifier's class names differ from the data set's.
     workspace : str, Path or Workspace, optional
+    judge : str, optional (in ``settings``)
+        A trained classifier other than the probed one, on its classes: each high or ambiguous target's hits
+        are judged (``targets[i]["judge_agreement"]``), and a target whose hits it mostly puts elsewhere is
+        flagged (``judge_warnings``, also warned).
     **settings
         The request's settings, with these defaults (:class:`~probe_core.runs.requests.SampleRequest`; the
         ambiguity matrix has its own): {settings}.
@@ -178,7 +186,10 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     if prepared.warning:
         warnings.warn(prepared.warning, stacklevel=2)
     run_id, _ = run_now(registry, prepared.request, device=device, progress_bar="sampling" if progress else None)
-    return SampleResult.from_run(space.store, run_id)
+    result = SampleResult.from_run(space.store, run_id)
+    for line in result.judge_warnings:
+        warnings.warn(line, stacklevel=2)
+    return result
 
 
 @dataclass

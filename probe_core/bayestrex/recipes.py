@@ -20,7 +20,7 @@ from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.runs.lifecycle import run_now
 from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
-from probe_core.runs.validation import better_generator, check_record, checked_models
+from probe_core.runs.validation import better_generator, check_record, checked_judge, checked_models, judge_warning
 from probe_core.sampling.targets import TargetSpec
 
 
@@ -38,6 +38,8 @@ class PreparedSample:
         :func:`~probe_core.runs.validation.check_record` of the checks, stored with the result.
     warning : str or None
         Why the generator is weak; with ``suggest_generator``, naming a trained generator that passes.
+    judge : LoadedModel or None
+        The request's judge, checked on the data (:func:`~probe_core.runs.validation.checked_judge`).
     """
 
     request: object
@@ -46,6 +48,7 @@ class PreparedSample:
     data: object
     checks: dict
     warning: str | None
+    judge: object = None
 
 
 def prepare_sample(registry, request, device="cpu", suggest_generator: bool = True) -> PreparedSample:
@@ -87,9 +90,14 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
     if classifier_check.near_chance:
         warning = "; ".join(filter(None, [f"WEAK CLASSIFIER (sampling anyway, as asked): {classifier_check.message}",
                                           warning]))
+    judge = None
+    checks = check_record(classifier_check, generator_check)
+    if request.judge is not None:
+        judge = checked_judge(registry.resolve(request.judge, "classifier", request.dataset, device=device),
+                              classifier, data)
+        checks["judge_warning"] = judge_warning(judge, classifier)
     request = replace(request, classifier=classifier.id, generator=generator.id, class_names=names)
-    return PreparedSample(request, classifier, generator, data, check_record(classifier_check, generator_check),
-                          warning)
+    return PreparedSample(request, classifier, generator, data, checks, warning, judge)
 
 
 def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
@@ -104,10 +112,12 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     names = request.class_names
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
     baseline_data = data if names == tuple(data.class_names) else None
+    judge = None if prepared.judge is None else prepared.judge.module
     result = sample_validated(prepared.classifier.module, prepared.generator.module, request.targets,
-                              class_names=names, dataset=baseline_data, **request.sampler_settings(), **runtime)
+                              class_names=names, dataset=baseline_data, judge=judge, **request.sampler_settings(),
+                              **runtime)
     return SamplingResult.from_record({
-        **result, "dataset": request.dataset, "classifier": prepared.classifier.id,
+        **result, "dataset": request.dataset, "classifier": prepared.classifier.id, "judge": request.judge,
         "generator": prepared.generator.id, "model_checks": prepared.checks,
         "generator_weak": prepared.checks.get("generator_weak", False), "use_case": request.use_case})
 

@@ -24,7 +24,8 @@ class TargetReport(TypedDict, total=False):
     ``summary`` (:func:`~probe_core.bayestrex.summary.summarise_target`): ``achieved`` (class name ->
     mean and sd of the achieved confidence), ``hits``, ``kept``, ``chains``, ``chains_with_hits``, ESS,
     R-hat, acceptance and divergences. ``test_set_baseline``: how many test images meet the same
-    constraint (only when the classifier's classes are the data set's). ``samples``: up to 2,000 kept
+    constraint (only when the classifier's classes are the data set's). ``judge_agreement``: with a judge,
+    :func:`~probe_core.bayestrex.run.judged_hits` of a high or ambiguous target. ``samples``: up to 2,000 kept
     samples as records, present only in a result returned in the process that sampled.
     """
 
@@ -37,6 +38,7 @@ class TargetReport(TypedDict, total=False):
     target_index: int
     test_set_baseline: dict
     independence_acceptance: float
+    judge_agreement: dict
     samples: list
 
 
@@ -67,6 +69,8 @@ class SamplingResult(StoredResult):
         Shards that gave no result (``shard``, ``covers``, ``error``).
     use_case : dict or None
         The paper's use case this run is (:func:`~probe_core.bayestrex.recipes.run_use_case`).
+    judge : str or None
+        The classifier that judged the hits (each high or ambiguous target's ``judge_agreement``).
     """
 
     kind: ClassVar[str] = SampleRequest.kind
@@ -89,11 +93,25 @@ class SamplingResult(StoredResult):
     shards: int = 1
     not_done: list[dict] = field(default_factory=list)
     use_case: dict | None = None
+    judge: str | None = None
 
     @property
     def generator_warning(self) -> str | None:
         """Why the generator is weak; None when it passed its check."""
         return self.model_checks.get("generator_warning") if self.generator_weak else None
+
+    @property
+    def judge_warnings(self) -> list[str]:
+        """What the judge flags, one line each: a judge trained on the probed classifier's data, and every
+        target whose hits it mostly puts outside the target's classes."""
+        lines = [self.model_checks["judge_warning"]] if self.model_checks.get("judge_warning") else []
+        for target in self.targets:
+            judged = target.get("judge_agreement") or {}
+            if judged.get("flagged"):
+                lines.append(f"{target['spec']}: the judge {self.judge} puts only {judged['agreed']} of "
+                             f"{judged['judged']} hits ({judged['share']:.0%}) in the target's classes: most "
+                             "hits fool the probed classifier without looking like the class")
+        return lines
 
     @property
     def reached(self) -> int:

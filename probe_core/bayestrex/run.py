@@ -14,6 +14,7 @@ from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.mcmc.driver import ChainResult, Progress
+from probe_core.models.checks import GENERATOR_THRESHOLDS, judge_agreement
 from probe_core.runs.requests import check_sampler_settings
 from probe_core.runs.scaleout import (
     LocalShards,
@@ -52,7 +53,7 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
            dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
            progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
            keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
-           shard_progress: Callable | None = None, independence_moves: int = 0) -> dict:
+           shard_progress: Callable | None = None, independence_moves: int = 0, judge=None) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape), trusting the
     settings: a :class:`~probe_core.runs.requests.SampleRequest`'s were checked when it was built, a shard's by the run
     that split them. Call :func:`sample`, which checks them first, with settings from anywhere else.
@@ -96,6 +97,10 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
         from a Gaussian mixture fitted to each target's warm-up draws (see :class:`SamplerConfig`).
         0 (the default): none. They let chains move between the posterior's modes; README, "Real
         MNIST: the sampler at 28×28", for what they buy.
+    judge : nn.Module, optional
+        A classifier that was not probed (images -> probabilities (B, K), the same classes): each high or
+        ambiguous target's hits are decoded and judged, and its entry gets ``judge_agreement``
+        (:func:`judged_hits`), flagged where the judge puts fewer than half of them in the target's classes.
     """
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
@@ -122,7 +127,7 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
                                  anneal_sigma_from=anneal_sigma_from, dataset=dataset, store=store, run_id=run_id,
                                  shard_progress=shard_progress, should_stop=should_stop, keep_every=keep_every,
                                  target_index_offset=target_index_offset, executor=executor, shards=shards,
-                                 independence_moves=independence_moves)
+                                 independence_moves=independence_moves, judge=judge)
     started = time.perf_counter()
     if sampler == "nuts":
         per_target = []
@@ -173,10 +178,55 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
             entry["independence_acceptance"] = round(float(result.independence_acceptance.mean()), 4)
         if dataset is not None:
             entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
+        if judge is not None and target.judged_classes:
+            entry["judge_agreement"] = judged_hits(judge, generator, target, result)
         report_targets.append(entry)
     return {"sampler": sampler, "seed": seed, "sigma": sigma, "chains_per_target": chains,
             "warmup": warmup, "samples_per_chain": samples, "wall_seconds": wall,
             "cancelled": any(r.cancelled for _, r in per_target), "targets": report_targets}
+
+
+# The most hits of one target decoded for the judge (evenly spaced over the chains' kept samples).
+JUDGED_HITS = 2000
+
+
+@torch.no_grad()
+def judged_hits(judge, generator, target: Target, result: ChainResult, batch_size: int = 256) -> dict:
+    """How many of a target's hits a classifier that was not probed puts in the target's classes.
+
+    Bayes-TrEx's hits are meant to be in-distribution images the probed classifier sees as the target; a hit
+    the judge puts elsewhere fools the probed classifier without looking like the class (on the 64x64 sign-like
+    stand-in, the hits of classes the generator draws poorly: docs/real-size.md).
+
+    Parameters
+    ----------
+    judge : nn.Module
+        Images (B, C, H, W) -> probabilities (B, K).
+    generator : nn.Module
+        ``decode``: (B, D) -> (B, C, H, W).
+    target : Target
+        With :attr:`~probe_core.sampling.targets.Target.judged_classes`.
+    result : ChainResult
+        The target's chains: positions (B, S, D) and confidences (B, S, K).
+
+    Returns
+    -------
+    dict
+        ``judged`` (hits decoded, at most :data:`JUDGED_HITS`), ``agreed`` (those whose judged top class is one
+        of the target's), ``share`` (None without hits) and ``flagged`` (``share`` below
+        :data:`~probe_core.models.checks.GENERATOR_THRESHOLDS` ``judge_agreement``).
+    """
+    flat = result.probs.reshape(-1, result.probs.shape[-1])
+    hits = target.is_hit(flat).nonzero().squeeze(1) if len(flat) else torch.zeros(0, dtype=torch.long)
+    hits = hits[::max(1, -(-len(hits) // JUDGED_HITS))]
+    positions = result.positions.reshape(len(flat), -1)[hits]
+    device = next(iter(generator.parameters()), torch.empty(0)).device
+    images = (torch.cat([generator.decode(positions[s:s + batch_size].to(device)).cpu()
+                         for s in range(0, len(positions), batch_size)]) if len(positions) else None)
+    agreed, judged = judge_agreement(judge, images, target.judged_classes, batch_size)
+    share = round(agreed / judged, 3) if judged else None
+    limit = GENERATOR_THRESHOLDS["judge_agreement"]
+    return {"judged": judged, "agreed": agreed, "share": share, "flagged": share is not None and share < limit}
 
 
 def _sample_records(target: Target, result: ChainResult, limit: int = 2000, describe=None) -> list[dict]:
@@ -232,18 +282,19 @@ class _CollectedSamples:
 
 
 def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
-           **settings) -> dict:
+           judge=None, **settings) -> dict:
     """:func:`sample_validated` after :func:`check_sampler_settings` (one clear error for a bad setting, before
     any work). Takes the same arguments."""
     check_sampler_settings(**settings)
-    return sample_validated(classifier, generator, spec, class_names=class_names, **settings)
+    return sample_validated(classifier, generator, spec, class_names=class_names, judge=judge, **settings)
 
 
 def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **settings) -> dict:
     """One shard of a sharded :func:`sample` (a :mod:`probe_core.runs.scaleout` shard function).
 
-    Returns ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store.
-    A stopped run ends the shard's chains at the sampler's next check, with the samples they have.
+    ``models``: the ``classifier``, the ``generator`` and, where the run has one, the ``judge``. Returns
+    ``{"result": ..., "rows": [...]}``: the shard's result and its kept samples, for the run to store. A stopped
+    run ends the shard's chains at the sampler's next check, with the samples they have.
     """
     kept = _CollectedSamples()
 
@@ -251,18 +302,19 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **s
         reporter.report(progress.iteration / max(progress.total, 1))
 
     result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
-                              progress=on_progress, should_stop=reporter.stop_requested, **settings)
+                              progress=on_progress, should_stop=reporter.stop_requested, judge=models.get("judge"),
+                              **settings)
     return {"result": result, "rows": kept.rows}
 
 
 def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, seed: int, init: str,
                       anneal_sigma_from, dataset, store, run_id, shard_progress, should_stop, keep_every: int,
-                      target_index_offset: int, executor, shards: int, **settings) -> dict:
+                      target_index_offset: int, executor, shards: int, judge=None, **settings) -> dict:
     """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
     executor = executor or LocalShards()
     started = time.perf_counter()
     pieces = split_evenly(len(targets), shards)
-    models = {"classifier": classifier, "generator": generator}
+    models = {"classifier": classifier, "generator": generator, **({} if judge is None else {"judge": judge})}
     tasks = [ShardTask("probe_core.bayestrex.run:sample_shard",
                        {"targets": targets[piece.start:piece.stop], "class_names": class_names,
                         "seed": shard_seed(seed, index), "init": init, "anneal_sigma_from": anneal_sigma_from,

@@ -202,9 +202,11 @@ def table2(targets: list[dict]) -> str:
 def summary_rows(targets: list[dict]) -> list[dict]:
     """One plain row per target of a sampling result (its ``targets``; the dashboard's and the report's table)."""
     rows = []
+    judged_run = any("judge_agreement" in entry for entry in targets)
     for entry in targets:
         s = entry["summary"]
         baseline = entry.get("test_set_baseline")
+        judged = entry.get("judge_agreement")
         rows.append({
             "target": entry["description"],
             "achieved (mean ± sd)": ", ".join(f"{name}: {v['mean']:.2f} ± {v['sd']:.2f}"
@@ -216,4 +218,6 @@ def summary_rows(targets: list[dict]) -> list[dict]:
             "divergences": s["divergences"],
             "status": target_status(entry),
         })
+        if judged_run:  # hits an independent classifier puts in the target's classes
+            rows[-1]["judge agrees"] = f"{judged['agreed']}/{judged['judged']}" if judged else "-"
     return rows

@@ -38,6 +38,13 @@ def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> in
     # the same remembering registry: the run finds the models loaded and checked, and does not check them again
     run_id, result = run_now(registry, prepared.request, device=args.device, progress_bar="sampling")
     print(table2(result.targets))
+    for target in result.targets:
+        judged = target.get("judge_agreement")
+        if judged and judged["judged"]:
+            print(f"{target['spec']}: the judge {result.judge} puts {judged['agreed']} of {judged['judged']} hits "
+                  f"({judged['share']:.0%}) in the target's classes")
+    for line in result.judge_warnings:
+        print(f"warning: {line}", file=sys.stderr)
     for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}", file=sys.stderr)
     print(f"{result.reached}/{len(result.targets)} targets reached in {result.wall_seconds:.1f} s; samples stored "
@@ -63,7 +70,8 @@ def _sample(args: argparse.Namespace) -> int:
     registry = workspace.registry.remembering()  # validation and preparation load each model once
     # every setting is checked before anything is trained or stored; then the models are checked on the data
     request = SampleRequest.build(registry, dataset=args.dataset, target=args.target, classifier=args.classifier,
-                                  generator=args.generator, class_map=args.class_map, **_given_settings(args))
+                                  generator=args.generator, class_map=args.class_map, judge=args.judge,
+                                  **_given_settings(args))
     return _run_prepared(args, workspace, registry, prepare_sample(registry, request, args.device))
 
 
@@ -166,6 +174,10 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                         "data of 64x64 and up the spatial autoencoder) or a plugin .py")
     parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                         "from the data set's (classes are matched by name, never by position)")
+    parser.add_argument("--judge", metavar="MODEL",
+                        help="a trained classifier other than the probed one, on the same classes: it judges each "
+                             "high or ambiguous target's hits, and a target whose hits it mostly puts elsewhere is "
+                             "flagged (hits that fool only the probed classifier)")
     _add_sampler_options(parser)
     parser.set_defaults(handler=_sample)
 

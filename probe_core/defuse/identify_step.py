@@ -36,7 +36,7 @@ from probe_core.runs.scaleout import (
     shard_seed,
     split_evenly,
 )
-from probe_core.runs.validation import checked_models
+from probe_core.runs.validation import checked_judge, checked_models, judge_warning
 
 
 log = logging.getLogger(__name__)
@@ -143,30 +143,13 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
             "data you trust) to keep only failures that still show their class (docs/defuse.md)")
 
 
-def judge_warning(judge, classifier) -> str | None:
-    """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
-    data is not known): a judge that learnt the same labels shares their flaws, and hides the failures they cause
-    (on the 64x64 stand-in it kept none of a planted flaw's; docs/real-size.md)."""
-    trained_on = [(model.record.get("spec") or {}).get("dataset") for model in (judge, classifier)]
-    if None in trained_on or trained_on[0] != trained_on[1]:
-        return None
-    return (f"the judge {judge.id} was trained on the same data as the classifier ({trained_on[0]}): it shares "
-            "whatever is wrong with those labels and hides the failures it causes; judge with a classifier "
-            "trained on data you trust")
-
-
 def _checked_judge(registry, lookup, request: IdentifyRequest, classifier, data: ImageDataset, device: str) -> str:
-    """The judge's stored reference, after checking that it is another classifier, on the data's classes, that
-    is not near chance on them (a judge that knows nothing would drop every failure)."""
+    """The judge's stored reference, after :func:`~probe_core.runs.validation.checked_judge` (its classes are
+    matched before it is loaded, so a judge of other classes trains nothing)."""
     names = classifier_class_names(registry, request.judge, request.dataset)
     if tuple(names) != tuple(data.class_names):
         raise ProbeError(f"the judge's classes {list(names)} are not the data's {list(data.class_names)}")
-    judge = lookup(request.judge, "classifier", request.dataset, device=device)
-    if judge.id == classifier.id:
-        raise ProbeError(f"the judge must be a classifier other than the probed one ({classifier.id}): it checks "
-                         "that a decoding still shows its class, which the probed classifier cannot vouch for")
-    checked_models(judge, data)
-    return judge.id
+    return checked_judge(lookup(request.judge, "classifier", request.dataset, device=device), classifier, data).id
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on

@@ -265,6 +265,9 @@ class SampleRequest(BuiltFromSettings):
     use_case : dict or None
         The paper's use case this request is (a :class:`~probe_core.bayestrex.recipes.UseCasePlan`'s
         ``use_case``), named in the result.
+    judge : str or None
+        A stored reference to a classifier that is not the probed one, on the same classes: each high or
+        ambiguous target's hits are judged by it (:func:`~probe_core.bayestrex.run.judged_hits`).
     """
 
     kind: ClassVar[str] = "sample"
@@ -288,6 +291,7 @@ class SampleRequest(BuiltFromSettings):
     independence_moves: int = 0
     allow_weak_classifier: bool = False
     use_case: dict | None = None
+    judge: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.target, str):  # the text of a stored run's record
@@ -313,7 +317,7 @@ class SampleRequest(BuiltFromSettings):
 
     @classmethod
     def build(cls, registry, *, dataset: str, target: "str | TargetSpec", classifier="default", generator="default",
-              class_map: str | None = None, **settings) -> "SampleRequest":
+              class_map: str | None = None, judge: str | None = None, **settings) -> "SampleRequest":
         """The one way to make a sample request: defaults, checks, references, targets.
 
         Settings left out (or None) take the target's defaults (the ambiguity matrix has its own, by image
@@ -332,6 +336,10 @@ class SampleRequest(BuiltFromSettings):
             References as the user gave them (``default``, a model id, a plugin or model file path), or
             models already resolved for ``dataset`` (:meth:`ModelRegistry.resolve`; not loaded again).
         class_map : str, optional
+        judge : str, optional
+            A classifier reference other than ``classifier``, on the same classes (checked here without loading
+            it; it must be trained already, since a lookup never trains, and is checked on the data where the
+            run loads it).
         **settings
             Any of :data:`SAMPLE_SETTINGS`.
 
@@ -365,8 +373,17 @@ class SampleRequest(BuiltFromSettings):
                                                                                               "anneal_sigma_from")}
         given = {**sampler_defaults(spec, data.image_shape, dataset_entry(dataset).sized_defaults), **given}
         generator_id, _, loaded_generator = resolved_reference(registry, generator or "default", "generator", dataset)
+        judge_id = None
+        if judge:
+            judge_id, judge_names, _ = resolved_reference(registry, judge, "classifier", dataset)
+            if judge_id == classifier_id or judge_id == "default":
+                raise ProbeError(f"the judge must be a trained classifier other than the probed one ({classifier_id}): "
+                                 "it says what a model that was never probed sees in the hits")
+            if tuple(judge_names) != tuple(names):
+                raise ProbeError(f"the judge's classes {list(judge_names)} are not the probed classifier's "
+                                 f"{list(names)}")
         request = cls(dataset=dataset, target=spec, classifier=classifier_id, generator=generator_id,
-                      class_names=names, **given)  # which checks the settings
+                      class_names=names, judge=judge_id, **given)  # which checks the settings
         if request.init == "classes" and not registry.can_start_in_classes(loaded_generator or generator_id,
                                                                              dataset):
             raise ProbeError("chains start in classes only with a generator whose prior has class components (a "
@@ -394,7 +411,8 @@ class SampleRequest(BuiltFromSettings):
 
 
 SAMPLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SampleRequest)
-                        if f.name not in ("dataset", "target", "classifier", "generator", "class_names", "use_case"))
+                        if f.name not in ("dataset", "target", "classifier", "generator", "class_names", "use_case",
+                                          "judge"))
 
 
 def resolved_reference(registry, reference, role: str, dataset: str) -> tuple[str, tuple[str, ...], object]:

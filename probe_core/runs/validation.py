@@ -31,6 +31,40 @@ def checked_models(classifier, dataset, generator=None,
     return classifier_check, generator_check
 
 
+def checked_judge(judge, classifier, dataset):
+    """A judge (a classifier that is not the probed one, resolved for ``dataset``) after the checks every run
+    that takes one makes: it is another model than ``classifier``, on the data's classes in their order (its
+    outputs are read by the data's class indices), and not near chance on them (a judge that knows nothing
+    would vouch for nothing, or for everything). Returns ``judge``.
+
+    Raises
+    ------
+    ProbeError
+        For the probed classifier itself or other classes; a near-chance judge as
+        :func:`~probe_core.models.checks.require_usable`.
+    """
+    if judge.id == classifier.id:
+        raise ProbeError(f"the judge must be a classifier other than the probed one ({classifier.id}): it says "
+                         "what a model that was never probed sees in the images")
+    if tuple(judge.class_names) != tuple(dataset.class_names):
+        raise ProbeError(f"the judge's classes {list(judge.class_names)} are not the data's "
+                         f"{list(dataset.class_names)}")
+    checked_models(judge, dataset)
+    return judge
+
+
+def judge_warning(judge, classifier) -> str | None:
+    """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
+    data is not known): a judge that learnt the same labels shares their flaws, and hides the failures they cause
+    (on the 64x64 stand-in it kept none of a planted flaw's; docs/real-size.md)."""
+    trained_on = [(model.record.get("spec") or {}).get("dataset") for model in (judge, classifier)]
+    if None in trained_on or trained_on[0] != trained_on[1]:
+        return None
+    return (f"the judge {judge.id} was trained on the same data as the classifier ({trained_on[0]}): it shares "
+            "whatever is wrong with those labels and hides the failures it causes; judge with a classifier "
+            "trained on data you trust")
+
+
 def check_record(classifier_check: ClassifierCheck, generator_check: GeneratorCheck | None) -> dict:
     """What a stored result carries of the checks (JSON-ready): the class map, accuracy and the generator's verdict."""
     record = {"classifier": {"accuracy": classifier_check.accuracy, "class_map": classifier_check.class_map,

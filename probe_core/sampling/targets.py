@@ -73,6 +73,13 @@ class Target:
         """Whether chains should start from tempered SMC (and not anneal σ): every kind but high confidence."""
         return True
 
+    @property
+    def judged_classes(self) -> tuple[int, ...]:
+        """The classes a hit should look like to a classifier that was not probed (a judge's top class among
+        them counts as agreement); () where a top class cannot say whether a hit is sound (confidence vectors,
+        uniform)."""
+        return ()
+
     def observed(self) -> torch.Tensor:
         """u*, shape (S,)."""
         raise NotImplementedError
@@ -125,6 +132,10 @@ class HighTarget(Target):
     def needs_tempered_start(self) -> bool:
         return False
 
+    @property
+    def judged_classes(self) -> tuple[int, ...]:
+        return self.classes
+
     def observed(self) -> torch.Tensor:
         return torch.tensor([1.0])
 
@@ -152,6 +163,10 @@ class AmbiguousTarget(Target):
     observed 0.5; a hit has both in [0.4, 0.6] and no other class above them."""
 
     kind: ClassVar[str] = "ambiguous"
+
+    @property
+    def judged_classes(self) -> tuple[int, ...]:
+        return self.classes  # an ambiguous hit should look like one of the pair
 
     def observed(self) -> torch.Tensor:
         return torch.tensor([0.0, 0.5])

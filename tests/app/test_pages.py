@@ -114,10 +114,18 @@ def test_probe_lists_confident_test_set_mistakes_for_people_to_judge(app_env, fl
     at.selectbox(key="probe_high").select("8")
     for key, value in (("probe_chains", 2), ("probe_warmup", 10), ("probe_samples", 10)):
         at.number_input(key=key).set_value(value)
+    # the judge is one of the workspace's other classifiers of the data, never the probed one
+    clean = app_env.registry.default_id("digits", "classifier")
+    judges = at.selectbox(key="probe_judge_digits")
+    assert judges.value == "none" and clean in judges.options and flawed_run["classifier"] not in judges.options
+    judges.select(clean)
     at.button(key="probe_start").click().run()
     run = app_env.store.list_runs(kind="sample")[0]
+    assert run.config["judge"] == clean
     rerun_until(at, lambda a: app_env.store.get_run(run.id).status == "done"
                 and any("Summary" in s.value for s in a.subheader))
+    judged = app_env.store.get_run(run.id).result["targets"][0]["judge_agreement"]
+    assert at.dataframe[0].value["judge agrees"].iloc[0] == f"{judged['agreed']}/{judged['judged']}"
     mistakes = app_env.store.get_run(run.id).result["targets"][0]["test_set_baseline"]["confident_mistakes"]
     assert mistakes["count"] > 0 and all(label != 8 for label in mistakes["labels"])
     assert any("misclassification test-set baseline" in e.label for e in at.expander)

@@ -129,6 +129,37 @@ def test_an_identification_judge_must_be_another_classifier_and_the_run_records_
         assert len(found) > 0 and (probabilities[np.arange(len(found)), found.true_labels] >= 0.9 - 1e-5).all()
 
 
+def test_a_sampling_judge_is_another_classifier_and_the_run_records_what_it_saw(trained_workspace, flawed_run,
+                                                                                 capsys):
+    import probe_core.api as mp
+    from probe_core.cli import main
+    from probe_core.runs.requests import SampleRequest
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    runs_before = len(store.list_runs())
+    with pytest.raises(ProbeError, match="other than the probed one"):
+        SampleRequest.build(registry, dataset=MISLABELLED, target="high:9", classifier=flawed_run["classifier"],
+                            judge=flawed_run["classifier"])
+    root = ["--workspace", str(trained_workspace.root), "sample", "--dataset", MISLABELLED, "--target", "high:9"]
+    assert main([*root, "--classifier", flawed_run["classifier"], "--judge", flawed_run["classifier"]]) == 2
+    error = capsys.readouterr().err
+    assert "other than the probed one" in error and error.count("\n") == 1
+    assert len(store.list_runs()) == runs_before  # refused before anything is stored
+    clean = registry.default_id("digits", "classifier")
+    result = mp.sample("high:9;high:8", flawed_run["classifier"], dataset=MISLABELLED, workspace=trained_workspace,
+                       judge=clean, chains=8, warmup=80, samples=30, progress=False)
+    assert result.request.judge == clean
+    for target in result.targets:  # what the judge saw of each target's hits, counted from the stored samples
+        judged = target["judge_agreement"]
+        assert judged["judged"] == target["summary"]["hits"] and 0 <= judged["agreed"] <= judged["judged"]
+        assert judged["flagged"] == (judged["share"] is not None and judged["share"] < 0.5)
+    # a line for each flagged target; none for the judge itself, trained on the clean labels, not the flawed view's
+    flagged = [target["spec"] for target in result.targets if target["judge_agreement"]["flagged"]]
+    assert len(result.judge_warnings) == len(flagged)
+    assert all(line.startswith(f"{spec}: the judge {clean} puts only") for line, spec in zip(result.judge_warnings,
+                                                                                          flagged))
+
+
 def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_workspace):
     from probe_core.runs.lifecycle import run_inline
 

@@ -159,3 +159,29 @@ def test_ambiguity_matrix_runs_all_pairs_in_one_batch(models):
     assert all(t["test_set_baseline"]["test_images"] == 360 for t in targets)
 
 
+
+
+class _SaysThree(torch.nn.Module):
+    """A judge that sees a 3 in every image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # a parameter, so its device can be read
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(torch.full((len(images),), 3), 10).float()
+
+
+def test_a_judge_agrees_with_the_hits_it_sees_as_the_target_and_flags_the_others(models):
+    classifier, generator, names = models
+    result = sample(classifier, generator, "high:3;high:0;uniform", class_names=names, chains=8, warmup=100,
+                    samples=30, judge=_SaysThree())
+    three, zero, uniform = result["targets"]
+    assert three["summary"]["hits"] > 0 and zero["summary"]["hits"] > 0
+    # every judged hit of high:3 is a 3 to the judge, none of high:0's; all hits are judged (fewer than 2,000)
+    assert three["judge_agreement"] == {"judged": three["summary"]["hits"], "agreed": three["summary"]["hits"],
+                                        "share": 1.0, "flagged": False}
+    assert zero["judge_agreement"]["agreed"] == 0 and zero["judge_agreement"]["flagged"]
+    assert "judge_agreement" not in uniform  # a top class cannot vouch for a confidence vector
+    unjudged = sample(classifier, generator, "high:3", class_names=names, chains=8, warmup=100, samples=30)
+    assert "judge_agreement" not in unjudged["targets"][0]
