@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from probe_core.bayestrex.results import COMPARE, ComparisonResult
-from probe_core.bayestrex.run import check_sampler_settings, sample_validated
+from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
-from probe_core.runs.requests import BuiltFromSettings, refuse_unknown
+from probe_core.runs.requests import BuiltFromSettings, SamplerSettings, refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
 from probe_core.sampling.targets import DEFAULT_SIGMA, TargetSpec
 
@@ -43,8 +43,13 @@ class CompareRequest(BuiltFromSettings):
             raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
         if self.classifier_a == self.classifier_b:
             raise ProbeError("pick two different classifiers to compare")
-        check_sampler_settings(chains=self.chains, warmup=self.warmup, samples=self.samples,
-                               keep_every=self.keep_every, sigma=self.sigma, seed=self.seed)
+        object.__setattr__(self, "_sampler_settings", SamplerSettings(  # checked here, once; the job trusts it
+            chains=self.chains, warmup=self.warmup, samples=self.samples, keep_every=self.keep_every,
+            sigma=self.sigma, seed=self.seed))
+
+    def sampler_settings(self) -> SamplerSettings:
+        """The sampler's settings, checked when this request was made."""
+        return self._sampler_settings
 
     @property
     def classifiers(self) -> list[str]:
@@ -103,11 +108,9 @@ def compare_job(registry, request: CompareRequest, device: str = "cpu"):
                 context.report((side + progress.iteration / max(progress.total, 1)) / 2,
                                f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
 
-            result = sample_validated(clf.module, gen.module, spec, class_names=names, chains=request.chains,
-                                      warmup=request.warmup, samples=request.samples, store=context.store,
-                                      run_id=context.run_id, keep_every=request.keep_every,
-                                      target_index_offset=side * len(names), progress=on_progress,
-                                      seed=request.seed, sigma=request.sigma)
+            result = sample(clf.module, gen.module, spec, class_names=names, settings=request.sampler_settings(),
+                            store=context.store, run_id=context.run_id, target_index_offset=side * len(names),
+                            progress=on_progress)
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
                                 check_record(*checks[0]))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
-from probe_core.bayestrex.run import sample_validated
+from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
@@ -105,7 +105,7 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     pair, ambiguity matrix, uniform, path); the paper's use case it is (``request.use_case``) is named in the
     result.
 
-    ``runtime``: :func:`~probe_core.bayestrex.run.sample_validated`'s ``store``, ``run_id``, ``progress``,
+    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
     ``should_stop`` and ``shard_progress``.
     """
     request, data = prepared.request, prepared.data
@@ -113,9 +113,9 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
     baseline_data = data if names == tuple(data.class_names) else None
     judge = None if prepared.judge is None else prepared.judge.module
-    result = sample_validated(prepared.classifier.module, prepared.generator.module, request.targets,
-                              class_names=names, dataset=baseline_data, judge=judge, **request.sampler_settings(),
-                              **runtime)
+    result = sample(prepared.classifier.module, prepared.generator.module, request.targets, class_names=names,
+                    settings=request.sampler_settings(), executor=request.executor, shards=request.shards,
+                    dataset=baseline_data, judge=judge, **runtime)
     return SamplingResult.from_record({
         **result, "dataset": request.dataset, "classifier": prepared.classifier.id, "judge": request.judge,
         "generator": prepared.generator.id, "model_checks": prepared.checks,

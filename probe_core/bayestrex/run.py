@@ -15,7 +15,7 @@ from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.mcmc.driver import ChainResult, Progress
 from probe_core.models.checks import GENERATOR_THRESHOLDS, judge_agreement
-from probe_core.runs.requests import check_sampler_settings
+from probe_core.runs.requests import SAMPLER_SETTING_NAMES, SamplerSettings
 from probe_core.runs.scaleout import (
     LocalShards,
     Reporter,
@@ -27,8 +27,7 @@ from probe_core.runs.scaleout import (
 )
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts, run_rwm
 from probe_core.sampling.protocols import ClassConditionalPrior, StructuredPrior, is_differentiable
-from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP
-from probe_core.sampling.targets import DEFAULT_SIGMA, Target, TargetBatch, TargetSpec
+from probe_core.sampling.targets import Target, TargetBatch, TargetSpec
 
 
 def auto_init(generator, hard: bool, sampler: str) -> str:
@@ -46,17 +45,17 @@ def auto_init(generator, hard: bool, sampler: str) -> str:
     return "classes" if isinstance(generator, ClassConditionalPrior) else "optimize"
 
 
-def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
-           chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_WARMUP, samples: int = DEFAULT_SAMPLES,
-           sigma: float = DEFAULT_SIGMA,
-           sampler: str = "hmc", seed: int = 0, init: str = "auto", anneal_sigma_from: float | str | None = "auto",
-           dataset: ImageDataset | None = None, store=None, run_id: int | None = None,
-           progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
-           keep_every: int = 1, target_index_offset: int = 0, executor=None, shards: int | None = 1,
-           shard_progress: Callable | None = None, independence_moves: int = 0, judge=None) -> dict:
-    """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape), trusting the
-    settings: a :class:`~probe_core.runs.requests.SampleRequest`'s were checked when it was built, a shard's by the run
-    that split them. Call :func:`sample`, which checks them first, with settings from anywhere else.
+def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
+           settings: SamplerSettings | None = None, dataset: ImageDataset | None = None, store=None,
+           run_id: int | None = None, progress: Callable[[Progress], None] | None = None,
+           should_stop: Callable[[], bool] | None = None, target_index_offset: int = 0, executor=None,
+           shards: int | None = 1, shard_progress: Callable | None = None, judge=None, **keywords) -> dict:
+    """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
+
+    The sampler's settings are a :class:`~probe_core.runs.requests.SamplerSettings`, checked when it was made
+    (a :class:`~probe_core.runs.requests.SampleRequest` carries one) and trusted here; or, instead, its fields
+    as keywords (``chains=16, warmup=300``), made into one here, so a bad value is one clear error before any
+    work.
 
     Parameters
     ----------
@@ -66,8 +65,15 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
         ``latent_dim``, ``decode``.
     spec : TargetSpec, str or sequence of Target
         The targets (:mod:`probe_core.sampling.targets`); text is parsed in ``class_names``.
-    chains : int
-        Chains per target (all targets' chains run in one batch; ``nuts`` runs one chain per target).
+    settings : SamplerSettings, optional
+        Chains per target (all targets' chains run in one batch; ``nuts`` runs one chain per target), warm-up,
+        samples, σ, the sampler, the seed, where chains start ("auto" chooses with :func:`auto_init`), σ
+        annealing ("auto" anneals from 0.5 unless the batch has an ambiguous target: annealing lifts
+        high-confidence hit rates but sends ambiguous chains into the trap where other classes share the mass),
+        the storage stride (``keep_every``: every n-th kept sample is stored; summaries use all) and HMC's
+        independence Metropolis-Hastings jumps after each transition once warm-up is over (``independence_moves``,
+        from a Gaussian mixture fitted to each target's warm-up draws; 0 by default: they let chains move between
+        the posterior's modes; README, "Real MNIST: the sampler at 28×28", for what they buy).
     store, run_id : optional
         When given, kept samples (z, image, confidences, distance, hit) are streamed to the
         workspace database as they are produced, so a stopped run keeps them.
@@ -75,8 +81,6 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
         Receives a :class:`Progress` every few iterations.
     should_stop : callable, optional
         Polled at every report; returning True stops the run (what was kept is returned).
-    keep_every : int
-        Store every n-th kept sample (thinning for the database; summaries use all).
     target_index_offset : int
         Added to the stored ``target_index`` (to keep several calls apart in one run).
     executor : Executor, optional
@@ -86,22 +90,17 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
         (:func:`~probe_core.runs.scaleout.shard_seed`); results are equal on every executor. The per-iteration
         ``progress`` is not available from shards: ``shard_progress`` receives a
         :class:`~probe_core.runs.scaleout.ShardProgress` instead.
-    init : str
-        Chain starts (see :class:`SamplerConfig`); "auto" chooses them with :func:`auto_init`.
-    anneal_sigma_from : float, None or "auto"
-        Anneal σ from this value during warm-up. "auto" anneals from 0.5 unless the batch has an
-        ambiguous target: annealing lifts high-confidence hit rates but sends ambiguous chains into
-        the trap where other classes share the mass.
-    independence_moves : int
-        HMC only: independence Metropolis-Hastings jumps after each transition once warm-up is over,
-        from a Gaussian mixture fitted to each target's warm-up draws (see :class:`SamplerConfig`).
-        0 (the default): none. They let chains move between the posterior's modes; README, "Real
-        MNIST: the sampler at 28×28", for what they buy.
     judge : nn.Module, optional
         A classifier that was not probed (images -> probabilities (B, K), the same classes): each high or
         ambiguous target's hits are decoded and judged, and its entry gets ``judge_agreement``
         (:func:`judged_hits`), flagged where the judge puts fewer than half of them in the target's classes.
+    **keywords
+        The fields of :class:`~probe_core.runs.requests.SamplerSettings`, where ``settings`` is not given.
     """
+    settings = _settings_of(settings, keywords)
+    sampler, init, anneal_sigma_from = settings.sampler, settings.init, settings.anneal_sigma_from
+    chains, warmup, samples, sigma = settings.chains, settings.warmup, settings.samples, settings.sigma
+    seed, keep_every = settings.seed, settings.keep_every
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
     if isinstance(spec, str):
@@ -122,12 +121,11 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
     if not isinstance(shards, int) or shards < 1:
         raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
     if sampler != "nuts" and (shards > 1 or (executor is not None and executor.distributed)):
-        return _sample_in_shards(classifier, generator, targets, class_names=class_names, chains=chains,
-                                 warmup=warmup, samples=samples, sigma=sigma, sampler=sampler, seed=seed, init=init,
-                                 anneal_sigma_from=anneal_sigma_from, dataset=dataset, store=store, run_id=run_id,
-                                 shard_progress=shard_progress, should_stop=should_stop, keep_every=keep_every,
-                                 target_index_offset=target_index_offset, executor=executor, shards=shards,
-                                 independence_moves=independence_moves, judge=judge)
+        chosen = settings.derived(sampler=sampler, init=init, anneal_sigma_from=anneal_sigma_from)
+        return _sample_in_shards(classifier, generator, targets, class_names=class_names, settings=chosen,
+                                 dataset=dataset, store=store, run_id=run_id, shard_progress=shard_progress,
+                                 should_stop=should_stop, target_index_offset=target_index_offset,
+                                 executor=executor, shards=shards, judge=judge)
     started = time.perf_counter()
     if sampler == "nuts":
         per_target = []
@@ -144,7 +142,7 @@ def sample_validated(classifier, generator, spec: TargetSpec | str | list[Target
         batch = TargetBatch(targets, chains)
         posterior = BayesTrExPosterior(classifier, generator, batch, sigma)
         config = SamplerConfig(num_warmup=warmup, num_samples=samples, seed=seed, init=init,
-                               anneal_sigma_from=anneal_sigma_from, independence_moves=independence_moves)
+                               anneal_sigma_from=anneal_sigma_from, independence_moves=settings.independence_moves)
         sink = None
         if store is not None and run_id is not None:
             def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
@@ -281,15 +279,20 @@ class _CollectedSamples:
         self.rows.extend(rows)
 
 
-def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
-           judge=None, **settings) -> dict:
-    """:func:`sample_validated` after :func:`check_sampler_settings` (one clear error for a bad setting, before
-    any work). Takes the same arguments."""
-    check_sampler_settings(**settings)
-    return sample_validated(classifier, generator, spec, class_names=class_names, judge=judge, **settings)
+def _settings_of(settings: SamplerSettings | None, keywords: dict) -> SamplerSettings:
+    """The run's settings: ``settings`` as given (checked when it was made), or made from ``keywords`` (checked)."""
+    unknown = set(keywords) - set(SAMPLER_SETTING_NAMES)
+    if unknown:
+        raise ProbeError(f"unknown sampler setting(s) {', '.join(sorted(unknown))}; the settings are "
+                         f"{', '.join(SAMPLER_SETTING_NAMES)}")
+    if settings is None:
+        return SamplerSettings(**keywords)
+    if keywords:
+        raise ProbeError("give the sampler's settings as a SamplerSettings or as keywords, not both")
+    return settings
 
 
-def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **settings) -> dict:
+def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **options) -> dict:
     """One shard of a sharded :func:`sample` (a :mod:`probe_core.runs.scaleout` shard function).
 
     ``models``: the ``classifier``, the ``generator`` and, where the run has one, the ``judge``. Returns
@@ -301,15 +304,14 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **s
     def on_progress(progress) -> None:  # raises after a stop; the sampler then ends its chains, samples kept
         reporter.report(progress.iteration / max(progress.total, 1))
 
-    result = sample_validated(models["classifier"], models["generator"], targets, store=kept, run_id=0,
-                              progress=on_progress, should_stop=reporter.stop_requested, judge=models.get("judge"),
-                              **settings)
+    result = sample(models["classifier"], models["generator"], targets, store=kept, run_id=0, progress=on_progress,
+                    should_stop=reporter.stop_requested, judge=models.get("judge"), **options)
     return {"result": result, "rows": kept.rows}
 
 
-def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, seed: int, init: str,
-                      anneal_sigma_from, dataset, store, run_id, shard_progress, should_stop, keep_every: int,
-                      target_index_offset: int, executor, shards: int, judge=None, **settings) -> dict:
+def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, settings: SamplerSettings,
+                      dataset, store, run_id, shard_progress, should_stop, target_index_offset: int, executor,
+                      shards: int, judge=None) -> dict:
     """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
     executor = executor or LocalShards()
     started = time.perf_counter()
@@ -317,9 +319,8 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
     models = {"classifier": classifier, "generator": generator, **({} if judge is None else {"judge": judge})}
     tasks = [ShardTask("probe_core.bayestrex.run:sample_shard",
                        {"targets": targets[piece.start:piece.stop], "class_names": class_names,
-                        "seed": shard_seed(seed, index), "init": init, "anneal_sigma_from": anneal_sigma_from,
-                        "keep_every": keep_every, "target_index_offset": target_index_offset + piece.start,
-                        **settings},
+                        "settings": settings.derived(seed=shard_seed(settings.seed, index)),
+                        "target_index_offset": target_index_offset + piece.start},
                        models, f"targets {piece.start + 1}-{piece.stop} of {len(targets)}")
                for index, piece in enumerate(pieces)]
     results: dict[int, dict] = {}
@@ -339,9 +340,9 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
                                                                dataset)
             report_targets.append(entry)
     first = next(iter(results.values()), {})
-    result = {"sampler": first.get("sampler", settings.get("sampler", "hmc")), "seed": seed,
-              "sigma": settings.get("sigma"), "chains_per_target": settings.get("chains"),
-              "warmup": settings.get("warmup"), "samples_per_chain": settings.get("samples"),
+    result = {"sampler": first.get("sampler", settings.sampler), "seed": settings.seed,
+              "sigma": settings.sigma, "chains_per_target": settings.chains,
+              "warmup": settings.warmup, "samples_per_chain": settings.samples,
               "wall_seconds": time.perf_counter() - started,
               "cancelled": outcome.cancelled or any(r["cancelled"] for r in results.values()),
               "targets": report_targets, "executor": executor.name, "shards": len(tasks)}

@@ -225,6 +225,58 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 
 
 @dataclass(frozen=True)
+class SamplerSettings:
+    """How a Bayes-TrEx run samples, checked when made (:func:`check_sampler_settings`): a value of this type is
+    valid, so the sampler (:func:`~probe_core.bayestrex.run.sample`) runs one without checking it again. A
+    :class:`SampleRequest` carries one (:meth:`SampleRequest.sampler_settings`); the sampler makes one from
+    keywords.
+
+    Parameters
+    ----------
+    chains, warmup, samples : int
+        Chains per target, warm-up iterations, samples per chain.
+    sigma : float
+        The likelihood width σ.
+    sampler : {"hmc", "rwm", "nuts"}
+    seed : int
+    init : str
+        One of :data:`CHAIN_STARTS`.
+    anneal_sigma_from : float, None or "auto"
+    keep_every : int
+        Store every n-th kept sample.
+    independence_moves : int
+    """
+
+    chains: int = DEFAULT_CHAINS
+    warmup: int = DEFAULT_WARMUP
+    samples: int = DEFAULT_SAMPLES
+    sigma: float = DEFAULT_SIGMA
+    sampler: str = "hmc"
+    seed: int = 0
+    init: str = "auto"
+    anneal_sigma_from: float | str | None = "auto"
+    keep_every: int = 1
+    independence_moves: int = 0
+
+    def __post_init__(self) -> None:
+        check_sampler_settings(**dataclasses.asdict(self))
+
+    def derived(self, **values) -> "SamplerSettings":
+        """These settings with values the sampler derived from them, not checked again: a shard's seed (the run's
+        plus a stride, beyond the range a person may give) and what ``init="auto"`` and annealing ``"auto"`` chose."""
+        unknown = set(values) - set(SAMPLER_SETTING_NAMES)
+        if unknown:
+            raise ProbeError(f"not sampler settings: {', '.join(sorted(unknown))}")
+        settings = copy.copy(self)
+        for name, value in values.items():
+            object.__setattr__(settings, name, value)
+        return settings
+
+
+SAMPLER_SETTING_NAMES = tuple(field.name for field in dataclasses.fields(SamplerSettings))
+
+
+@dataclass(frozen=True)
 class SampleRequest(BuiltFromSettings):
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
@@ -300,20 +352,18 @@ class SampleRequest(BuiltFromSettings):
             raise ProbeError(f"a sample request's target is a TargetSpec, not {type(self.target).__name__}")
         elif self.class_names and self.target.class_names != tuple(self.class_names):
             raise ProbeError("the target spec is written in other classes than the request's classifier has")
-        check_sampler_settings(**self.sampler_settings())
+        # checked here, once; the sampler trusts it (a stored run read back is checked again as it is made)
+        object.__setattr__(self, "_sampler_settings",
+                           SamplerSettings(**{name: getattr(self, name) for name in SAMPLER_SETTING_NAMES}))
         object.__setattr__(self, "executor", check_executor(self.executor, connect=False))
         if self.shards is None and self.executor == "local":
             object.__setattr__(self, "shards", 1)  # one shard here; None means one per worker of a cluster
         check_shards(self.shards)
         object.__setattr__(self, "allow_weak_classifier", bool(self.allow_weak_classifier))
 
-    def sampler_settings(self) -> dict:
-        """The keyword arguments of :func:`~probe_core.bayestrex.run.sample` this request sets."""
-        return {"chains": self.chains, "warmup": self.warmup, "samples": self.samples, "sigma": self.sigma,
-                "sampler": self.sampler, "seed": self.seed, "keep_every": self.keep_every,
-                "anneal_sigma_from": self.anneal_sigma_from, "init": self.init, "executor": self.executor,
-                "shards": self.shards,
-                "independence_moves": self.independence_moves}
+    def sampler_settings(self) -> SamplerSettings:
+        """The sampler's settings, checked when this request was made."""
+        return self._sampler_settings
 
     @classmethod
     def build(cls, registry, *, dataset: str, target: "str | TargetSpec", classifier="default", generator="default",

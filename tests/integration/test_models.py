@@ -106,26 +106,29 @@ def test_a_sharded_request_is_checked_by_the_request_alone(trained_workspace, mo
     from probe_core.runs import requests
     from probe_core.runs.requests import SampleRequest
 
-    checks = {"request": 0, "sampler": 0}
+    checks = {"count": 0}
     original = requests.check_sampler_settings
 
-    def counted_by(layer):
-        def check_sampler_settings(**settings):
-            checks[layer] += 1
-            return original(**settings)
-        return check_sampler_settings
+    def counted(**settings):
+        checks["count"] += 1
+        return original(**settings)
 
-    for module, layer in ((requests, "request"), (run, "sampler")):  # wherever a layer could call it from
-        monkeypatch.setattr(module, "check_sampler_settings", counted_by(layer))
+    # the one check: every layer reaches it through the settings type (run.py has no check of its own)
+    monkeypatch.setattr(requests, "check_sampler_settings", counted)
+    assert not hasattr(run, "check_sampler_settings")
     registry = trained_workspace.registry.remembering()
     request = SampleRequest.build(registry, dataset="digits", target="high:3;high:5", chains=2, warmup=2, samples=2,
                                   shards=2)
-    assert checks == {"request": 1, "sampler": 0}  # built: checked once, by the request being made
-    result = probe_target(prepare_sample(registry, request))
-    assert checks["sampler"] == 0  # neither the run nor its two shards check again: a request is valid
+    assert checks["count"] == 1  # built: checked once, by the request being made
+    prepared = prepare_sample(registry, request)
+    before = checks["count"]
+    result = probe_target(prepared)
+    assert checks["count"] == before  # neither the run nor its two shards check again: a request is valid
     assert [entry["target_index"] for entry in result.targets] == [0, 1]
     with pytest.raises(ProbeError, match="chains per target"):
-        run.sample(None, None, "high:3", class_names=("a", "b"), chains=0)  # the public function checks first
+        run.sample(None, None, "high:3", class_names=("a", "b"), chains=0)  # keywords are checked first
+    with pytest.raises(ProbeError, match="not both"):
+        run.sample(None, None, "high:3", class_names=("a", "b"), settings=request.sampler_settings(), chains=2)
 
 
 def test_registry_variants_and_metrics(trained_workspace):

@@ -12,8 +12,9 @@ from probe_core.defuse.embedding_step import EmbeddingRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
+from probe_core.models.registry import SEED_RANGE
 from probe_core.runs.lifecycle import JobSpec, job_spec
-from probe_core.runs.requests import SampleRequest, from_record, record, refuse_unknown
+from probe_core.runs.requests import SampleRequest, SamplerSettings, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
 from probe_core.runs.training import TrainRequest
 from probe_core.runs.workspace import Workspace
@@ -104,6 +105,20 @@ def test_a_sample_request_checks_its_settings_however_it_is_made():
         with pytest.raises(ProbeError, match=message):
             from_record(SampleRequest, stored)
         assert config_of(SimpleNamespace(kind="sample", config=stored)) is None
+
+
+def test_sampler_settings_are_valid_by_construction_and_carried_by_the_request():
+    with pytest.raises(ProbeError, match="chains"):
+        SamplerSettings(chains=0)
+    request = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, chains=6, seed=3)
+    settings = request.sampler_settings()
+    assert isinstance(settings, SamplerSettings) and (settings.chains, settings.seed) == (6, 3)
+    # what the sampler derives (a shard's seed past the range a person may give) is not checked again
+    last = SEED_RANGE[1]
+    shard = SamplerSettings(chains=6, seed=last).derived(seed=last + 7919, init="classes")
+    assert (shard.seed, shard.init, shard.chains) == (last + 7919, "classes", 6) and settings.seed == 3
+    with pytest.raises(ProbeError, match="not sampler settings"):
+        settings.derived(executor="ray")
 
 
 def test_a_comparison_request_checks_its_settings_however_it_is_made(tmp_path):
