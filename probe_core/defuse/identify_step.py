@@ -222,9 +222,8 @@ def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> Jo
         if result.failures < 2:
             return result
         distill = DistillRequest(identify_run=context.run_id, **settings.distill_after)
-        # identification is finished; the distillation run's progress is its own
-        context.store.update_run(context.run_id, 1.0, "identified; distilling",
-                                 {**result.to_record(), "distilling": True})
+        # identification is finished; the distillation run's progress is its own (a stop asked by now ends here)
+        context.report(1.0, "identified; distilling", {**result.to_record(), "distilling": True}, force=True)
         distill_run, _ = run_inline(context.store, DISTILL, record(distill), distill_job(registry, distill, device))
         return replace(result, distill_run=distill_run)
 

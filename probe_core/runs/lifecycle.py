@@ -285,14 +285,19 @@ class JobSpec:
             For a kind this process has not declared, one declared without a job, or a record its request type
             does not read.
         """
-        kind = kind_named(self.kind)
-        if kind is None:
-            known = sorted(all_run_kinds())
-            raise ProbeError(f"unknown run kind {self.kind!r}; known: {', '.join(known) or 'none'}")
-        if kind.job is None:
-            raise ProbeError(f"the run kind {self.kind!r} declares no job function (lifecycle.job_of)")
-        request = from_record(kind.request_type, self.request)
-        return kind.job(registry, request, self.device)
+        kind = _declared_kind(self.kind)
+        return kind.job(registry, from_record(kind.request_type, self.request), self.device)
+
+
+def _declared_kind(name: str):
+    """The run kind ``name`` with its job function (see :func:`run_kind`, :func:`job_of`)."""
+    kind = kind_named(name)
+    if kind is None:
+        known = sorted(all_run_kinds())
+        raise ProbeError(f"unknown run kind {name!r}; known: {', '.join(known) or 'none'}")
+    if kind.job is None:
+        raise ProbeError(f"the run kind {name!r} declares no job function (lifecycle.job_of)")
+    return kind
 
 
 def _jsonable(value):
@@ -444,7 +449,8 @@ def run_now(registry, request: RunRequest, listener: Callable[[float | None, str
     ``progress_bar``: the description of a bar that follows the run's progress (a widget in a notebook, a line
     in a terminal); ``listener(progress, message)`` sees every report as well.
     """
-    function = job_spec(request, registry.data_dir, device).build_for(registry)
+    # the request itself, as built and checked: no trip through its record in this process (the record is stored)
+    function = _declared_kind(request.kind).job(registry, request, device)
     if progress_bar is None:
         return run_inline(registry.store, request.kind, record(request), function, listener)
     bar, follow = job_progress_bar(progress_bar)
