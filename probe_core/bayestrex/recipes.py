@@ -94,7 +94,7 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
     checks = check_record(classifier_check, generator_check)
     if request.judge is not None:
         judge = checked_judge(registry.resolve(request.judge, "classifier", request.dataset, device=device),
-                              classifier, data)
+                              classifier, data, class_names=names)  # as build matched it: the targets' classes
         checks["judge_warning"] = judge_warning(judge, classifier)
     request = replace(request, classifier=classifier.id, generator=generator.id, class_names=names)
     return PreparedSample(request, classifier, generator, data, checks, warning, judge)

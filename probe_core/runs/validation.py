@@ -31,11 +31,12 @@ def checked_models(classifier, dataset, generator=None,
     return classifier_check, generator_check
 
 
-def checked_judge(judge, classifier, dataset):
+def checked_judge(judge, classifier, dataset, class_names=None):
     """A judge (a classifier that is not the probed one, resolved for ``dataset``) after the checks every run
-    that takes one makes: it is another model than ``classifier``, on the data's classes in their order (its
-    outputs are read by the data's class indices), and not near chance on them (a judge that knows nothing
-    would vouch for nothing, or for everything). Returns ``judge``.
+    that takes one makes: it is another model than ``classifier``, on ``class_names`` in their order (default
+    the data's: its outputs are read by those class indices; sampling passes the probed classifier's, whose
+    targets index them), and not near chance on the data (a judge that knows nothing would vouch for nothing,
+    or for everything). Returns ``judge``.
 
     Raises
     ------
@@ -46,9 +47,10 @@ def checked_judge(judge, classifier, dataset):
     if judge.id == classifier.id:
         raise ProbeError(f"the judge must be a classifier other than the probed one ({classifier.id}): it says "
                          "what a model that was never probed sees in the images")
-    if tuple(judge.class_names) != tuple(dataset.class_names):
-        raise ProbeError(f"the judge's classes {list(judge.class_names)} are not the data's "
-                         f"{list(dataset.class_names)}")
+    expected = tuple(dataset.class_names if class_names is None else class_names)
+    if tuple(judge.class_names) != expected:
+        raise ProbeError(f"the judge's classes {list(judge.class_names)} are not the "
+                         f"{'data' if class_names is None else 'probed classifier'}'s {list(expected)}")
     checked_models(judge, dataset)
     return judge
 
