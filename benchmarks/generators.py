@@ -7,7 +7,10 @@ independent judge (the same recipe, seed 1001, never probed) and each generator 
 - **vae**: the data set's default VAE, sampled under its N(0, I) prior, and under a density fitted on its
   training codes afterwards (:class:`probe_core.models.density.ClassCodeDensity`);
 - **rae**: the regularized autoencoder (``ModelSpec(kind="rae")``: a deterministic convolutional autoencoder
-  trained on pixels + SSIM + a feature network of its own, with the density fitted afterwards).
+  trained on pixels + SSIM + a feature network of its own, with the density fitted afterwards), with the code
+  the recipe gives the data's size (flat below 64x64);
+- **rae-spatial**: the same with the spatial code (8 channels of 8x8, a code of 512) at any size, which the
+  recipe keeps for 64x64 and up.
 
 It prints one row per recipe, prior and chain start: training seconds, the generator check's verdict with the
 judge (:func:`probe_core.models.checks.judged_probe`: the share of a short high:C probe's hits the judge agrees
@@ -48,6 +51,9 @@ from probe_core.sampling.targets import TargetBatch, parse_targets  # noqa: E402
 
 JUDGE_SEED = 1001
 QUICK_EPOCHS = {"classifier": 2, "vae": 4, "rae": 4}
+# A recipe's name -> what its ModelSpec sets beyond the data set (the real-size recipe fills in the rest).
+RECIPES = {"vae": {"kind": "vae"}, "rae": {"kind": "rae"},
+           "rae-spatial": {"kind": "rae", "architecture": "SpatialDensityAutoencoder", "latent_dim": 512}}
 
 
 def trained(registry, spec: ModelSpec, quick: bool):
@@ -75,7 +81,7 @@ def main() -> int:
     parser.add_argument("--dataset", default="digits", help="an embedded data set (ignored with --size)")
     parser.add_argument("--size", type=int, choices=(32, 64), help="the real-size stand-in of this size")
     parser.add_argument("--classes", help="the classes probed with high:C (default: one, or three on small sets)")
-    parser.add_argument("--recipes", default="vae,rae", help="generator kinds compared (default vae,rae)")
+    parser.add_argument("--recipes", default="vae,rae", help=f"generator recipes compared, of {', '.join(RECIPES)} (default vae,rae)")
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(Path(__file__).resolve().parents[2]
                                                                           / "shared" / "data" / "mnist-t10k")))
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
@@ -115,11 +121,13 @@ def main() -> int:
     print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
           "class kept training | class | chains hit | judge agrees with hits | chain s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for kind in args.recipes.split(","):
-        model, seconds = trained(registry, ModelSpec(dataset=reference, kind=kind), args.quick)
+    for recipe in args.recipes.split(","):
+        if recipe not in RECIPES:
+            parser.error(f"unknown recipe {recipe!r}; use of {', '.join(RECIPES)}")
+        model, seconds = trained(registry, ModelSpec(dataset=reference, **RECIPES[recipe]), args.quick)
         loaded = registry.resolve(model.id, "generator", reference)
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
-        if kind == "rae":
+        if RECIPES[recipe]["kind"] == "rae":
             variants = [("fitted density", loaded)]
         else:
             density = fit_code_density(loaded.module, data.train_images, data.train_labels)
@@ -147,7 +155,7 @@ def main() -> int:
                     agree, total = judge_agreement(judge.module, images, (cls,))
                     share = f"{agree / total:.0%} of {total}" if total else "no hits"
                     verdict = f"{check.verdict} ({figures['judge_agreement'] or 0:.0%} of {figures['judge_hits']})"
-                    print(f"| {kind} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
+                    print(f"| {recipe} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
                           f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
                           f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
                           f"{names[cls]} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",
