@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import GENERATOR_THRESHOLDS, check_generator  # noqa: E402
+from probe_core.progress import SILENT  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def main() -> int:
     workspace = Workspace(args.workspace)
     registry = workspace.registry
     data = load_dataset(args.dataset, registry.data_dir)
-    quiet = {"progress": lambda p: None}
+    quiet = {"reporter": SILENT}
     for spec in registry.default_specs(args.dataset):
         registry.get_or_train(spec, **quiet)
     classifier = registry.resolve("default", "classifier", args.dataset)

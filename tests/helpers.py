@@ -348,3 +348,24 @@ def probe_here(argv: list[str], stdin: str = ""):
     finally:
         sys.stdin = previous_stdin
     return subprocess.CompletedProcess(["probe", *argv], code, out.getvalue(), err.getvalue())
+
+
+def recording(reports: list, stop_when=None):
+    """A :class:`~probe_core.progress.Reporter` that appends each report to ``reports`` as a namespace of its
+    ``progress``, ``message`` and details (``reports[-1].epoch``), and once ``stop_when(report)`` says so raises
+    :class:`~probe_core.errors.CancelledError` as a stopped run's reporter does (and says a stop was requested)."""
+    from types import SimpleNamespace
+
+    from probe_core.errors import CancelledError
+    from probe_core.progress import CallbackReporter
+
+    stopped = []
+
+    def on_report(progress, message, details) -> None:
+        report = SimpleNamespace(progress=progress, message=message, **(details or {}))
+        reports.append(report)
+        if stop_when is not None and stop_when(report):
+            stopped.append(True)
+            raise CancelledError("stopped")
+
+    return CallbackReporter(on_report, lambda: bool(stopped))

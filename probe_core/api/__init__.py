@@ -410,7 +410,7 @@ def train(kind: str, dataset: str = DEFAULT_DATASET, *, workspace=None, device: 
 
     device = str(resolve_device(device))  # "auto": CUDA when present
     model_spec = ModelSpec(dataset=dataset, kind=kind, **spec)
-    return space.registry.get_or_train(model_spec, progress=progress_bar(f"{kind} on {dataset}"), device=device).id
+    return space.registry.get_or_train(model_spec, progress_bar(f"{kind} on {dataset}"), device=device).id
 
 
 @dataclass

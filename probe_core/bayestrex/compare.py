@@ -13,6 +13,7 @@ from probe_core.bayestrex.results import COMPARE, ComparisonResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
+from probe_core.progress import Reporter
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import BuiltFromSettings, SamplerSettings, refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
@@ -104,15 +105,28 @@ def compare_job(registry, request: CompareRequest, device: str = "cpu"):
         spec = TargetSpec.join([TargetSpec.high(names, c) for c in range(len(names))])
         summaries = []
         for side, clf in enumerate(sides):
-            def on_progress(progress, side=side) -> None:
-                context.report((side + progress.iteration / max(progress.total, 1)) / 2,
-                               f"classifier {'AB'[side]}: {progress.stage} {progress.iteration}/{progress.total}")
-
             result = sample(clf.module, gen.module, spec, class_names=names, settings=request.sampler_settings(),
                             store=context.store, run_id=context.run_id, target_index_offset=side * len(names),
-                            progress=on_progress)
+                            reporter=SideOfComparison(context, side))
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
                                 check_record(*checks[0]))
 
     return run
+
+
+@dataclass
+class SideOfComparison:
+    """A :class:`~probe_core.progress.Reporter` for one classifier's half of a comparison run: its fraction is
+    the first or second half of the run's, its line names the side."""
+
+    context: Reporter
+    side: int
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        self.context.report(None if progress is None else (self.side + progress) / 2,
+                            f"classifier {'AB'[self.side]}: {message}" if message else None, force=force)
+
+    def stop_requested(self) -> bool:
+        return self.context.stop_requested()

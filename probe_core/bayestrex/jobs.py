@@ -8,6 +8,7 @@ from __future__ import annotations
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
 from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
+from probe_core.progress import CallbackReporter
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
 
@@ -17,7 +18,7 @@ run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.
 class LiveTrace:
     """What the dashboard draws while a run goes: per-chain traces, diagnostics and current images.
 
-    Fed the sampler's :class:`~probe_core.mcmc.driver.Progress` reports; :meth:`details` is
+    Fed the sampler's :class:`~probe_core.mcmc.driver.ChainsSnapshot` reports; :meth:`details` is
     the JSON written to the run's ``details`` (bounded: at most ``max_chains`` chains and
     ``max_points`` points per trace).
 
@@ -93,17 +94,18 @@ def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
         chains = 1 if request.sampler == "nuts" else request.chains
         trace = LiveTrace(prepared.request.targets, chains)
 
-        def on_progress(progress) -> None:
-            trace.update(progress)
-            context.report(progress.iteration / max(progress.total, 1),
-                           f"{progress.stage} {progress.iteration}/{progress.total}", trace.details())
+        def on_report(fraction, message, details) -> None:
+            if details and "chains" in details:
+                trace.update(details["chains"])
+                context.report(fraction, message, trace.details())
+            elif details and "shards_done" in details:  # a sharded run: one bar over all shards, no per-chain trace
+                context.report(fraction, f"sampling: {details['shards_done']}/{details['shards']} shards done",
+                               {"shards_done": details["shards_done"], "shards": details["shards"]})
+            else:
+                context.report(fraction, message)
 
-        def on_shards(progress) -> None:  # a sharded run: one bar over all shards, no per-chain trace
-            context.report(progress.fraction, f"sampling: {progress.done}/{progress.total} shards done",
-                           {"shards_done": progress.done, "shards": progress.total})
-
-        result = probe_target(prepared, store=context.store, run_id=context.run_id, progress=on_progress,
-                              should_stop=lambda: context.cancelled, shard_progress=on_shards)
+        result = probe_target(prepared, store=context.store, run_id=context.run_id,
+                              reporter=CallbackReporter(on_report, lambda: context.cancelled))
         context.report_last("stopped early; summary of what was kept" if result.cancelled else "done",
                             trace.details())
         return result

@@ -105,8 +105,7 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     pair, ambiguity matrix, uniform, path); the paper's use case it is (``request.use_case``) is named in the
     result.
 
-    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id``, ``progress``,
-    ``should_stop`` and ``shard_progress``.
+    ``runtime``: :func:`~probe_core.bayestrex.run.sample`'s ``store``, ``run_id`` and ``reporter``.
     """
     request, data = prepared.request, prepared.data
     names = request.class_names

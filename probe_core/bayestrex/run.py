@@ -6,19 +6,18 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import torch
 
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
-from probe_core.errors import ProbeError
-from probe_core.mcmc.driver import ChainResult, Progress
+from probe_core.errors import CancelledError, ProbeError
+from probe_core.mcmc.driver import ChainResult
 from probe_core.models.checks import GENERATOR_THRESHOLDS, judge_agreement
+from probe_core.progress import Reporter
 from probe_core.runs.requests import SAMPLER_SETTING_NAMES, SamplerSettings
 from probe_core.runs.scaleout import (
     LocalShards,
-    Reporter,
     ShardTask,
     parse_executor,
     shard_count,
@@ -47,9 +46,8 @@ def auto_init(generator, hard: bool, sampler: str) -> str:
 
 def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
            settings: SamplerSettings | None = None, dataset: ImageDataset | None = None, store=None,
-           run_id: int | None = None, progress: Callable[[Progress], None] | None = None,
-           should_stop: Callable[[], bool] | None = None, target_index_offset: int = 0, executor=None,
-           shards: int | None = 1, shard_progress: Callable | None = None, judge=None, **keywords) -> dict:
+           run_id: int | None = None, reporter: Reporter | None = None, target_index_offset: int = 0,
+           executor=None, shards: int | None = 1, judge=None, **keywords) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
     The sampler's settings are a :class:`~probe_core.runs.requests.SamplerSettings`, checked when it was made
@@ -77,19 +75,17 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
     store, run_id : optional
         When given, kept samples (z, image, confidences, distance, hit) are streamed to the
         workspace database as they are produced, so a stopped run keeps them.
-    progress : callable, optional
-        Receives a :class:`Progress` every few iterations.
-    should_stop : callable, optional
-        Polled at every report; returning True stops the run (what was kept is returned).
+    reporter : Reporter, optional
+        Told the progress every few iterations, with the chains (a :class:`~probe_core.mcmc.driver.ChainsSnapshot`) as
+        ``details["chains"]``; from shards, their progress (:func:`~probe_core.runs.scaleout.report_shards`)
+        instead. A stop (its ``report`` raising, or ``stop_requested()``) ends the run; what was kept is returned.
     target_index_offset : int
         Added to the stored ``target_index`` (to keep several calls apart in one run).
     executor : Executor, optional
         Where the target shards run (:mod:`probe_core.runs.scaleout`; default: here, in one batch).
     shards : int or None
         None: 1 here, one per worker on Ray. Split the targets into this many shards, each sampled with its own seed
-        (:func:`~probe_core.runs.scaleout.shard_seed`); results are equal on every executor. The per-iteration
-        ``progress`` is not available from shards: ``shard_progress`` receives a
-        :class:`~probe_core.runs.scaleout.ShardProgress` instead.
+        (:func:`~probe_core.runs.scaleout.shard_seed`); results are equal on every executor.
     judge : nn.Module, optional
         A classifier that was not probed (images -> probabilities (B, K), the same classes): each high or
         ambiguous target's hits are decoded and judged, and its entry gets ``judge_agreement``
@@ -123,8 +119,8 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
     if sampler != "nuts" and (shards > 1 or (executor is not None and executor.distributed)):
         chosen = settings.derived(sampler=sampler, init=init, anneal_sigma_from=anneal_sigma_from)
         return _sample_in_shards(classifier, generator, targets, class_names=class_names, settings=chosen,
-                                 dataset=dataset, store=store, run_id=run_id, shard_progress=shard_progress,
-                                 should_stop=should_stop, target_index_offset=target_index_offset,
+                                 dataset=dataset, store=store, run_id=run_id, reporter=reporter,
+                                 target_index_offset=target_index_offset,
                                  executor=executor, shards=shards, judge=judge)
     started = time.perf_counter()
     if sampler == "nuts":
@@ -136,7 +132,10 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
             if store is not None and run_id is not None:
                 _store_chunk(store, run_id, posterior, 0, chain.positions, chain.probs,
                              index_offset=index + target_index_offset, keep_every=keep_every)
-            if should_stop is not None and should_stop():
+            try:
+                if reporter is not None:
+                    reporter.report((index + 1) / len(targets), f"NUTS: target {index + 1} of {len(targets)}")
+            except CancelledError:  # asked to stop: the targets sampled so far
                 break
     else:
         batch = TargetBatch(targets, chains)
@@ -148,7 +147,7 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
             def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
                 _store_chunk(store, run_id, posterior, first, z, p, target_index_offset, keep_every)
         runner = run_hmc if sampler == "hmc" else run_rwm
-        result = runner(posterior, config, hook=progress, sink=sink, should_stop=should_stop)
+        result = runner(posterior, config, reporter=reporter, sink=sink)
         per_target = []
         for index, target in enumerate(targets):
             chain_ids = (batch.target_index == index).nonzero().squeeze(1)
@@ -300,17 +299,13 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **o
     run ends the shard's chains at the sampler's next check, with the samples they have.
     """
     kept = _CollectedSamples()
-
-    def on_progress(progress) -> None:  # raises after a stop; the sampler then ends its chains, samples kept
-        reporter.report(progress.iteration / max(progress.total, 1))
-
-    result = sample(models["classifier"], models["generator"], targets, store=kept, run_id=0, progress=on_progress,
-                    should_stop=reporter.stop_requested, judge=models.get("judge"), **options)
+    result = sample(models["classifier"], models["generator"], targets, store=kept, run_id=0, reporter=reporter,
+                    judge=models.get("judge"), **options)
     return {"result": result, "rows": kept.rows}
 
 
 def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, settings: SamplerSettings,
-                      dataset, store, run_id, shard_progress, should_stop, target_index_offset: int, executor,
+                      dataset, store, run_id, reporter, target_index_offset: int, executor,
                       shards: int, judge=None) -> dict:
     """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
     executor = executor or LocalShards()
@@ -330,7 +325,7 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
             store.add_samples(run_id, value["rows"])
         results[index] = value["result"]
 
-    outcome = executor.map(tasks, on_result, shard_progress, should_stop)
+    outcome = executor.map(tasks, on_result, reporter)
     report_targets = []
     for index in sorted(results):
         for offset, entry in enumerate(results[index]["targets"]):

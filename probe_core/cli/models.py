@@ -34,7 +34,7 @@ def _models_train(args: argparse.Namespace) -> int:
     registry = workspace.registry
     resolved = spec.resolved(load_dataset(spec.dataset_view(), args.data_dir))
     cached = registry.exists(resolved.model_id())
-    loaded = registry.get_or_train(spec, progress=progress_bar(f"{args.kind} on {spec.dataset_view()}"),
+    loaded = registry.get_or_train(spec, progress_bar(f"{args.kind} on {spec.dataset_view()}"),
                                    device=args.device)
     verb = "already trained" if cached else "trained"
     print(f"{loaded.id}: {verb}; {format_metrics(loaded.metrics)}")

@@ -39,6 +39,7 @@ from probe_core.defuse.queries import distill_tau, labelled_failure_set, labelle
 from probe_core.defuse.results import CORRECT, DISTILL, CorrectionResult
 from probe_core.errors import ProbeError
 from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
+from probe_core.progress import stage
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind
 from probe_core.runs.requests import BuiltFromSettings
@@ -245,16 +246,12 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
                       "seed": settings.seed, "selection": plan.selection,
                       "executor": executor if executor.distributed else None}
 
-        def on_progress(p, offset: float) -> None:
-            context.report(offset + p.fraction / 2, f"{p.phase}: λ={p.lam:g} epoch {p.epoch}/{p.epochs}",
-                           {"phase": p.phase, "lambda": p.lam, "score": p.score})
-
         defuse_model, selected, sweep = finetune_sweep(
             classifier.module, train, validation, sets["finetune"], sets["validation"], test, sets["test"],
-            phase="defuse", progress=lambda p: on_progress(p, 0.0), **sweep_args)
+            phase="defuse", reporter=stage(context, 0.0, 0.5), **sweep_args)
         baseline_model, baseline_selected, baseline_sweep = finetune_sweep(
             classifier.module, train, validation, baseline_set, sets["validation"], test, sets["test"],
-            phase="baseline", progress=lambda p: on_progress(p, 0.5), **sweep_args)
+            phase="baseline", reporter=stage(context, 0.5, 1.0), **sweep_args)
         after = evaluate(defuse_model, test, sets["test"])
         baseline = evaluate(baseline_model, test, sets["test"])
         record = corrected_model_record(classifier, dataset)

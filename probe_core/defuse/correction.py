@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -28,7 +27,8 @@ import torch.nn.functional as F
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import adam, classifier_accuracy
-from probe_core.runs.scaleout import Reporter, ShardTask
+from probe_core.progress import Reporter
+from probe_core.runs.scaleout import ShardTask
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +72,57 @@ class FailureRegion:
     label: int
 
 
-@dataclass(frozen=True)
-class CorrectionProgress:
-    """Reported after every epoch of every λ."""
+def report_sweep(reporter: Reporter | None, phase: str, lambdas: tuple[float, ...], lambda_index: int,
+                 epoch: float, epochs: int, score: float, force: bool = False) -> None:
+    """A sweep's report after an epoch of a λ: the fraction of the sweep done, a line, and details ``phase``,
+    ``lambda_index``, ``lambda_count``, ``lambda``, ``epoch``, ``epochs`` and ``score`` (NaN where the λ ran in a
+    shard, which reports its fraction only)."""
+    if reporter is not None:
+        lam = lambdas[lambda_index]
+        reporter.report((lambda_index + epoch / epochs) / len(lambdas), f"{phase}: λ={lam:g} epoch {epoch:g}/{epochs}",
+                        {"phase": phase, "lambda_index": lambda_index, "lambda_count": len(lambdas), "lambda": lam,
+                         "epoch": epoch, "epochs": epochs, "score": score}, force=force)
 
+
+@dataclass
+class _LambdaOfSweep:
+    """A :class:`~probe_core.progress.Reporter` for one λ's finetuning (its epochs, from
+    :func:`finetune_one_lambda`) inside a sweep run here."""
+
+    reporter: Reporter
     phase: str
+    lambdas: tuple[float, ...]
     lambda_index: int
-    lambda_count: int
-    lam: float
-    epoch: int
-    epochs: int
-    score: float
 
-    @property
-    def fraction(self) -> float:
-        return (self.lambda_index + self.epoch / self.epochs) / self.lambda_count
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        report_sweep(self.reporter, self.phase, self.lambdas, self.lambda_index, details["epoch"], details["epochs"],
+                     details["score"], force)
+
+    def stop_requested(self) -> bool:
+        return self.reporter.stop_requested()
+
+
+@dataclass
+class _ShardsOfSweep:
+    """A :class:`~probe_core.progress.Reporter` for a sweep run in shards (one per λ): the executor's fraction
+    over all shards (:func:`~probe_core.runs.scaleout.report_shards`) as the λ and epoch it stands at."""
+
+    reporter: Reporter
+    phase: str
+    lambdas: tuple[float, ...]
+    epochs: int
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        if progress is None or details is None or "shards_done" not in details:
+            return
+        done = min(details["shards_done"], len(self.lambdas) - 1)
+        report_sweep(self.reporter, self.phase, self.lambdas, done,
+                     round((progress * len(self.lambdas) - done) * self.epochs, 1), self.epochs, float("nan"), force)
+
+    def stop_requested(self) -> bool:
+        return self.reporter.stop_requested()
 
 
 @dataclass
@@ -162,7 +198,7 @@ def finetune_sweep(
     phase: str = "defuse",
     selection: str = "data",
     keep_batch_statistics: bool = False,
-    progress: Callable[[CorrectionProgress], None] | None = None,
+    reporter: Reporter | None = None,
     executor=None,
 ) -> tuple[torch.nn.Module, dict, list[dict]]:
     """Finetune a copy of ``classifier`` for each λ; return the selected model, its λ and the sweep.
@@ -185,6 +221,8 @@ def finetune_sweep(
         A key of :data:`SELECTION_RULES`.
     keep_batch_statistics : bool
         Keep every BatchNorm layer's running statistics (the layers stay in eval mode while the rest trains).
+    reporter : Reporter, optional
+        Told after every epoch of every λ (:func:`report_sweep`); a stop (its ``report`` raising) ends the sweep.
     executor : Executor, optional
         Run each λ as a shard (:mod:`probe_core.runs.scaleout`; one task per λ on Ray). Default: one after
         another here. The results are the same either way.
@@ -217,12 +255,11 @@ def finetune_sweep(
     if executor is None:
         sweep = []
         for lambda_index, lam in enumerate(lambdas):
-            def on_epoch(epoch: int, score: float, lambda_index: int = lambda_index, lam: float = lam) -> None:
-                if progress is not None:
-                    progress(CorrectionProgress(phase, lambda_index, len(lambdas), lam, epoch, epochs, score))
-            sweep.append(finetune_one_lambda(classifier, lam, **data, **options, on_epoch=on_epoch))
+            each = None if reporter is None else _LambdaOfSweep(reporter, phase, tuple(lambdas), lambda_index)
+            sweep.append(finetune_one_lambda(classifier, lam, **data, **options, reporter=each))
     else:
-        sweep = _sweep_in_shards(executor, classifier, lambdas, data, options, phase, progress)
+        sweep = _sweep_in_shards(executor, classifier, lambdas, data, options,
+                                 None if reporter is None else _ShardsOfSweep(reporter, phase, tuple(lambdas), epochs))
     best = max(sweep, key=lambda entry: entry["score"])  # the first of equal scores, as a loop would keep
     model = copy.deepcopy(classifier)
     model.load_state_dict(best["state"])
@@ -237,8 +274,11 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
                         test: LabelledImages, failure_test: LabelledImages, epochs: int, batch_size: int,
                         learning_rate: float, seed: int, selection: str = "data",
                         steps_per_epoch: int | None = None, keep_batch_statistics: bool = False,
-                        on_epoch: Callable[[int, float], None] | None = None) -> dict:
+                        reporter: Reporter | None = None) -> dict:
     """Finetune a copy of ``classifier`` with one λ; the best epoch's scores, test figures and ``state`` (weights).
+
+    ``reporter`` is told after every epoch its fraction of the epochs, with details ``epoch``, ``epochs`` and
+    ``score``.
 
     Every λ starts from the original weights with the same seed, so a λ's result does not depend on the
     others or on where it runs. ``steps_per_epoch`` caps the batches of D an epoch takes, and
@@ -271,8 +311,9 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
         if best is None or score > best["score"]:
             best = {"lambda": lam, "epoch": epoch, "score": score, "validation_accuracy": accuracy,
                     "failure_validation_accuracy": failure_accuracy, "state": copy.deepcopy(model.state_dict())}
-        if on_epoch is not None:
-            on_epoch(epoch, score)
+        if reporter is not None:
+            reporter.report(epoch / epochs, f"λ={lam:g} epoch {epoch}/{epochs}",
+                            {"epoch": epoch, "epochs": epochs, "score": score}, force=epoch == epochs)
     model.load_state_dict(best["state"])
     model.eval()
     best.update(evaluate(model, test, failure_test))
@@ -281,25 +322,17 @@ def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: Label
 
 def finetune_shard(models: dict, reporter: Reporter, *, lam: float, epochs: int, **arguments) -> dict:
     """One λ of a sweep (a :mod:`probe_core.runs.scaleout` shard function)."""
-    return finetune_one_lambda(models["classifier"], lam, epochs=epochs,
-                               on_epoch=lambda epoch, score: reporter.report(epoch / epochs), **arguments)
+    return finetune_one_lambda(models["classifier"], lam, epochs=epochs, reporter=reporter, **arguments)
 
 
-def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, phase: str, progress) -> list[dict]:
+def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, reporter: Reporter | None
+                     ) -> list[dict]:
     """One shard per λ, run by ``executor``; a λ whose shard failed is left out of the sweep (and named)."""
     models = {"classifier": classifier}  # one dict for all tasks: put in Ray's object store once, loaded once
     tasks = [ShardTask("probe_core.defuse.correction:finetune_shard", {"lam": lam, **data, **options}, models,
                        f"λ = {lam:g}") for lam in lambdas]
     results: dict[int, dict] = {}
-
-    def on_progress(shards) -> None:
-        if progress is not None:
-            done = min(shards.done, len(lambdas) - 1)
-            progress(CorrectionProgress(phase, done, len(lambdas), lambdas[done],
-                                        round((shards.fraction * len(lambdas) - done) * options["epochs"], 1),
-                                        options["epochs"], float("nan")))
-
-    outcome = executor.map(tasks, lambda index, value: results.__setitem__(index, value), on_progress)
+    outcome = executor.map(tasks, lambda index, value: results.__setitem__(index, value), reporter)
     if outcome.cancelled:
         raise CancelledError("stopped")
     if not results:

@@ -29,6 +29,7 @@ import torch
 
 from probe_core.data import is_real_size
 from probe_core.errors import ProbeError
+from probe_core.progress import Reporter
 from probe_core.sampling.protocols import Encoder, Generator
 
 NOISE_MODES = ("paper", "centered")
@@ -45,20 +46,6 @@ FAILURE_PREFIX = "failures/"
 # and raised a planted mislabel flaw's share of them from 1.1 % to 11.7 %: most of the rest were decodings that
 # had lost their class (the clean classifier was 90 % sure of only 4-6 % of them), failures of the generator.
 DEFAULT_JUDGE_SURE = 0.9
-
-
-@dataclass(frozen=True)
-class IdentifyProgress:
-    """Reported after each batch of images; raising from the callback stops the run (kept failures stay)."""
-
-    images_done: int
-    images_total: int
-    failures: int
-    images_with_failures: int
-
-    @property
-    def fraction(self) -> float:
-        return self.images_done / max(self.images_total, 1)
 
 
 @dataclass
@@ -175,7 +162,7 @@ def identify_failures(
     noise_scale: float = 0.5,
     images_per_batch: int = 16,
     seed: int = 0,
-    progress: Callable[[IdentifyProgress], None] | None = None,
+    reporter: Reporter | None = None,
     on_batch: Callable[[int, FailureSet], None] | None = None,
     judge: torch.nn.Module | None = None,
     judge_sure: float = DEFAULT_JUDGE_SURE,
@@ -200,9 +187,10 @@ def identify_failures(
         Noise mode and Beta parameters (see the module docstring).
     images_per_batch : int
         Images whose Q decodings are classified in one forward pass.
-    progress : callable, optional
-        Called with an :class:`IdentifyProgress` after each batch; an exception
-        from it (e.g. cancellation) stops the run.
+    reporter : Reporter, optional
+        Told after each batch the fraction of images done, with details ``images_done``, ``images_total``,
+        ``failures`` and ``images_with_failures``; a stop (its ``report`` raising) ends the run, and the failures
+        given to ``on_batch`` stay.
     on_batch : callable, optional
         ``on_batch(batch_index, failures)`` with each batch's failures, for streaming
         them to a store as they are found.
@@ -270,8 +258,11 @@ def identify_failures(
         images_with_failures += int(chosen.any(dim=1).sum())
         if on_batch is not None and len(found):
             on_batch(batch_index, found)
-        if progress is not None:
-            progress(IdentifyProgress(start + count, len(images), failures_so_far, images_with_failures))
+        if reporter is not None:
+            done = start + count
+            reporter.report(done / max(len(images), 1), f"{done}/{len(images)} images, {failures_so_far} failures",
+                            {"images_done": done, "images_total": len(images), "failures": failures_so_far,
+                             "images_with_failures": images_with_failures}, force=done == len(images))
     return concatenate_failures(parts, latent_dim, tuple(images.shape[1:]))
 
 

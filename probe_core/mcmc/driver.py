@@ -1,4 +1,4 @@
-"""The run loop: warm-up, then sampling, with a progress hook, cancellation and a sample sink.
+"""The run loop: warm-up, then sampling, with progress and a stop (a reporter) and a sample sink.
 
 One loop (:func:`run_chains`) runs any pure ``(init, step)`` kernel through a warm-up adapter
 (:class:`HMCWindowAdapter`, :class:`RWMScaleAdapter`), as Pyro's MCMC runs a kernel with its
@@ -18,6 +18,7 @@ import torch
 
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.mcmc import adaptation, hmc, imh, rwm
+from probe_core.progress import Reporter
 
 # HMC's trajectory cap by default; with independence jumps HMC only has to move locally between them,
 # and shorter trajectories buy more ESS per second (README, "Real MNIST: the sampler at 28×28")
@@ -83,7 +84,7 @@ class ChainSettings:
         chains jump between the density's modes instead of each staying near its own start.
         Each costs one batched forward evaluation; a gradient is recomputed once after them.
     report_every : int
-        Iterations between hook calls and sink flushes.
+        Iterations between reports and sink flushes.
     """
 
     num_warmup: int = 300
@@ -109,8 +110,9 @@ class ChainSettings:
 
 
 @dataclass
-class Progress:
-    """Handed to the hook every ``report_every`` iterations."""
+class ChainsSnapshot:
+    """What the chains look like, in a report's details (``details["chains"]``) every ``report_every``
+    iterations."""
 
     stage: str  # "warmup" or "sampling"
     iteration: int
@@ -149,9 +151,7 @@ class ChainResult:
     independence_acceptance: torch.Tensor | None = None
 
 
-Hook = Callable[[Progress], None]
 Sink = Callable[[int, torch.Tensor, torch.Tensor], None]  # (first step index, z (B, n, D), probs (B, n, K))
-StopFn = Callable[[], bool]
 Preview = Callable[[torch.Tensor], torch.Tensor]  # positions (B, D) -> images of the first few chains
 
 
@@ -175,12 +175,12 @@ def _changed_sigma(settings: ChainSettings, target_sigma: float, iteration: int,
 
 class _Recorder:
     """The part of a run loop that kernels share: keep post-warm-up samples, flush them to the
-    sink, report to the hook and poll for cancellation every ``report_every`` iterations."""
+    sink and report (learning of a stop) every ``report_every`` iterations."""
 
-    def __init__(self, settings: ChainSettings, hook: Hook | None, sink: Sink | None, should_stop: StopFn | None,
+    def __init__(self, settings: ChainSettings, reporter: Reporter | None, sink: Sink | None,
                  preview: Preview | None, chains: int, dim: int, aux_dim: int, started: float) -> None:
         self.settings = settings
-        self.hook, self.sink, self.should_stop, self.preview = hook, sink, should_stop, preview
+        self.reporter, self.sink, self.preview = reporter, sink, preview
         self.chains, self.dim, self.aux_dim = chains, dim, aux_dim
         self.total = settings.num_warmup + settings.num_samples
         self.kept = {"z": [], "probs": [], "logp": [], "accept": [], "divergent": []}
@@ -202,7 +202,7 @@ class _Recorder:
             self.kept["divergent"].append(divergent.cpu())
 
     def report(self, iteration: int, state, step_size: torch.Tensor, sigma: float) -> bool:
-        """Flush, report and poll when a report is due; returns whether the run must stop."""
+        """Flush and report when a report is due; returns whether the run must stop."""
         last = iteration == self.total - 1
         if (iteration + 1) % self.settings.report_every and not last:
             return False
@@ -211,23 +211,24 @@ class _Recorder:
             self.sink(self.flushed, torch.stack(kept["z"][self.flushed:], 1),
                       torch.stack(kept["probs"][self.flushed:], 1))
             self.flushed = len(kept["z"])
-        if self.hook is not None:
+        if self.reporter is not None:
             done = (iteration % self.settings.report_every) + 1
             stage = "warmup" if iteration < self.settings.num_warmup else "sampling"
             images = None
             if self.preview is not None:
                 with torch.no_grad():
                     images = self.preview(state.position).cpu()
+            chains = ChainsSnapshot(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
+                              state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
+                              self.divergences.clone(), images)
             try:
-                self.hook(Progress(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
-                                   state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
-                                   self.divergences.clone(), images))
-            except CancelledError:  # the run was stopped (a Reporter's report raised): end here with what was kept
+                self.reporter.report((iteration + 1) / self.total, f"{stage} {iteration + 1}/{self.total}",
+                                     {"chains": chains}, force=last)
+            except CancelledError:  # the run was stopped: end here with what was kept
                 self.cancelled = not last
                 return self.cancelled
         self.window_accept.zero_()
-        self.cancelled = self.should_stop is not None and not last and bool(self.should_stop())
-        return self.cancelled
+        return False
 
     def result(self, step_size: torch.Tensor, evaluations: int, density_evaluations: int = 0,
                independence_acceptance: torch.Tensor | None = None) -> ChainResult:
@@ -419,17 +420,16 @@ class RWMScaleAdapter:
 
 
 def run_chains(density: ChainDensity, settings: ChainSettings, adapter: WarmupAdapter, initial: torch.Tensor,
-               rng: torch.Generator, hook: Hook | None = None, sink: Sink | None = None,
-               should_stop: StopFn | None = None, started: float | None = None,
-               preview: Preview | None = None) -> ChainResult:
+               rng: torch.Generator, reporter: Reporter | None = None, sink: Sink | None = None,
+               started: float | None = None, preview: Preview | None = None) -> ChainResult:
     """The one sampling loop: warm-up (σ annealing, the adapter's tuning), then sampling.
 
     Runs any kernel through its adapter; keeps post-warm-up samples, streams them to ``sink``,
-    reports to ``hook`` (with ``preview`` of the positions, for live views) and polls ``should_stop`` every
-    ``settings.report_every`` iterations. A stop ends the run early with what was kept: ``should_stop`` saying so,
-    or ``hook`` raising :class:`~probe_core.errors.CancelledError` (as a
-    :class:`~probe_core.runs.scaleout.Reporter`'s ``report`` does once its run was stopped), so a hook may simply
-    pass progress on to a reporter.
+    reports to ``reporter`` every ``settings.report_every`` iterations (the fraction of iterations done, and in
+    its details ``chains``, a :class:`ChainsSnapshot` with ``preview`` of the positions, for live views). A stop
+    ends the run early with what was kept: the reporter's ``report`` raising
+    :class:`~probe_core.errors.CancelledError`, as a :class:`~probe_core.progress.Reporter` does once its run was
+    asked to stop.
 
     Parameters
     ----------
@@ -451,7 +451,7 @@ def run_chains(density: ChainDensity, settings: ChainSettings, adapter: WarmupAd
     chains, dim = initial.shape
     sigma = sigma_schedule(settings, density.sigma, 0)
     state = adapter.init(initial, sigma)
-    recorder = _Recorder(settings, hook, sink, should_stop, preview, chains, dim, state.aux.shape[-1], started)
+    recorder = _Recorder(settings, reporter, sink, preview, chains, dim, state.aux.shape[-1], started)
     for iteration in range(recorder.total):
         if (new_sigma := _changed_sigma(settings, density.sigma, iteration, sigma)) is not None:
             sigma = new_sigma

@@ -32,7 +32,6 @@ from probe_core.models.registry import (
     default_epochs,
 )
 from probe_core.models.training import (
-    TrainingProgress,
     ambiguous_soft_targets,
     classifier_accuracy,
     feature_frechet_distance,
@@ -44,6 +43,6 @@ from probe_core.models.training import (
 __all__ = [
     "VAE", "MLPVAE", "make_vae", "ConvClassifier", "CountingClassifier", "GANDiscriminator", "GANGenerator", "ProbabilityModel", "Plugin", "load_plugin",
     "validate_classifier", "validate_generator", "FD_HELP", "FD_METRIC", "GENERATOR_KINDS", "KIND_WORDS", "KINDS", "LoadedModel",
-    "ModelRegistry", "ModelSpec", "default_epochs", "TrainingProgress", "ambiguous_soft_targets",
+    "ModelRegistry", "ModelSpec", "default_epochs", "ambiguous_soft_targets",
     "classifier_accuracy", "feature_frechet_distance", "train_classifier", "train_gan", "train_vae",
 ]

@@ -24,24 +24,16 @@ from probe_core.models.architectures import _check_shape
 from probe_core.models.density import DensityGenerator
 from probe_core.models.training import (
     FeatureStages,
-    ProgressCallback,
-    TrainingProgress,
     _batches,
-    _shifted,
     adam,
     augment_batch,
     denormals_flushed,
+    epochs_of,
     perceptual_epochs,
     perceptual_network,
+    report_epoch,
 )
-
-
-def _as_autoencoder(progress: ProgressCallback | None) -> ProgressCallback | None:
-    """``progress`` with its reports' kind set to ``rae``."""
-    if progress is None:
-        return None
-    return lambda report: progress(TrainingProgress("rae", report.epoch, report.epochs, report.loss,
-                                                    report.metric_name, report.metric))
+from probe_core.progress import Reporter
 
 
 class ConvAutoencoder(nn.Module):
@@ -209,7 +201,7 @@ def train_autoencoder(
     learning_rate: float = 1e-3,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
     perceptual: str | None = "trained",
     augment: bool = False,
     feature_epochs: int | None = None,
@@ -227,9 +219,9 @@ def train_autoencoder(
     latent_dim = int(latent_dim or dataset.default_latent_dim)
     features, first = None, perceptual_epochs(perceptual, epochs, feature_epochs)
     if perceptual is not None:
-        stage = _as_autoencoder(_shifted(progress, 0, first + epochs))
-        features = perceptual_network(dataset, perceptual, seed, device, stage, first)
-    progress = _as_autoencoder(_shifted(progress, first, first + epochs))
+        features = perceptual_network(dataset, perceptual, seed, device, epochs_of(reporter, "rae", 0, first + epochs),
+                                      first)
+    reporter = epochs_of(reporter, "rae", first, first + epochs)
     with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)
         model = AUTOENCODER_ARCHITECTURES[architecture](dataset.image_shape, latent_dim, dataset.class_names).to(device)
@@ -252,8 +244,7 @@ def train_autoencoder(
                 total += loss.item() * len(index)
                 count += len(index)
             schedule.step()
-            if progress is not None:
-                progress(TrainingProgress("rae", epoch, epochs, total / count, "train_loss", total / count))
+            report_epoch(reporter, "rae", epoch, epochs, total / count, "train_loss", total / count)
         model.eval()
         model.fit_density(images.to(device), dataset.train_labels.to(device))
         metrics = evaluate_autoencoder(model, dataset.test_images)

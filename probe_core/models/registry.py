@@ -52,9 +52,9 @@ from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
 from probe_core.models.resized import seen_at
+from probe_core.progress import Reporter
 from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
-    ProgressCallback,
     feature_frechet_distance,
     perceptual_epochs,
     train_classifier,
@@ -520,7 +520,7 @@ def align_classifier(loaded: LoadedModel, dataset: ImageDataset, class_map: dict
     return replace(loaded, module=module, class_names=match.aligned_names, class_match=match)
 
 
-TrainingAnnouncer = Callable[["ModelSpec", str], "ProgressCallback | None"]
+TrainingAnnouncer = Callable[["ModelSpec", str], "Reporter | None"]
 
 
 class ModelRegistry:
@@ -537,9 +537,9 @@ class ModelRegistry:
         made this registry and is never changed on a shared one.
     on_training : callable, optional
         ``on_training(spec, model_id)`` is called before a model is trained that the caller did
-        not give a progress callback for (a missing default met by :meth:`get_or_train_reference`,
+        not give a reporter for (a missing default met by :meth:`get_or_train_reference`,
         the reference classifier of a generator, a recipe's variant); it says so to the user
-        (the CLI prints a line, a job reports it) and returns the progress callback to use.
+        (the CLI prints a line, a job reports it) and returns the :class:`~probe_core.progress.Reporter` to use.
         Without it such training is logged.
     actor : Actor, optional
         Who resolves references through this registry (None: the local owner). An actor who may not load
@@ -708,9 +708,10 @@ class ModelRegistry:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    def get_or_train(self, spec: ModelSpec, progress: ProgressCallback | None = None,
+    def get_or_train(self, spec: ModelSpec, reporter: Reporter | None = None,
                      device: str | torch.device | None = "cpu") -> LoadedModel:
-        """The stored model for ``spec``, training and registering it first if needed.
+        """The stored model for ``spec``, training and registering it first if needed, with its epochs reported to
+        ``reporter`` (:func:`~probe_core.models.training.report_epoch`).
 
         Raises
         ------
@@ -725,19 +726,19 @@ class ModelRegistry:
             if not self.exists(model_id):
                 if self.actor is not None:
                     require(self.actor, Permission.RUN)
-                if progress is None:
+                if reporter is None:
                     if self.on_training is not None:
-                        progress = self.on_training(spec, model_id)
+                        reporter = self.on_training(spec, model_id)
                     else:
                         log.warning("training %s (%s on %s, %s epochs): it is not in %s yet", model_id, spec.kind,
                                     spec.dataset_view(), spec.epochs, self.models_dir)
-                self._train_and_register(spec, dataset, progress, resolve_device(device))
+                self._train_and_register(spec, dataset, reporter, resolve_device(device))
         return self.load(model_id, device)
 
-    def _train_and_register(self, spec: ModelSpec, dataset: ImageDataset, progress: ProgressCallback | None,
+    def _train_and_register(self, spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None,
                             device: torch.device) -> None:
         started = time.perf_counter()
-        common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "progress": progress}
+        common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "reporter": reporter}
         served = dataset  # a generator smaller than the data trains on the images resized, and serves the data
         if spec.image_size and spec.kind != "classifier":
             dataset = dataset.resized(spec.image_size)
@@ -948,15 +949,15 @@ class ModelRegistry:
 
     def get_or_train_reference(self, reference: str | None, kind: str, dataset: str = DEFAULT_DATASET,
                                device: str | torch.device | None = "cpu",
-                               progress: ProgressCallback | None = None) -> LoadedModel:
+                               reporter: Reporter | None = None) -> LoadedModel:
         """Like :meth:`resolve`, but a ``default`` that is not trained yet is trained first.
 
-        The training is announced (``on_training``) unless ``progress`` is given; used by jobs and
+        The training is announced (``on_training``) unless ``reporter`` is given; used by jobs and
         commands that promise to train what they need.
         """
         base, _ = split_class_map(reference or "default")
         if base == "default":
             spec = self.default_spec(dataset, kind)
             if spec is not None and not self.exists(self.model_id(spec)):
-                self.get_or_train(spec, progress=progress, device=device)
+                self.get_or_train(spec, reporter=reporter, device=device)
         return self.resolve(reference, kind, dataset, device)

@@ -1,15 +1,14 @@
-"""Training for the model zoo, deterministic for a seed, with a progress callback.
+"""Training for the model zoo, deterministic for a seed, with progress.
 
-Each ``train_*`` function returns ``(module, metrics)``. The callback receives a
-:class:`TrainingProgress` after every epoch; raising from it (for instance
-:class:`probe_core.errors.CancelledError`) stops training.
+Each ``train_*`` function returns ``(module, metrics)`` and reports to its
+:class:`~probe_core.progress.Reporter` after every epoch (:func:`report_epoch`); a stop
+(:class:`probe_core.errors.CancelledError`, raised by the reporter) ends training.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -18,6 +17,7 @@ from torch import nn
 
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
+from probe_core.progress import Reporter
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
     VAE,
@@ -37,23 +37,43 @@ PERCEPTUAL_NETWORKS = ("random", "trained")
 PERCEPTUAL_PIXEL_WEIGHT = 4.0
 
 
-@dataclass(frozen=True)
-class TrainingProgress:
-    """One epoch's report: ``metric`` is named by ``metric_name`` (e.g. test accuracy)."""
-
-    kind: str
-    epoch: int
-    epochs: int
-    loss: float
-    metric_name: str
-    metric: float
-
-    @property
-    def fraction(self) -> float:
-        return self.epoch / max(self.epochs, 1)
+# What an epoch's report carries in its details (:func:`report_epoch`).
+EPOCH_DETAILS = ("kind", "epoch", "epochs", "loss", "metric_name", "metric")
 
 
-ProgressCallback = Callable[[TrainingProgress], None]
+def report_epoch(reporter: Reporter | None, kind: str, epoch: int, epochs: int, loss: float, metric_name: str,
+                 metric: float) -> None:
+    """One epoch's report: progress ``epoch / epochs``, a line, and details ``kind``, ``epoch``, ``epochs``,
+    ``loss``, ``metric_name`` and ``metric`` (named by ``metric_name``, e.g. test accuracy)."""
+    if reporter is not None:
+        reporter.report(epoch / max(epochs, 1),
+                        f"{kind} epoch {epoch}/{epochs}: loss {loss:.4g}, {metric_name.replace('_', ' ')} {metric:.4g}",
+                        {"kind": kind, "epoch": epoch, "epochs": epochs, "loss": loss, "metric_name": metric_name,
+                         "metric": metric}, force=epoch == epochs)
+
+
+class _EpochsOf:
+    """A :class:`~probe_core.progress.Reporter` seeing a stage's epochs as epochs ``before + 1 ...`` of ``total``
+    of a ``kind``'s training (a VAE's feature network, then the VAE: one bar from 0 to 1)."""
+
+    def __init__(self, reporter: Reporter, kind: str, before: int, total: int) -> None:
+        self.reporter, self.kind, self.before, self.total = reporter, kind, before, total
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        if details is None or "epoch" not in details:
+            self.reporter.report(progress, message, details, force=force)
+            return
+        report_epoch(self.reporter, self.kind, self.before + details["epoch"], self.total, details["loss"],
+                     details["metric_name"], details["metric"])
+
+    def stop_requested(self) -> bool:
+        return self.reporter.stop_requested()
+
+
+def epochs_of(reporter: Reporter | None, kind: str, before: int, total: int) -> Reporter | None:
+    """``reporter`` for a stage of ``kind``'s training that comes after ``before`` of its ``total`` epochs."""
+    return None if reporter is None else _EpochsOf(reporter, kind, before, total)
 
 
 def adam(parameters, learning_rate: float, betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
@@ -154,7 +174,7 @@ def train_classifier(
     ambiguous: bool = False,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
     architecture: str = "ConvClassifier",
     augment: bool = False,
 ) -> tuple[ConvClassifier, dict]:
@@ -210,8 +230,7 @@ def train_classifier(
                 count += len(index)
             schedule.step()
             accuracy = classifier_accuracy(model, dataset.test_images, dataset.test_labels)
-            if progress is not None:
-                progress(TrainingProgress("classifier", epoch, epochs, total / count, "test_accuracy", accuracy))
+            report_epoch(reporter, "classifier", epoch, epochs, total / count, "test_accuracy", accuracy)
     model.eval()
     metrics = {"test_accuracy": classifier_accuracy(model, dataset.test_images, dataset.test_labels)}
     if ambiguous:
@@ -290,7 +309,7 @@ def perceptual_pixel_weight(image_shape: tuple[int, int, int]) -> float:
 
 
 def perceptual_network(dataset: ImageDataset, kind: str, seed: int = 0, device: str | torch.device = "cpu",
-                       progress: ProgressCallback | None = None, epochs: int = 8) -> FeatureStages:
+                       reporter: Reporter | None = None, epochs: int = 8) -> FeatureStages:
     """The feature network of a VAE's perceptual term (:data:`PERCEPTUAL_NETWORKS`).
 
     ``"trained"``: a :class:`ResNetClassifier` trained on the data's labels for ``epochs`` with augmentation
@@ -302,7 +321,7 @@ def perceptual_network(dataset: ImageDataset, kind: str, seed: int = 0, device: 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 7919)
             return FeatureStages(ResNetClassifier(dataset.image_shape, dataset.num_classes)).to(device)
-    network, _ = train_classifier(dataset, epochs=epochs, seed=seed + 7919, device=device, progress=progress,
+    network, _ = train_classifier(dataset, epochs=epochs, seed=seed + 7919, device=device, reporter=reporter,
                                   architecture="ResNetClassifier", augment=True)
     return FeatureStages(network).to(device)
 
@@ -360,7 +379,7 @@ def train_vae(
     learning_rate: float = 2e-3,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
     architecture: str | None = None,
     kl_warmup_epochs: int = 0,
     beta: float = 1.0,
@@ -385,8 +404,9 @@ def train_vae(
     features, first = None, perceptual_epochs(perceptual, epochs, feature_epochs)
     pixel_weight = perceptual_pixel_weight(dataset.image_shape)
     if perceptual is not None:  # its epochs come first in the progress reports: one bar from 0 to 1
-        features = perceptual_network(dataset, perceptual, seed, device, _shifted(progress, 0, first + epochs), first)
-    progress = _shifted(progress, first, first + epochs)
+        features = perceptual_network(dataset, perceptual, seed, device, epochs_of(reporter, "vae", 0, first + epochs),
+                                      first)
+    reporter = epochs_of(reporter, "vae", first, first + epochs)
     with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)
         model = make_vae(dataset.image_shape, latent_dim, architecture).to(device)
@@ -413,19 +433,10 @@ def train_vae(
                 total += loss.item() * len(index)
                 count += len(index)
             schedule.step()
-            if progress is not None:
-                progress(TrainingProgress("vae", epoch, epochs, total / count, "train_elbo", -total / count))
+            report_epoch(reporter, "vae", epoch, epochs, total / count, "train_elbo", -total / count)
         metrics = evaluate_vae(model, dataset.test_images, seed)
     model.eval()
     return model, metrics
-
-
-def _shifted(progress: ProgressCallback | None, before: int, total: int) -> ProgressCallback | None:
-    """``progress`` seeing a stage's epochs as epochs ``before + 1 ...`` of ``total`` of a VAE's training."""
-    if progress is None:
-        return None
-    return lambda report: progress(TrainingProgress("vae", before + report.epoch, total, report.loss,
-                                                    report.metric_name, report.metric))
 
 
 def train_gan(
@@ -437,7 +448,7 @@ def train_gan(
     learning_rate: float = 2e-4,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    progress: ProgressCallback | None = None,
+    reporter: Reporter | None = None,
 ) -> tuple[GANGenerator, dict]:
     """Train a DCGAN-style GAN with the non-saturating loss; returns the generator.
 
@@ -476,8 +487,7 @@ def train_gan(
                 total_g += loss_g.item() * len(index)
                 fooled += float((d_fake > 0).float().sum())
                 count += len(index)
-            if progress is not None:
-                progress(TrainingProgress("gan", epoch, epochs, total_g / count, "fooled_fraction", fooled / count))
+            report_epoch(reporter, "gan", epoch, epochs, total_g / count, "fooled_fraction", fooled / count)
     generator.eval()
     return generator, {}
 

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.progress import Reporter, fan_out
 from probe_core.runs.limits import ServerLimits
-from probe_core.runs.progress import job_progress_bar
+from probe_core.runs.progress import ProgressBar
 from probe_core.runs.requests import from_record, record
 from probe_core.runs.workspace import Workspace
 from probe_core.store import Store
@@ -41,8 +42,8 @@ log = logging.getLogger(__name__)
 
 
 class JobContext:
-    """Handed to a running job: progress reporting and cancellation (a :class:`~probe_core.runs.scaleout.Reporter`,
-    the protocol its shards' reporters follow too).
+    """Handed to a running job: progress reporting and cancellation (a :class:`~probe_core.progress.Reporter`,
+    the protocol its steps and shards follow too).
 
     Parameters
     ----------
@@ -51,12 +52,12 @@ class JobContext:
     min_interval_s : float
         Reports closer together than this are not written (the last one always is
         when ``force=True``), so tight loops can report freely.
-    listener : callable, optional
-        Also called with ``(progress, message)`` on every report (the CLI's progress bar).
+    listener : Reporter, optional
+        Also told every report (the CLI's progress bar); a stop it raises stops the job.
     """
 
     def __init__(self, store: Store, run_id: int, min_interval_s: float = 0.25,
-                 listener: Callable[[float | None, str | None], None] | None = None) -> None:
+                 listener: Reporter | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.min_interval_s = min_interval_s
@@ -78,7 +79,7 @@ class JobContext:
             If the run was asked to stop.
         """
         if self.listener is not None:
-            self.listener(progress, message)
+            self.listener.report(progress, message, details, force=force)
         now = time.monotonic()
         if force or now - self._last_write >= self.min_interval_s:
             self._last_write = now
@@ -90,7 +91,10 @@ class JobContext:
         """The job's last progress line and details, recorded even after a stop: a job that ended gracefully on a
         stop (the sampler ends its chains and keeps their samples) says what it kept before it returns."""
         if self.listener is not None:
-            self.listener(1.0, message)
+            try:
+                self.listener.report(1.0, message, details, force=True)
+            except CancelledError:  # the run is already stopping; its last line is still recorded
+                pass
         self._cancelled = self.store.update_run(self.run_id, 1.0, message, details) or self._cancelled
 
     def stop_requested(self) -> bool:
@@ -147,8 +151,7 @@ def _finish(store: Store, run_id: int, outcome: BaseException | None, result: "R
         store.finish_run(run_id, "failed", error=f"{type(outcome).__name__}: {outcome}")
 
 
-def execute_run(store: Store, run_id: int, fn: JobFunction,
-                listener: Callable[[float | None, str | None], None] | None = None) -> "RunResult | dict":
+def execute_run(store: Store, run_id: int, fn: JobFunction, listener: Reporter | None = None) -> "RunResult | dict":
     """Run a recorded job in this thread: running, progress through the store, then its final status.
 
     Never raises for a job's own failure (the run records it); used by worker processes and threads.
@@ -194,8 +197,7 @@ def _wait_for_slot(store: Store, run_id: int, limits: ServerLimits, poll_s: floa
         time.sleep(poll_s)
 
 
-def run_inline(store: Store, kind: str, config: dict, fn: JobFunction,
-               listener: Callable[[float | None, str | None], None] | None = None
+def run_inline(store: Store, kind: str, config: dict, fn: JobFunction, listener: Reporter | None = None
                ) -> "tuple[int, RunResult | dict]":
     """Run a job in the calling thread (the CLI's way), recorded like a background run.
 
@@ -222,19 +224,33 @@ def training_announcer(context: JobContext):
     says what is being trained instead of looking stuck.
     """
 
-    def announce(spec, model_id: str):
+    def announce(spec, model_id: str) -> Reporter:
         context.report(None, f"training {model_id} ({spec.kind} on {spec.dataset_view()}: {spec.describe_recipe()}): "
                              f"not in the workspace yet",
                        {"training": {"model": model_id, "fraction": 0.0}}, force=True)
-
-        def on_epoch(progress) -> None:
-            context.report(None, f"training {model_id}: epoch {progress.epoch}/{progress.epochs}",
-                           {"training": {"model": model_id, "fraction": progress.fraction}},
-                           force=progress.epoch == progress.epochs)
-
-        return on_epoch
+        return ModelTrainingInRun(context, model_id)
 
     return announce
+
+
+@dataclass
+class ModelTrainingInRun:
+    """A :class:`~probe_core.progress.Reporter` for a model trained inside a run: each epoch (its details, from
+    :func:`~probe_core.models.training.report_epoch`) shows in the run's line as ``training ID: epoch 3/20`` and
+    its ``details`` as ``training`` (the model and its fraction), the run's own progress left as it is."""
+
+    context: Reporter
+    model_id: str
+
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        epoch = (f"epoch {details['epoch']}/{details['epochs']}" if details and "epoch" in details
+                 else message or "")
+        self.context.report(None, f"training {self.model_id}: {epoch}",
+                            {"training": {"model": self.model_id, "fraction": progress or 0.0}}, force=force)
+
+    def stop_requested(self) -> bool:
+        return self.context.stop_requested()
 
 
 @dataclass(frozen=True)
@@ -442,25 +458,18 @@ def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bo
     return manager.submit(request.kind, record(request), job_spec(request, data_dir, device), dedupe=dedupe)
 
 
-def run_now(registry, request: RunRequest, listener: Callable[[float | None, str | None], None] | None = None,
-            device: str = "cpu", progress_bar: str | None = None) -> tuple[int, dict]:
+def run_now(registry, request: RunRequest, listener: Reporter | None = None, device: str = "cpu",
+            progress_bar: str | None = None) -> tuple[int, dict]:
     """Run ``request`` in this thread, recorded like a background run; returns ``(run_id, result)``.
 
     ``progress_bar``: the description of a bar that follows the run's progress (a widget in a notebook, a line
-    in a terminal); ``listener(progress, message)`` sees every report as well.
+    in a terminal); ``listener`` (a :class:`~probe_core.progress.Reporter`) is told every report as well.
     """
     # the request itself, as built and checked: no trip through its record in this process (the record is stored)
     function = _declared_kind(request.kind).job(registry, request, device)
-    if progress_bar is None:
-        return run_inline(registry.store, request.kind, record(request), function, listener)
-    bar, follow = job_progress_bar(progress_bar)
-
-    def report(progress, message) -> None:
-        follow(progress, message)
-        if listener is not None:
-            listener(progress, message)
-
+    bar = None if progress_bar is None else ProgressBar(progress_bar)
     try:
-        return run_inline(registry.store, request.kind, record(request), function, report)
+        return run_inline(registry.store, request.kind, record(request), function, fan_out(bar, listener))
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()

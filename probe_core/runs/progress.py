@@ -31,29 +31,39 @@ def announce_training(spec, model_id: str):
     return progress_bar(f"{spec.kind} on {spec.dataset_view()}")
 
 
-def progress_bar(description: str):
-    """A training progress callback that draws one bar over the epochs."""
-    bar = {"bar": None}
+class ProgressBar:
+    """A :class:`~probe_core.progress.Reporter` drawing one bar over progress from 0 to 1 with the latest message
+    beside it (a widget in a notebook, a line in a terminal); it never asks to stop. The bar appears with the first
+    report and closes with a forced report at 1 (a training's last epoch) or :meth:`close`."""
 
-    def update(progress) -> None:
-        if bar["bar"] is None:
-            bar["bar"] = _tqdm()(total=progress.epochs, desc=description, unit="epoch", file=sys.stderr)
-        bar["bar"].set_postfix(loss=f"{progress.loss:.4g}", **{progress.metric_name: f"{progress.metric:.4g}"})
-        bar["bar"].update(progress.epoch - bar["bar"].n)
-        if progress.epoch == progress.epochs:
-            bar["bar"].close()
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar = None
+        self._closed = False
 
-    return update
-
-
-def job_progress_bar(description: str):
-    """``(bar, listener)``: a bar driven by a run's progress reports (fractions in [0, 1] and messages)."""
-    bar = _tqdm()(total=1000, desc=description, file=sys.stderr, bar_format="{l_bar}{bar}| {elapsed} {postfix}")
-
-    def listener(progress, message) -> None:
-        if progress is not None:
-            bar.update(int(progress * 1000) - bar.n)
+    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
+               force: bool = False) -> None:
+        if self._closed:
+            return
+        if self._bar is None:
+            self._bar = _tqdm()(total=1000, desc=self.description, file=sys.stderr,
+                                bar_format="{l_bar}{bar}| {elapsed} {postfix}")
         if message:
-            bar.set_postfix_str(message, refresh=False)
+            self._bar.set_postfix_str(message, refresh=False)
+        if progress is not None:
+            self._bar.update(int(min(max(progress, 0.0), 1.0) * 1000) - self._bar.n)
+        if force and progress is not None and progress >= 1.0:
+            self.close()
 
-    return bar, listener
+    def stop_requested(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if self._bar is not None and not self._closed:
+            self._bar.close()
+        self._closed = True
+
+
+def progress_bar(description: str) -> ProgressBar:
+    """A :class:`ProgressBar` for one training or run."""
+    return ProgressBar(description)

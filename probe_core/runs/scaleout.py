@@ -43,50 +43,12 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from probe_core.errors import CancelledError, ProbeError, check_number_ranges
+from probe_core.progress import CallbackReporter, Reporter, stop_requested
 
 log = logging.getLogger(__name__)
 
 EXECUTOR_CHOICES = ("local", "ray", "ray:ADDRESS")
 _SEED_STRIDE = 7919  # shard i of a run with seed s uses s + i * stride: shard 0 keeps the run's own seed
-
-
-class Reporter(Protocol):
-    """How long work tells its progress and learns that it should stop: the one protocol of jobs and shards.
-
-    A job's :class:`~probe_core.runs.lifecycle.JobContext` and a shard's :class:`ShardReporter` follow it.
-    ``report`` records progress in [0, 1] (a job also a message and JSON details) and raises
-    :class:`~probe_core.errors.CancelledError` once the run was asked to stop, so work that may simply end
-    calls it between steps, and work that ends gracefully catches it where it can end and keep what it has (the
-    sampler's run loop ends its chains there, an executor returns the shards that were done). ``stop_requested()``
-    asks without raising, for work that polls.
-    """
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        """Record progress; raise :class:`~probe_core.errors.CancelledError` if the run was asked to stop."""
-
-    def stop_requested(self) -> bool:
-        """Whether the run was asked to stop."""
-
-
-@dataclass
-class ShardReporter:
-    """A shard's :class:`Reporter`: its fraction goes to ``on_fraction``; ``should_stop`` says when the run was
-    stopped (a Ray shard's never says so: the run cancels its task instead). Messages and details are the
-    run's to write, so a shard's are dropped."""
-
-    on_fraction: Callable[[float], None]
-    should_stop: Callable[[], bool] = field(default=lambda: False)
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        if progress is not None:
-            self.on_fraction(min(max(float(progress), 0.0), 1.0))
-        if self.should_stop():
-            raise CancelledError("stopped")
-
-    def stop_requested(self) -> bool:
-        return self.should_stop()
 
 
 @dataclass(frozen=True)
@@ -125,19 +87,16 @@ class ShardOutcome:
                 for index, task in enumerate(tasks) if index not in self.done]
 
 
-@dataclass(frozen=True)
-class ShardProgress:
-    """Aggregated progress: ``fraction`` over all shards (each counts equally), shards ``done`` of ``total``,
-    and the process id that runs each started shard (``pids``; for tests and logs)."""
-
-    fraction: float
-    done: int
-    total: int
-    pids: dict[int, int] = field(default_factory=dict)
-
-
 ResultCallback = Callable[[int, Any], None]
-ProgressCallback = Callable[[ShardProgress], None]
+
+
+def report_shards(reporter: Reporter | None, fraction: float, done: int, total: int, pids: dict[int, int]) -> None:
+    """Tell ``reporter`` how a run's shards advance: ``fraction`` over all shards (each counts equally), with
+    details ``shards_done`` of ``shards`` and ``pids``, the process that runs each started shard (for tests and
+    logs)."""
+    if reporter is not None:
+        reporter.report(fraction, f"{done} of {total} shards done",
+                        {"shards_done": done, "shards": total, "pids": pids}, force=done == total)
 
 
 class Executor(Protocol):
@@ -152,12 +111,12 @@ class Executor(Protocol):
     def parallelism(self) -> int:
         """How many shards can run at once (the default shard count of a run)."""
 
-    def map(self, tasks: list[ShardTask], on_result: ResultCallback, on_progress: ProgressCallback | None = None,
-            should_stop: Callable[[], bool] | None = None) -> ShardOutcome:
+    def map(self, tasks: list[ShardTask], on_result: ResultCallback, reporter: Reporter | None = None) -> ShardOutcome:
         """Run every task; return which were done, which failed and whether the run was stopped.
 
-        The run is stopped when ``should_stop()`` says so, or when a shard or ``on_progress`` raises
-        :class:`~probe_core.errors.CancelledError` (a :class:`Reporter` after a stop): the outstanding shards are
+        ``reporter`` is told the shards' progress (:func:`report_shards`). The run is stopped when it says a stop
+        was requested, or when a shard or its ``report`` raises :class:`~probe_core.errors.CancelledError`
+        (a :class:`~probe_core.progress.Reporter` after a stop): the outstanding shards are
         not run (or are cancelled), the results handed over so far stay handed over, and ``outcome.cancelled``
         is set; nothing is raised for a stop.
         """
@@ -199,21 +158,24 @@ class LocalShards:
     def parallelism(self) -> int:
         return 1
 
-    def map(self, tasks, on_result, on_progress=None, should_stop=None) -> ShardOutcome:
+    def map(self, tasks, on_result, reporter=None) -> ShardOutcome:
         outcome = ShardOutcome()
-        stop = should_stop or (lambda: False)
+
+        def stop() -> bool:
+            return stop_requested(reporter)
+
         for index, task in enumerate(tasks):
             if stop():
                 outcome.cancelled = True
                 break
 
-            def report(fraction: float, index: int = index) -> None:
-                if on_progress is not None:
-                    on_progress(ShardProgress((index + fraction) / len(tasks), index, len(tasks), {index: os.getpid()}))
+            def report(fraction: float | None, message=None, details=None, index: int = index) -> None:
+                if fraction is not None:
+                    report_shards(reporter, (index + fraction) / len(tasks), index, len(tasks), {index: os.getpid()})
 
             function = _shard_function(task.function)
             try:
-                on_result(index, function(task.models, ShardReporter(report, stop), **task.arguments))
+                on_result(index, function(task.models, CallbackReporter(report, stop), **task.arguments))
                 outcome.done.append(index)
                 report(1.0)
             except CancelledError:
@@ -250,13 +212,14 @@ def _run_ray_shard(function: str, arguments: dict, models_holder: list, board, i
         _WORKER_MODELS[key] = models
     last = [0.0]
 
-    def report(fraction: float) -> None:
+    def report(fraction: float | None, message=None, details=None) -> None:
         now = time.monotonic()
-        if now - last[0] >= 0.5 or fraction >= 1.0:  # an actor call per half second at most
+        if fraction is not None and (now - last[0] >= 0.5 or fraction >= 1.0):  # an actor call per half second
             last[0] = now
             board.report.remote(index, float(fraction))
 
-    result = _shard_function(function)(_WORKER_MODELS[key], ShardReporter(report), **arguments)
+    # a Ray shard's reporter never asks to stop: the run cancels its task instead
+    result = _shard_function(function)(_WORKER_MODELS[key], CallbackReporter(report), **arguments)
     board.report.remote(index, 1.0)
     return result
 
@@ -373,7 +336,7 @@ class RayShards:
         resources = self.connect().cluster_resources()
         return max(1, int(resources.get("GPU", 0)) or int(resources.get("CPU", 1)))
 
-    def map(self, tasks, on_result, on_progress=None, should_stop=None) -> ShardOutcome:
+    def map(self, tasks, on_result, reporter=None) -> ShardOutcome:
         ray = self.connect()
         outcome = ShardOutcome()
         if not tasks:
@@ -390,10 +353,9 @@ class RayShards:
         for index, task in enumerate(tasks):
             models = [models_ref if task.models is tasks[0].models else ray.put(task.models)]
             pending[remote.remote(task.function, task.arguments, models, board, index)] = index
-        stop = should_stop or (lambda: False)
         try:
             while pending:
-                if stop():
+                if stop_requested(reporter):
                     for ref in pending:
                         ray.cancel(ref, force=True)
                     outcome.cancelled = True
@@ -410,12 +372,12 @@ class RayShards:
                         continue
                     on_result(index, value)
                     outcome.done.append(index)
-                if on_progress is not None:
+                if reporter is not None:
                     fractions, pids = ray.get(board.snapshot.remote())
                     for index in outcome.done:
                         fractions[index] = 1.0
-                    on_progress(ShardProgress(sum(fractions) / len(tasks), len(outcome.done), len(tasks), pids))
-        except CancelledError:  # a stop raised by the progress callback
+                    report_shards(reporter, sum(fractions) / len(tasks), len(outcome.done), len(tasks), pids)
+        except CancelledError:  # a stop raised by the reporter
             for ref in pending:
                 ray.cancel(ref, force=True)
             outcome.cancelled = True

@@ -10,6 +10,8 @@ from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
+from probe_core.models.training import EPOCH_DETAILS
+from probe_core.progress import CallbackReporter
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
 from probe_core.runs.requests import BuiltFromSettings
 
@@ -111,14 +113,13 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
                 continue
             models[model_id]["status"] = "training"
 
-            def on_epoch(p, model_id=model_id, position=position):
-                models[model_id].update(fraction=p.fraction, epoch=p.epoch, epochs=p.epochs, loss=p.loss,
-                                        metric_name=p.metric_name, metric=p.metric)
-                overall = (position + p.fraction) / len(resolved)
-                context.report(overall, f"training {model_id}: epoch {p.epoch}/{p.epochs}", {"models": models},
-                               force=p.epoch == p.epochs)
+            def on_epoch(fraction, message, epoch, model_id=model_id, position=position):
+                models[model_id].update(fraction=fraction, **{name: epoch[name] for name in EPOCH_DETAILS})
+                context.report((position + fraction) / len(resolved),
+                               f"training {model_id}: epoch {epoch['epoch']}/{epoch['epochs']}", {"models": models},
+                               force=epoch["epoch"] == epoch["epochs"])
 
-            loaded = registry.get_or_train(spec, progress=on_epoch, device=device)
+            loaded = registry.get_or_train(spec, CallbackReporter(on_epoch, lambda: context.cancelled), device=device)
             models[model_id].update(status="done", fraction=1.0, metrics=loaded.metrics)
             context.report((position + 1) / len(resolved), f"trained {model_id}", {"models": models}, force=True)
         return TrainingResult(list(models))

@@ -19,12 +19,11 @@ from probe_core.mcmc.driver import (
     ChainResult,
     ChainSettings,
     HMCWindowAdapter,
-    Hook,
     RWMScaleAdapter,
     Sink,
-    StopFn,
     run_chains,
 )
+from probe_core.progress import Reporter
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 from probe_core.sampling.protocols import ClassConditionalPrior, StructuredPrior
 from probe_core.sampling.smc import SMCConfig, run_smc
@@ -108,21 +107,22 @@ def initial_positions(posterior: BayesTrExPosterior, config: SamplerConfig,
     return z.detach()
 
 
-def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
-            sink: Sink | None = None, should_stop: StopFn | None = None,
+def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(),
+            reporter: Reporter | None = None, sink: Sink | None = None,
             initial: torch.Tensor | None = None) -> ChainResult:
     """Batched HMC with per-chain warm-up adaptation (:class:`HMCWindowAdapter`); returns all kept samples.
 
     Starting points come from ``initial`` or ``config.init``; ``smc`` also brings each particle's
-    step size and mass matrix. Cancellation (``should_stop`` returning True, checked at every
-    report) ends the run early; what was kept so far is returned (and was already given to the sink).
+    step size and mass matrix. ``reporter`` is told the progress (:func:`~probe_core.mcmc.driver.run_chains`);
+    a stop (its ``report`` raising) ends the run early, and what was kept so far is returned (and was already
+    given to the sink).
     """
     started = time.perf_counter()
     rng = torch.Generator().manual_seed(config.seed)
     evaluations = 0
     step_size = inverse_mass = None
     if initial is None and config.init == "smc":
-        particles = run_smc(posterior, SMCConfig(seed=config.seed), should_stop=should_stop)
+        particles = run_smc(posterior, SMCConfig(seed=config.seed), reporter=reporter)
         initial, step_size, inverse_mass = particles.positions, particles.step_size, particles.inverse_mass
         evaluations += particles.gradient_evaluations
     if initial is None and config.init == "optimize":
@@ -133,12 +133,11 @@ def run_hmc(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         step_size = torch.full((chains,), config.initial_step_size, device=position.device)
         inverse_mass = torch.ones(chains, dim, device=position.device)
     adapter = HMCWindowAdapter(posterior, config, step_size, inverse_mass, evaluations)
-    return run_chains(posterior, config, adapter, position, rng, hook, sink, should_stop, started,
-                      preview=_preview(posterior))
+    return run_chains(posterior, config, adapter, position, rng, reporter, sink, started, preview=_preview(posterior))
 
 
-def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(), hook: Hook | None = None,
-            sink: Sink | None = None, should_stop: StopFn | None = None,
+def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig(),
+            reporter: Reporter | None = None, sink: Sink | None = None,
             initial: torch.Tensor | None = None, target_accept: float = 0.234) -> ChainResult:
     """Random-walk Metropolis with per-chain scales adapted in warm-up (:class:`RWMScaleAdapter`; no gradients).
 
@@ -151,12 +150,11 @@ def run_rwm(posterior: BayesTrExPosterior, config: SamplerConfig = SamplerConfig
         fallback = config if config.init != "optimize" else SamplerConfig(init="prior", seed=config.seed)
         initial = initial_positions(posterior, fallback, rng)
     adapter = RWMScaleAdapter(posterior, len(initial), config.rwm_initial_scale, target_accept)
-    return run_chains(posterior, config, adapter, initial, rng, hook, sink, should_stop, started,
-                      preview=_preview(posterior))
+    return run_chains(posterior, config, adapter, initial, rng, reporter, sink, started, preview=_preview(posterior))
 
 
-def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_samples: int = 1000, seed: int = 0,
-                  hook: Callable[[int], None] | None = None) -> ChainResult:
+def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_samples: int = 1000,
+                  seed: int = 0) -> ChainResult:
     """The paper's reference sampler: Pyro NUTS with default settings, one chain, z0 ~ Uniform(-2, 2).
 
     ``posterior`` must hold exactly one chain (see :meth:`BayesTrExPosterior.for_target`). The result's
@@ -181,9 +179,8 @@ def run_pyro_nuts(posterior: BayesTrExPosterior, num_warmup: int = 1000, num_sam
 
     kernel = NUTS(counted_model, target_accept_prob=0.8, adapt_step_size=True, adapt_mass_matrix=True,
                   max_tree_depth=10)
-    hook_fn = None if hook is None else (lambda kernel, params, stage, i: hook(i))
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_warmup, initial_params={"z": initial},
-                num_chains=1, disable_progbar=True, hook_fn=hook_fn)
+                num_chains=1, disable_progbar=True)
     mcmc.run()
     z = mcmc.get_samples()["z"].reshape(num_samples, 1, posterior.latent_dim).transpose(0, 1)  # (1, S, D)
     with torch.no_grad():

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from probe_core.errors import CancelledError
 from probe_core.mcmc import hmc
+from probe_core.progress import Reporter
 from probe_core.sampling.posterior import SURROGATE_SHARPNESS, BayesTrExPosterior
 
 MIN_ISLAND_SIZE = 8  # fewer particles per island make resampling degenerate
@@ -94,7 +96,7 @@ def island_count(chains_per_target: int, max_islands: int) -> int:
 
 
 def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
-            hook=None, should_stop=None) -> SMCResult:
+            reporter: Reporter | None = None) -> SMCResult:
     """Move prior particles to the Bayes-TrEx posterior along the surrogate-bridged path.
 
     Returns the final particles, one per chain of ``posterior``, with the step sizes and
@@ -177,9 +179,11 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
         step_size = step_size.clamp(1e-3, 2.0)
         position = state.position
         surrogate, likelihood = state.aux[:, 0], state.aux[:, 1]
-        if hook is not None:
-            hook(stages, float(tau.mean()) / 2)
-        if should_stop is not None and should_stop():
+        try:
+            if reporter is not None:
+                reporter.report(None, f"starting chains: tempering stage {stages}, "
+                                      f"{float(tau.mean()) / 2:.0%} of the way to the posterior")
+        except CancelledError:  # asked to stop: the particles as they are
             break
     with torch.no_grad():
         _, _, _, probs = terms(position)

@@ -16,6 +16,7 @@ from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.sampling.targets import DEFAULT_SIGMA, PathKind
+from probe_core.progress import SILENT
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -695,7 +696,7 @@ def test_the_models_page_offers_a_weak_generators_fix_with_its_time_and_the_butt
     from probe_core.models.remedies import longer_training
 
     registry = app_env.registry
-    weak = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1, seed=7), progress=lambda p: None)
+    weak = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1, seed=7), reporter=SILENT)
     remedy = longer_training(weak.id, weak.record)
     fixed = remedy.spec.resolved(load_dataset("digits")).model_id()
     assert not registry.exists(fixed)

@@ -9,6 +9,11 @@ training, a data set, the default specs)::
     .venv/bin/python tests/data/make_default_models.py            # every shipped set
     .venv/bin/python tests/data/make_default_models.py colours    # one
     .venv/bin/python tests/data/make_default_models.py --install WS   # register them in workspace WS
+    .venv/bin/python tests/data/make_default_models.py --fingerprint-only  # the code changed, not what it trains
+
+``--fingerprint-only`` records the recipe's fingerprint again and keeps the weights, after a refactor that changes
+the training code's text but not what it computes (a renamed parameter); retraining would give the same models up
+to the machine's floating-point order, and churn the shipped files for nothing.
 
 ``<set>-defaults/models.json`` records each model's registry record and sha256 and a fingerprint of the
 recipe (model ids, the data sets' arrays, the code of the architectures and the training loop).
@@ -38,6 +43,7 @@ from make_scene_classifier import _code_digest  # noqa: E402
 
 from probe_core.models.registry import ModelSpec  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
+from probe_core.progress import SILENT  # noqa: E402
 
 SEED = 0
 #: The flawed classifier of ``tests/integration/test_colour.py``: 40 % of the reds nearest green labelled green.
@@ -151,7 +157,7 @@ def make(name: str) -> None:
         workspace = Workspace(workspace_folder)
         _reuse_unchanged(workspace, name)
         for spec in shipped_specs(name):
-            model = workspace.registry.get_or_train(spec, progress=lambda p: None)
+            model = workspace.registry.get_or_train(spec, reporter=SILENT)
             target = target_folder / f"{model.id}.pt"
             shutil.copy(model.record["path"], target)
             record = workspace.store.get_model(model.id)
@@ -165,10 +171,22 @@ def make(name: str) -> None:
         json.dumps({"models": models, "recipe": recipe_fingerprint(name)}, indent=1) + "\n")
 
 
+def refingerprint(name: str) -> None:
+    """Record a set's recipe fingerprint again, its models and their sha256 as they are."""
+    record_path = folder(name) / "models.json"
+    recorded = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps({"models": recorded["models"], "recipe": recipe_fingerprint(name)}, indent=1)
+                           + "\n")
+
+
 def main(arguments: list[str]) -> None:
     """``make_default_models.py [SET ...]`` trains and ships the sets; ``--install WORKSPACE [SET ...]`` registers
     the shipped models that still match the code in a workspace (``make bench-quick`` starts from them)."""
     install_into = None
+    if arguments[:1] == ["--fingerprint-only"]:
+        for name in arguments[1:] or SHIPPED_SETS:
+            refingerprint(name)
+        return
     if arguments[:1] == ["--install"]:
         if len(arguments) < 2:
             sys.exit("usage: make_default_models.py --install WORKSPACE [SET ...]")

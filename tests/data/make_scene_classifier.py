@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from probe_core.models import ModelSpec  # noqa: E402
+from probe_core.progress import CallbackReporter  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 
 WEIGHTS = Path(__file__).with_name("scenes-classifier.pt")
@@ -88,8 +89,7 @@ def main() -> None:
         workspace = Workspace(folder)
         model = workspace.registry.get_or_train(
             ModelSpec(dataset="scenes", kind="classifier"),
-            progress=lambda p: print(f"epoch {p.epoch}/{p.epochs} loss {p.loss:.3f} "
-                                     f"{p.metric_name} {p.metric:.3f}", flush=True))
+            CallbackReporter(lambda progress, message, details: print(message, flush=True)))
         shutil.copy(model.record["path"], WEIGHTS)
         print(f"{model.id}: {model.metrics}")
     write_fingerprint()

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from helpers import MISLABELLED
+from helpers import MISLABELLED, recording
 
 from probe_core.catalog import load_dataset
 from probe_core.defuse import identify_step
@@ -168,11 +168,7 @@ def test_identification_streams_failures_and_a_cancelled_run_keeps_them(trained_
     job = identify_step.identify_job(trained_workspace.registry, settings)
     reports = []
 
-    def stop_after_two_batches(progress, message):
-        reports.append(progress)
-        if progress and progress >= 32 / 200:
-            raise CancelledError("stop")
-
+    stop_after_two_batches = recording(reports, lambda report: report.progress and report.progress >= 32 / 200)
     with pytest.raises(CancelledError):
         run_inline(store, queries.IDENTIFY, record(settings), job, stop_after_two_batches)
     run = store.list_runs(kind=queries.IDENTIFY)[0]

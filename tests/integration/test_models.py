@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from helpers import recording
 from probe_core.catalog import load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models import (
@@ -21,10 +22,10 @@ def digits():
 
 def test_tiny_classifier_beats_chance_by_far_and_reports_progress(digits):
     reports = []
-    model, metrics = train_classifier(digits, epochs=3, progress=reports.append)
+    model, metrics = train_classifier(digits, epochs=3, reporter=recording(reports))
     assert metrics["test_accuracy"] > 0.7  # chance is 0.1
     assert [r.epoch for r in reports] == [1, 2, 3]
-    assert reports[-1].metric_name == "test_accuracy" and reports[-1].fraction == 1.0
+    assert reports[-1].metric_name == "test_accuracy" and reports[-1].progress == 1.0
     assert reports[-1].loss < reports[0].loss
 
 
@@ -66,7 +67,7 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
     path = workspace.models_dir / f"{first.id}.pt"
     stamp = path.stat().st_mtime_ns
     calls = []
-    second = workspace.registry.get_or_train(spec, progress=calls.append)
+    second = workspace.registry.get_or_train(spec, recording(calls))
     assert second.id == first.id and calls == [] and path.stat().st_mtime_ns == stamp
     assert isinstance(second.module, ProbabilityModel)
     probs = second.module(torch.rand(3, 1, 8, 8))

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from helpers import recording
 from probe_core.bayestrex import sample
 from probe_core.catalog import load_dataset
 from probe_core.sampling import BayesTrExPosterior
@@ -60,14 +61,11 @@ def test_cancelling_keeps_the_samples_found_so_far(models, trained_workspace):
     classifier, generator, names = models
     store = trained_workspace.store
     run_id = store.create_run("sample", {"target": "high:1"})
-    calls = []
-
-    def stop_after_two_flushes():
-        calls.append(1)
+    def stop_after_two_flushes(report):
         return store.count_samples(run_id) >= 2 * 8 * 10
 
     result = sample(classifier, generator, "high:1", class_names=names, chains=8, warmup=20, samples=500,
-                    store=store, run_id=run_id, should_stop=stop_after_two_flushes)
+                    store=store, run_id=run_id, reporter=recording([], stop_after_two_flushes))
     assert result["cancelled"]
     kept = store.count_samples(run_id)
     assert 2 * 8 * 10 <= kept < 8 * 500
@@ -109,11 +107,13 @@ def test_progress_hook_reports_confidences_and_images(models):
     classifier, generator, names = models
     reports = []
     result = sample(classifier, generator, "path:8->9:3;uniform", class_names=names, chains=4, warmup=20,
-                    samples=20, progress=reports.append)
+                    samples=20, reporter=recording(reports))
     assert [t["spec"] for t in result["targets"]] == ["probs:8=1", "probs:8=0.5,9=0.5", "probs:9=1", "uniform"]
-    assert {r.stage for r in reports} == {"warmup", "sampling"}
-    last = reports[-1]
-    assert last.iteration == last.total == 40
+    chains = [report.chains for report in reports if hasattr(report, "chains")]  # tempered starts report first
+    assert any(report.message.startswith("starting chains") for report in reports[:1])
+    assert {c.stage for c in chains} == {"warmup", "sampling"}
+    last = chains[-1]
+    assert last.iteration == last.total == 40 and reports[-1].progress == 1.0
     assert last.probs.shape == (16, 10) and last.images.shape == (8, 1, 8, 8)
     assert last.acceptance.shape == last.step_size.shape == (16,)
     # Endpoints of a path are high-confidence targets and are reached; failures carry a nearest miss.

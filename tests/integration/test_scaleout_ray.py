@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import MISLABELLED, claim_group
+from helpers import MISLABELLED, claim_group, recording
 
 try:
     import ray
@@ -24,6 +24,7 @@ except ImportError:  # CI installs the dev requirements, which include Ray: ther
 from probe_core.bayestrex import sample
 from probe_core.defuse import review, steps
 from probe_core.defuse.queries import failures_of
+from probe_core.progress import CallbackReporter
 from probe_core.runs.scaleout import LocalShards, RayShards
 
 PAIRS = "ambiguous:0,1;ambiguous:3,5;ambiguous:4,9;ambiguous:7,1"
@@ -67,7 +68,7 @@ def test_ambiguity_targets_are_the_same_on_local_and_ray_and_progress_is_one_bar
                                                                                   one_thread):
     progress = []
     local_run, local = _sample(trained_workspace, LocalShards())
-    ray_run, remote = _sample(trained_workspace, ray_instance, shard_progress=progress.append)
+    ray_run, remote = _sample(trained_workspace, ray_instance, reporter=recording(progress))
     assert remote["executor"] == "ray" and remote["shards"] == 2 and "not_done" not in remote
     for a, b in zip(local["targets"], remote["targets"], strict=True):
         assert a["spec"] == b["spec"] and a["summary"]["hits"] == b["summary"]["hits"]
@@ -79,8 +80,8 @@ def test_ambiguity_targets_are_the_same_on_local_and_ray_and_progress_is_one_bar
         assert key(a) == key(b)
         np.testing.assert_allclose(a["z"], b["z"], atol=1e-4)
     # one fraction over both shards, ending at 1, with each shard's worker process known
-    assert progress and progress[-1].fraction == pytest.approx(1.0) and progress[-1].done == 2
-    assert {p.total for p in progress} == {2} and len(progress[-1].pids) == 2
+    assert progress and progress[-1].progress == pytest.approx(1.0) and progress[-1].shards_done == 2
+    assert {p.shards for p in progress} == {2} and len(progress[-1].pids) == 2
     assert all(pid != os.getpid() for pid in progress[-1].pids.values())
 
 
@@ -117,23 +118,23 @@ def test_defuse_identification_and_sweep_are_the_same_on_local_and_ray(trained_w
 def test_stop_cancels_the_outstanding_shards_and_keeps_what_was_done(trained_workspace, ray_instance):
     started = time.monotonic()
     run_id, result = _sample(trained_workspace, ray_instance, warmup=50_000, samples=10,
-                             should_stop=lambda: time.monotonic() - started > 4)
+                             reporter=CallbackReporter(should_stop=lambda: time.monotonic() - started > 4))
     # stopped, not finished: the run says it was cancelled and the two outstanding shards are reported, not run
     assert result["cancelled"] and len(result["not_done"]) == 2
 
 
-def _kill_first_worker(killed: list):
-    def on_progress(progress) -> None:
-        if not killed and progress.pids:
-            pid = sorted(progress.pids.items())[0][1]
+def _kill_first_worker(killed: list) -> CallbackReporter:
+    def on_report(progress, message, shards) -> None:
+        if not killed and shards["pids"]:
+            pid = sorted(shards["pids"].items())[0][1]
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
-    return on_progress
+    return CallbackReporter(on_report)
 
 
 def test_a_killed_worker_is_retried_and_the_run_completes(trained_workspace, ray_instance):
     killed = []
-    run_id, result = _sample(trained_workspace, ray_instance, warmup=40, shard_progress=_kill_first_worker(killed))
+    run_id, result = _sample(trained_workspace, ray_instance, warmup=40, reporter=_kill_first_worker(killed))
     assert killed and "not_done" not in result
     assert len(result["targets"]) == 4 and trained_workspace.store.count_samples(run_id) == 4 * 4 * 10
 
@@ -141,7 +142,7 @@ def test_a_killed_worker_is_retried_and_the_run_completes(trained_workspace, ray
 def test_a_shard_lost_for_good_is_reported_and_the_rest_is_stored(trained_workspace, ray_instance):
     killed = []
     run_id, result = _sample(trained_workspace, RayShards(retries=0), warmup=40,
-                             shard_progress=_kill_first_worker(killed))
+                             reporter=_kill_first_worker(killed))
     assert killed and len(result["not_done"]) == 1
     lost = result["not_done"][0]
     assert lost["covers"] in ("targets 1-2 of 4", "targets 3-4 of 4") and lost["error"]

@@ -4,6 +4,7 @@ from helpers import write_tiny_plugin
 
 from probe_core.bayestrex.jobs import sampling_job
 from probe_core.cli import main
+from probe_core.progress import CallbackReporter
 from probe_core.runs.lifecycle import run_inline
 from probe_core.runs.requests import SampleRequest
 
@@ -25,7 +26,7 @@ def test_a_job_that_trains_a_missing_default_reports_it_in_its_run(workspace, tm
                                                          class_names=tuple("0123456789"), generator=plugin, chains=2,
                                                          warmup=2, samples=2))
     run_id, _ = run_inline(workspace.store, "sample", {"target": "high:3"}, job,
-                           listener=lambda progress, message: messages.append(message))
+                           listener=CallbackReporter(lambda progress, message, details: messages.append(message)))
     trained = [m for m in messages if m and m.startswith("training digits-classifier-s")]
     assert trained and "not in the workspace yet" in trained[0] and any("epoch" in m for m in trained), messages
     assert workspace.store.get_run(run_id).status == "done"

@@ -19,6 +19,7 @@ from PIL import Image
 from probe_core.catalog import load_dataset
 from probe_core.data.classes import ClassMismatchError, with_class_map
 from probe_core.models.checks import check_classifier, check_generator
+from probe_core.progress import SILENT
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 PROBE = [sys.executable, "-m", "probe_core.cli"]
@@ -153,7 +154,7 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     classifier = registry.resolve("default", "classifier", "digits")
     default = check_generator(registry.resolve("default", "generator", "digits"), classifier, data)
     assert default.verdict == "ok", default.figures
-    weak_vae = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), progress=lambda p: None)
+    weak_vae = registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), reporter=SILENT)
     weak = check_generator(weak_vae, classifier, data)
     assert weak.verdict == "weak" and weak.failed and "weak" in weak.warning
     assert weak.samples.shape == (16, 1, 8, 8)
@@ -307,6 +308,6 @@ def test_sampling_with_a_plugin_classifier_trains_no_zoo_classifier(tmp_path, wo
                   "--chains", "2", "--warmup", "2", "--samples", "2", cwd=tmp_path, workspace=workspace.root)
     assert done.returncode == 0, done.stderr[-2000:]
     # a generator the run needs is trained without the data set's classifier (its FD-clf waits for one)
-    vae = workspace.registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), progress=lambda p: None)
+    vae = workspace.registry.get_or_train(ModelSpec(dataset="digits", kind="vae", epochs=1), reporter=SILENT)
     assert "fd_classifier_features" not in vae.metrics
     assert not [m for m in workspace.registry.list() if m["kind"] == "classifier"]

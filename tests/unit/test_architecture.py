@@ -207,8 +207,10 @@ def test_the_late_import_finder_finds_a_planted_one():
 
 
 def test_the_top_level_holds_packages_and_a_handful_of_modules():
-    """The folder listing reads as the architecture page does: concerns are packages (runs/, models/, ...)."""
-    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py", "pyfixes.py"]
+    """The folder listing reads as the architecture page does: concerns are packages (runs/, models/, ...); the
+    loose modules are what every layer shares: the error types, the progress protocol, the library fixes."""
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py", "progress.py",
+                                                                   "pyfixes.py"]
 
 
 # The layers of probe_core, lowest first: a module imports only from its own layer and those below (the longest
@@ -217,7 +219,7 @@ def test_the_top_level_holds_packages_and_a_handful_of_modules():
 # stored run's kind is found through the package's entry points (probe_core.runs.lifecycle.kind_named).
 # Training, whose models sit below the runs layer, is the one run kind declared in it (runs/training.py).
 LAYERS = (
-    ("probe_core.errors", "probe_core.pyfixes", "probe_core.store", "probe_core.team"),
+    ("probe_core.errors", "probe_core.progress", "probe_core.pyfixes", "probe_core.store", "probe_core.team"),
     ("probe_core.mcmc",),
     ("probe_core.data",),
     ("probe_core.sampling",),
@@ -256,7 +258,37 @@ def test_the_layer_check_finds_a_planted_upward_import():
 
 def test_the_generic_mcmc_package_knows_nothing_of_bayes_trex():
     """Kernels, adaptation and the run loop sample any batched log density: they import nothing of the product
-    but its error type, so a new sampler or density is written against them alone."""
+    but its error type and the progress protocol, so a new sampler or density is written against them alone."""
     outside = {target for module, targets in _graph().items() if module.startswith("probe_core.mcmc")
                for target in targets if not target.startswith("probe_core.mcmc")}
-    assert outside == {"probe_core.errors"}, outside
+    assert outside == {"probe_core.errors", "probe_core.progress"}, outside
+
+
+# What long work took before it took a Reporter (probe_core.progress): a callback of progress values, a stop
+# predicate, a hook. No function takes one any more, so a contributor adding a long step finds one way.
+OTHER_PROGRESS_PARAMETERS = {"progress_callback", "hook", "should_stop", "on_progress", "shard_progress",
+                             "on_epoch", "on_fraction", "stop"}
+
+
+def _other_progress_protocols(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            found += [(node.lineno, f"{node.name}({a.arg}=...)") for a in arguments
+                      if a.arg in OTHER_PROGRESS_PARAMETERS]
+        elif isinstance(node, ast.ClassDef) and node.name.endswith("Progress"):
+            found.append((node.lineno, f"class {node.name}"))
+    return found
+
+
+def test_long_work_reports_and_stops_through_one_protocol():
+    offenders = [f"{path.relative_to(ROOT)}:{line} {what}" for path in sorted(PACKAGE.rglob("*.py"))
+                 for line, what in _other_progress_protocols(ast.parse(path.read_text()))]
+    assert not offenders, "progress or stop outside probe_core.progress.Reporter:\n" + "\n".join(offenders)
+
+
+def test_the_protocol_finder_finds_planted_ones():
+    tree = ast.parse("def run(x, hook=None):\n    pass\nclass TrainingProgress:\n    pass\n"
+                     "def fine(reporter=None):\n    pass\n")
+    assert _other_progress_protocols(tree) == [(1, "run(hook=...)"), (3, "class TrainingProgress")]

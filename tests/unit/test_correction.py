@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import recording
+
 from probe_core.defuse import correction
 from probe_core.defuse.correction import LabelledImages
 from probe_core.errors import CancelledError, ProbeError
@@ -115,10 +117,10 @@ def test_finetuning_adds_lambda_times_the_failure_loss(problem):
 
 
 def test_one_lambda_keeps_the_first_best_epoch_with_its_own_weights(problem):
-    scores = []
-    three = one_lambda(problem, 1e-10, on_epoch=lambda epoch, score: scores.append((epoch, score)))
+    reports = []
+    three = one_lambda(problem, 1e-10, reporter=recording(reports))
     # the data are separable with a wide margin: every epoch scores 1.0, and the first of equal scores is kept
-    assert scores == [(1, 1.0), (2, 1.0), (3, 1.0)]
+    assert [(r.epoch, r.score) for r in reports] == [(1, 1.0), (2, 1.0), (3, 1.0)]
     assert (three["lambda"], three["epoch"], three["score"], three["validation_accuracy"]) == (1e-10, 1, 1.0, 1.0)
     first = one_lambda(problem, 1e-10, epochs=1)
     assert all(torch.equal(three["state"][key], first["state"][key]) for key in first["state"])
@@ -170,17 +172,17 @@ def test_the_sweep_selects_the_best_lambda_reports_progress_and_runs_the_same_in
     classifier = linear_classifier()
     model, selected, sweep = correction.finetune_sweep(
         classifier, *splits, lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
-        selection="data-and-failures", progress=reports.append)
+        selection="data-and-failures", reporter=recording(reports))
     assert [entry["lambda"] for entry in sweep] == [1e-10, 10.0] and all("state" not in entry for entry in sweep)
     assert selected["lambda"] == 10.0 and selected["score"] == max(entry["score"] for entry in sweep)
     assert not model.training
     assert correction.evaluate(model, problem["test"], problem["failure_test"])["failure_accuracy"] == \
         sweep[1]["failure_accuracy"]
     assert torch.equal(classifier.net[1].weight, linear_classifier().net[1].weight)  # not modified
-    assert [(r.phase, r.lambda_index, r.lambda_count, r.lam, r.epoch, r.epochs) for r in reports] == [
+    assert [(r.phase, r.lambda_index, r.lambda_count, vars(r)["lambda"], r.epoch, r.epochs) for r in reports] == [
         ("defuse", 0, 2, 1e-10, 1, 2), ("defuse", 0, 2, 1e-10, 2, 2), ("defuse", 1, 2, 10.0, 1, 2),
         ("defuse", 1, 2, 10.0, 2, 2)]
-    assert [r.fraction for r in reports] == [0.25, 0.5, 0.75, 1.0]
+    assert [r.progress for r in reports] == [0.25, 0.5, 0.75, 1.0]
     _, sharded_selected, sharded = correction.finetune_sweep(
         classifier, *splits, lambdas=(1e-10, 10.0), epochs=2, batch_size=32, learning_rate=0.05,
         selection="data-and-failures", executor=LocalShards())
@@ -197,7 +199,7 @@ class LosingShards(LocalShards):
     def __init__(self, lost=(), stopped=False):
         self.lost, self.stopped = set(lost), stopped
 
-    def map(self, tasks, on_result, on_progress=None, should_stop=None):
+    def map(self, tasks, on_result, reporter=None):
         outcome = ShardOutcome(cancelled=self.stopped)
         for index, task in enumerate(tasks):
             if self.stopped:
@@ -215,9 +217,9 @@ def test_sharded_progress_counts_lambdas_and_epochs_and_lost_shards_are_named(pr
     settings = {"lambdas": (1e-10, 10.0), "epochs": 2, "batch_size": 32, "learning_rate": 0.05}
     reports = []
     correction.finetune_sweep(linear_classifier(), *splits, **settings, phase="baseline", executor=LocalShards(),
-                              progress=reports.append)
+                              reporter=recording(reports))
     # one report per epoch of each λ and one as each shard ends, the λ's index as the shards done so far
-    assert [(r.phase, r.lambda_index, r.lambda_count, r.lam, r.epoch, r.epochs) for r in reports] == [
+    assert [(r.phase, r.lambda_index, r.lambda_count, vars(r)["lambda"], r.epoch, r.epochs) for r in reports] == [
         ("baseline", 0, 2, 1e-10, 1.0, 2), ("baseline", 0, 2, 1e-10, 2.0, 2), ("baseline", 0, 2, 1e-10, 2.0, 2),
         ("baseline", 1, 2, 10.0, 1.0, 2), ("baseline", 1, 2, 10.0, 2.0, 2), ("baseline", 1, 2, 10.0, 2.0, 2)]
     assert all(math.isnan(r.score) for r in reports)

@@ -1,16 +1,17 @@
 """The one sampling driver: any kernel through its warm-up adapter, streaming, cancellation, seeds."""
 
+import pytest
 import torch
-from helpers import TinyDecoder
+from helpers import TinyDecoder, recording
 from torch import nn
 
-from probe_core.errors import CancelledError
 from probe_core.mcmc.driver import (
     DEFAULT_INTEGRATION_STEPS,
     JUMPING_INTEGRATION_STEPS,
     HMCWindowAdapter,
     RWMScaleAdapter,
 )
+from probe_core.progress import CallbackReporter
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
 from probe_core.sampling.targets import TargetBatch, parse_targets
 
@@ -32,40 +33,35 @@ def test_both_kernels_run_through_the_driver_and_are_reproducible_for_a_seed():
         assert first.gradient_evaluations >= 30 and not first.cancelled
 
 
-def test_the_sink_gets_every_kept_sample_and_the_hook_every_report():
+def test_the_sink_gets_every_kept_sample_and_the_reporter_every_report():
     kept, reports = [], []
     config = SamplerConfig(num_warmup=10, num_samples=25, init="prior", report_every=10, max_integration_steps=2)
-    result = run_hmc(_posterior(), config, hook=reports.append,
+    result = run_hmc(_posterior(), config, reporter=recording(reports),
                      sink=lambda first, z, probs: kept.append((first, z.shape[1])))
     assert sum(count for _, count in kept) == result.positions.shape[1] == 25
     assert [first for first, _ in kept] == [0, 10, 20]  # flushed in order, each from where the last ended
-    assert [r.iteration for r in reports] == [10, 20, 30, 35] and reports[0].stage == "warmup"
+    assert [r.chains.iteration for r in reports] == [10, 20, 30, 35] and reports[0].chains.stage == "warmup"
+    assert [r.progress for r in reports] == pytest.approx([10 / 35, 20 / 35, 30 / 35, 1.0])
 
 
 def test_stopping_keeps_what_was_sampled():
     calls = {"n": 0}
 
-    def stop_after_three_reports():
+    def stop_after_three_reports():  # a run asked to stop: its reporter's report raises from then on
         calls["n"] += 1
         return calls["n"] >= 3
 
     config = SamplerConfig(num_warmup=5, num_samples=200, init="prior", report_every=5)
-    result = run_rwm(_posterior(), config, should_stop=stop_after_three_reports)
+    result = run_rwm(_posterior(), config, reporter=CallbackReporter(should_stop=stop_after_three_reports))
     assert result.cancelled and result.positions.shape[1] == 10
 
 
-def test_a_hook_that_raises_a_stop_ends_the_chains_with_what_was_sampled():
-    # a hook may pass progress straight on to a Reporter, whose report raises CancelledError after a stop
+def test_a_report_that_raises_a_stop_ends_the_chains_with_what_was_sampled():
     reports = []
-
-    def reporter_stopped_after_three_reports(progress):
-        reports.append(progress.iteration)
-        if len(reports) >= 3:
-            raise CancelledError("stopped")
-
     config = SamplerConfig(num_warmup=5, num_samples=200, init="prior", report_every=5)
-    result = run_rwm(_posterior(), config, hook=reporter_stopped_after_three_reports)
-    assert result.cancelled and result.positions.shape[1] == 10 and reports == [5, 10, 15]
+    result = run_rwm(_posterior(), config, reporter=recording(reports, lambda report: len(reports) >= 3))
+    assert result.cancelled and result.positions.shape[1] == 10
+    assert [r.chains.iteration for r in reports] == [5, 10, 15]
 
 
 def test_adapters_tune_only_what_they_own():

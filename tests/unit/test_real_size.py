@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import recording
 from probe_core.data import ImageDataset
 from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
 from probe_core.errors import ProbeError
@@ -192,10 +193,10 @@ def test_the_real_size_vae_is_trained_with_a_perceptual_term_in_a_frozen_network
     assert model.decode(torch.zeros(2, 4)).shape == (2, 3, 32, 32) and np.isfinite(metrics["test_elbo"])
     # a trained feature network's epochs come first, on the same bar: one progress from 0 to 1
     reports = []
-    train_vae(dataset, latent_dim=4, epochs=3, perceptual="trained", progress=reports.append)
+    train_vae(dataset, latent_dim=4, epochs=3, perceptual="trained", reporter=recording(reports))
     assert [(r.kind, r.epoch, r.epochs) for r in reports] == [("vae", e, 4) for e in range(1, 5)]
     reports = []
-    train_vae(dataset, latent_dim=4, epochs=1, perceptual="trained", feature_epochs=2, progress=reports.append)
+    train_vae(dataset, latent_dim=4, epochs=1, perceptual="trained", feature_epochs=2, reporter=recording(reports))
     assert [(r.epoch, r.epochs) for r in reports] == [(1, 3), (2, 3), (3, 3)]
     assert reports[0].metric_name != reports[-1].metric_name == "train_elbo"
     with pytest.raises(ProbeError, match="perceptual"):

@@ -4,7 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from probe_core.errors import CancelledError, ProbeError
+from helpers import recording
+from probe_core.errors import ProbeError
+from probe_core.progress import CallbackReporter
 from probe_core.runs.launchers import WORKER_THREADS_ENV, worker_threads
 from probe_core.runs.scaleout import (
     LocalShards,
@@ -51,11 +53,11 @@ def test_executor_settings_parse():
 def test_local_shards_run_in_order_report_progress_and_stop_between_shards():
     seen, progress = [], []
     tasks = [ShardTask("helpers:echo_shard", {"value": n}, description=f"value {n}") for n in (4, 6, 8)]
-    outcome = LocalShards().map(tasks, lambda i, v: seen.append((i, v)), progress.append)
+    outcome = LocalShards().map(tasks, lambda i, v: seen.append((i, v)), recording(progress))
     assert seen == [(0, 4), (1, 6), (2, 8)] and outcome.done == [0, 1, 2] and not outcome.cancelled
-    fractions = [p.fraction for p in progress]
+    fractions = [p.progress for p in progress]
     assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
-    stopped = LocalShards().map(tasks, lambda i, v: None, None, should_stop=lambda: True)
+    stopped = LocalShards().map(tasks, lambda i, v: None, CallbackReporter(should_stop=lambda: True))
     assert stopped.cancelled and stopped.done == []
     assert [e["covers"] for e in stopped.not_done(tasks)] == ["value 4", "value 6", "value 8"]
 
@@ -64,11 +66,8 @@ def test_a_stop_raised_by_the_progress_listener_or_a_shard_ends_the_map_keeping_
     tasks = [ShardTask("helpers:echo_shard", {"value": n}) for n in (4, 6, 8)]
     seen = []
 
-    def listener_stopped_after_the_first_shard(progress):
-        if progress.fraction > 0.3:  # shard 0 ended (1/3 of the run)
-            raise CancelledError("stopped")
-
-    outcome = LocalShards().map(tasks, lambda i, v: seen.append(v), listener_stopped_after_the_first_shard)
+    stopped_after_the_first_shard = recording([], lambda report: report.progress > 0.3)  # shard 0 ended (1/3)
+    outcome = LocalShards().map(tasks, lambda i, v: seen.append(v), stopped_after_the_first_shard)
     assert outcome.cancelled and seen == [4] and outcome.done == [0]  # shard 0 kept; 1 and 2 never ran
     stopping = [ShardTask("helpers:stopped_shard"), *tasks]
     seen.clear()
