@@ -36,6 +36,27 @@ from probe_core.models.training import (
 from probe_core.progress import Reporter
 
 
+# A spatial code's maps: the encoder halves the image until a side is this.
+SPATIAL_CODE_SIDE = 8
+
+
+def halvings(height: int, width: int, smallest: int) -> tuple[int, int, int]:
+    """How :class:`ConvAutoencoder`'s stride-2 convolutions shrink an image: ``(levels, height, width)`` after
+    halving both sides while both are even and above ``smallest``."""
+    levels = 0
+    while height > smallest and width > smallest and height % 2 == 0 and width % 2 == 0:
+        levels, height, width = levels + 1, height // 2, width // 2
+    return levels, height, width
+
+
+def spatial_code_fits(image_shape: tuple[int, int, int], latent_dim: int) -> bool:
+    """Whether a spatial code of ``latent_dim`` fits images of (C, H, W): they halve down to maps of
+    :data:`SPATIAL_CODE_SIDE` and the code is whole channels of them (at 32x32 and 64x64, not at 48x48, which
+    halves to 6x6)."""
+    _, height, width = halvings(image_shape[1], image_shape[2], SPATIAL_CODE_SIDE)
+    return min(height, width) == SPATIAL_CODE_SIDE and latent_dim % (height * width) == 0
+
+
 class ConvAutoencoder(nn.Module):
     """A deterministic convolutional autoencoder, the Defuse authors' German-signs generator's design.
 
@@ -67,10 +88,7 @@ class ConvAutoencoder(nn.Module):
         self.image_shape = (channels, height, width_px)
         self.latent_dim = int(latent_dim)
         self.code_log_variance = float(code_log_variance)
-        down, side_h, side_w = 0, height, width_px
-        smallest = 8 if spatial else 4
-        while side_h > smallest and side_w > smallest and side_h % 2 == 0 and side_w % 2 == 0:
-            down, side_h, side_w = down + 1, side_h // 2, side_w // 2
+        down, side_h, side_w = halvings(height, width_px, SPATIAL_CODE_SIDE if spatial else 4)
         self._base = (width, side_h, side_w)
         # the outermost level (the largest feature maps) gets half the channels where there are three levels or
         # more: at 64x64 it held most of the arithmetic

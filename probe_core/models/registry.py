@@ -46,7 +46,7 @@ from probe_core.models.architectures import (
     ProbabilityModel,
     default_vae_architecture,
 )
-from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES, train_autoencoder
+from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES, spatial_code_fits, train_autoencoder
 from probe_core.models.density import has_codes_enough
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
@@ -127,7 +127,7 @@ REAL_SIZE_STEPS = {"classifier": 3000, "vae": 7500, "gan": 1500, "rae": 3000}
 # left reconstructions that kept the class of 0.20x as many held-out images as the images, 4,900 with the feature
 # network's 2,500 steps 0.40x (0.63x with the pixel weight of training.perceptual_pixel_weight).
 REAL_SIZE_MIN_VAE_STEPS = 4900
-# The regularized autoencoder's steps fall the same way, to at least this many; with its spatial code (64x64 and up),
+# The regularized autoencoder's steps fall the same way, to at least this many; with its spatial code (above 32x32),
 # to at least REAL_SIZE_SPATIAL_MIN_STEPS. On the 64x64 sign-like stand-in, 2,000 steps left it weak (FD-clf 51x the
 # data's own, limit 50x); 4,000 made it 'ok' at 40.0x, its reconstructions keeping the class of 0.91x as many held-out
 # images as the images, in 935 s (benchmarks/real_size.py --sizes 64; docs/real-size.md).
@@ -139,22 +139,25 @@ REAL_SIZE_FEATURE_STEPS = 2500
 REAL_SIZE_EPOCHS = (8, 200)
 REAL_SIZE_PERCEPTUAL = "trained"
 REAL_SIZE_VAE_LATENT = 32
-# The regularized autoencoder keeps a spatial code at 64x64 and up (SpatialDensityAutoencoder: 8 channels of 8x8). On
+# The regularized autoencoder keeps a spatial code from 32x32 up (SpatialDensityAutoencoder: 8 channels of 8x8). On
 # the 64x64 sign-like stand-in, with the same steps, the flat code of REAL_SIZE_VAE_LATENT kept the class of 0.38x
 # as many held-out images as the images (0/16 high:C chains hit); the spatial code 0.89x, and 10/16 chains hit
-# (docs/real-size.md, benchmarks/generators.py --size 64 --recipes rae). Its density needs twice as many training
-# images as code dimensions: smaller sets keep the flat code.
-REAL_SIZE_SPATIAL_SIDE = 64
+# (docs/real-size.md, benchmarks/generators.py --size 64 --recipes rae). On the 32x32 SVHN-like stand-in, in one
+# run beside the VAE (benchmarks/generators.py --size 32 --recipes rae-spatial,vae), it kept the class of 0.96x
+# (the VAE 0.76x, weak) and trained in 434 s (the VAE 663 s). Its density needs twice as many training images as
+# code dimensions: smaller sets keep the VAE.
+REAL_SIZE_SPATIAL_SIDE = 32
 REAL_SIZE_SPATIAL_LATENT = 512
 # Generators of images with a side above this train on the data resized to it (the Defuse authors' 64x64
 # generator of 128x128 signs) and are seen through a differentiable resize (probe_core.models.resized): a
 # generator's training cost grows with its pixels, a classifier's far less.
 REAL_SIZE_GENERATOR_SIDE = 64
-# The generator trained by default at real size: the VAE at 32x32; from 64x64 up, where the spatial code applies, the
-# regularized autoencoder with its fitted density. On the 64x64 sign-like stand-in the VAE's high:C reached 0 of
-# 16 chains and its reconstructions kept the class of 0.64x as many held-out images as the images; the spatial
-# autoencoder's reached 16 of 16, an independent judge agreeing with 63 % of the hits from class starts, and kept
-# 0.91x (docs/real-size.md, benchmarks/real_size.py --sizes 64). The GAN's check is 'weak' at real size (its samples
+# The generator trained by default at real size: where the spatial code applies (32x32 and up, with images enough
+# for its density), the regularized autoencoder with its fitted density; otherwise the VAE. On the 64x64 sign-like
+# stand-in the VAE's high:C reached 0 of 16 chains and its reconstructions kept the class of 0.64x as many held-out
+# images as the images; the spatial autoencoder's reached 16 of 16, an independent judge agreeing with 63 % of the
+# hits from class starts, and kept 0.91x (docs/real-size.md, benchmarks/real_size.py --sizes 64). On the 32x32
+# SVHN-like stand-in the VAE was weak beside it (above). The GAN's check is 'weak' at real size (its samples
 # are not like the data: benchmarks/real_size.py) and it took a fifth of the defaults' training time;
 # ``probe models train --kind gan`` still trains one.
 REAL_SIZE_ZOO_GENERATORS = ("vae",)
@@ -174,7 +177,7 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
     augmented batches, as the classifier does: trained longer without them on 8,000 SVHN-like images, its
     reconstructions kept the class of far more training images than held-out ones (it learnt the images, not
     the digits; ``benchmarks/real_size.py`` prints both). The regularized autoencoder (``rae``) trains as the VAE
-    does, with a spatial code at 64x64 and up where there are images enough for its density
+    does, with a spatial code at 32x32 and up where there are images enough for its density
     (:data:`REAL_SIZE_SPATIAL_LATENT`). The GAN keeps the papers' latent sizes. Epochs are chosen for
     :data:`REAL_SIZE_STEPS` optimisation steps (the VAE's scaled down by the image's pixels beyond 32x32, to at
     least :data:`REAL_SIZE_MIN_VAE_STEPS`; its feature network's for :data:`REAL_SIZE_FEATURE_STEPS`), within
@@ -195,10 +198,11 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
         resized = {"image_size": REAL_SIZE_GENERATOR_SIDE}
         image_shape = generator_image_shape(image_shape)
     spatial = kind == "rae" and has_spatial_code(image_shape, train_images)
-    if kind in ("vae", "rae"):
+    pixels = image_shape[1] * image_shape[2]
+    if kind in ("vae", "rae") and pixels > REAL_SIZE ** 2:  # at 32x32 the recipe's steps stand
         fewest = (REAL_SIZE_MIN_VAE_STEPS if kind == "vae" else
                   REAL_SIZE_SPATIAL_MIN_STEPS if spatial else REAL_SIZE_MIN_RAE_STEPS)
-        steps = max(fewest, round(steps * REAL_SIZE ** 2 / (image_shape[1] * image_shape[2])))
+        steps = max(fewest, round(steps * REAL_SIZE ** 2 / pixels))
     low, high = REAL_SIZE_EPOCHS
     epochs = min(high, max(low, math.ceil(steps / steps_per_epoch)))
     if kind == "classifier":
@@ -230,9 +234,11 @@ def generator_image_shape(image_shape: tuple[int, int, int]) -> tuple[int, int, 
 
 def has_spatial_code(generator_shape: tuple[int, int, int], train_images: int) -> bool:
     """Whether the regularized autoencoder keeps a spatial code for a generator of ``generator_shape`` (C, H, W):
-    a side of :data:`REAL_SIZE_SPATIAL_SIDE` and up, and codes enough (one per training image) for the density
-    fitted on them (:func:`~probe_core.models.density.has_codes_enough`)."""
+    a side of :data:`REAL_SIZE_SPATIAL_SIDE` and up that halves to the code's maps
+    (:func:`~probe_core.models.autoencoder.spatial_code_fits`), and codes enough (one per training image) for the
+    density fitted on them (:func:`~probe_core.models.density.has_codes_enough`)."""
     return (min(generator_shape[1:]) >= REAL_SIZE_SPATIAL_SIDE
+            and spatial_code_fits(generator_shape, REAL_SIZE_SPATIAL_LATENT)
             and has_codes_enough(train_images, REAL_SIZE_SPATIAL_LATENT))
 
 

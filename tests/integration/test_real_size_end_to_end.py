@@ -91,8 +91,8 @@ def test_the_recipe_and_the_identification_budget_are_said_when_training_and_ide
 
 
 def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_size(colour_npz, tmp_path):
-    """At 32x32 and up the weak GAN is left out of the defaults and the VAE trained; from 64x64 up, with codes
-    enough for its density, the spatial autoencoder instead; smaller user data keeps the VAE and the GAN."""
+    """At 32x32 and up the weak GAN is left out of the defaults: with codes enough for its density the spatial
+    autoencoder is trained, with fewer images the VAE; smaller user data keeps the VAE and the GAN."""
     from probe_core.catalog import canonical_dataset_name
     from probe_core.models.registry import (
         REAL_SIZE_SPATIAL_LATENT,
@@ -107,10 +107,12 @@ def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_siz
     assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]
     assert default_generator_kind(reference) == "vae"
     enough = MIN_CODES_PER_DIMENSION * REAL_SIZE_SPATIAL_LATENT
-    for count, kinds in ((enough, SPATIAL_SIZE_ZOO_GENERATORS), (enough - 1, REAL_SIZE_ZOO_GENERATORS)):
-        images = np.zeros((count, 64, 64, 3), dtype=np.uint8)  # only the shape and count are read
+    for side, count, kinds in ((64, enough, SPATIAL_SIZE_ZOO_GENERATORS), (64, enough - 1, REAL_SIZE_ZOO_GENERATORS),
+                               (32, enough, SPATIAL_SIZE_ZOO_GENERATORS)):
+        images = np.zeros((count, side, side, 3), dtype=np.uint8)  # only the shape and count are read
         split = (images, np.arange(count) % 10)
-        sized = canonical_dataset_name(str(write_npz(tmp_path / f"signs-{count}.npz", split, split, SVHN_CLASSES)))
+        sized = canonical_dataset_name(str(write_npz(tmp_path / f"signs-{side}-{count}.npz", split, split,
+                                                     SVHN_CLASSES)))
         assert [spec.kind for spec in ModelRegistry.default_specs(sized)] == ["classifier", *kinds]
         assert default_generator_kind(sized) == kinds[0]
     assert SPATIAL_SIZE_ZOO_GENERATORS == ("rae",)
