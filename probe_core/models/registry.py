@@ -52,7 +52,6 @@ from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
 from probe_core.models.resized import seen_at
-from probe_core.progress import Reporter
 from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
     feature_frechet_distance,
@@ -61,6 +60,7 @@ from probe_core.models.training import (
     train_gan,
     train_vae,
 )
+from probe_core.progress import Reporter
 from probe_core.sampling.protocols import ClassConditionalPrior, GeneratorCapabilities, generator_capabilities
 from probe_core.store import Store
 from probe_core.team.accounts import Actor, Permission, refuse_unlisted, require

@@ -14,9 +14,9 @@ from probe_core.defuse import identify_step, queries, review, steps
 from probe_core.defuse.cluster import REVIEW_TAU
 from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
+from probe_core.progress import SILENT
 from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.sampling.targets import DEFAULT_SIGMA, PathKind
-from probe_core.progress import SILENT
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
