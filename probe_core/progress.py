@@ -34,7 +34,7 @@ class Reporter(Protocol):
         """Whether the run was asked to stop."""
 
 
-ReportCallback = Callable[[float | None, "str | None", "dict | None"], None]
+ReportCallback = Callable[[float | None, str | None, dict | None], None]
 
 
 def _never() -> bool:
@@ -64,28 +64,44 @@ class CallbackReporter:
         return bool(self.should_stop())
 
 
-@dataclass
-class _Stage:
-    """``reporter`` seeing fractions of one stage as ``start + fraction * (end - start)``."""
+# One report's arguments: ``(progress, message, details, force)``.
+Report = tuple[float | None, str | None, dict | None, bool]
+Rewrite = Callable[[float | None, str | None, dict | None, bool], "Report | None"]
 
+
+@dataclass
+class _Rewritten:
     reporter: Reporter
-    start: float
-    end: float
+    rewrite: Rewrite
 
     def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
                force: bool = False) -> None:
-        if progress is not None:
-            progress = self.start + min(max(float(progress), 0.0), 1.0) * (self.end - self.start)
-        self.reporter.report(progress, message, details, force=force)
+        rewritten_report = self.rewrite(progress, message, details, force)
+        if rewritten_report is not None:
+            self.reporter.report(*rewritten_report)
 
     def stop_requested(self) -> bool:
         return self.reporter.stop_requested()
 
 
+def rewritten(reporter: Reporter | None, rewrite: Rewrite) -> Reporter | None:
+    """``reporter`` seeing each report as ``rewrite(progress, message, details, force)`` makes it (a
+    :data:`Report`; None: the report is dropped), and asking ``reporter`` whether to stop. A part of a longer step
+    reports through it in the whole step's terms (:func:`stage`, a generator's epochs after its feature network's,
+    one λ of a sweep, one side of a comparison, a model trained inside a run). None stays None."""
+    return None if reporter is None else _Rewritten(reporter, rewrite)
+
+
 def stage(reporter: Reporter | None, start: float, end: float) -> Reporter | None:
     """``reporter`` for one stage of a longer step, which covers ``[start, end]`` of its progress (a VAE's feature
-    network, then the VAE; Defuse's correction, then its baseline). None stays None."""
-    return None if reporter is None else _Stage(reporter, float(start), float(end))
+    network, then the VAE; Defuse's correction, then its baseline): fraction ``f`` reports as
+    ``start + f * (end - start)``. None stays None."""
+    def scaled(progress, message, details, force):
+        if progress is not None:
+            progress = start + min(max(float(progress), 0.0), 1.0) * (end - start)
+        return progress, message, details, force
+
+    return rewritten(reporter, scaled)
 
 
 def stop_requested(reporter: Reporter | None) -> bool:

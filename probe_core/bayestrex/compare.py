@@ -13,7 +13,7 @@ from probe_core.bayestrex.results import COMPARE, ComparisonResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
-from probe_core.progress import Reporter
+from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import BuiltFromSettings, SamplerSettings, refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
@@ -107,7 +107,7 @@ def compare_job(registry, request: CompareRequest, device: str = "cpu"):
         for side, clf in enumerate(sides):
             result = sample(clf.module, gen.module, spec, class_names=names, settings=request.sampler_settings(),
                             store=context.store, run_id=context.run_id, target_index_offset=side * len(names),
-                            reporter=SideOfComparison(context, side))
+                            reporter=side_of_comparison(context, side))
             summaries.append({"classifier": clf.id, "hit_rates": [t["hit_rate"] for t in result["targets"]]})
         return ComparisonResult(summaries, list(names), [s.id for s in sides], gen.id, checks[0][1].weak,
                                 check_record(*checks[0]))
@@ -115,18 +115,9 @@ def compare_job(registry, request: CompareRequest, device: str = "cpu"):
     return run
 
 
-@dataclass
-class SideOfComparison:
-    """A :class:`~probe_core.progress.Reporter` for one classifier's half of a comparison run: its fraction is
-    the first or second half of the run's, its line names the side."""
-
-    context: Reporter
-    side: int
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        self.context.report(None if progress is None else (self.side + progress) / 2,
-                            f"classifier {'AB'[self.side]}: {message}" if message else None, force=force)
-
-    def stop_requested(self) -> bool:
-        return self.context.stop_requested()
+def side_of_comparison(context: Reporter, side: int) -> Reporter:
+    """``context`` for one classifier's half of a comparison run: its fraction is the first or second half of
+    the run's, its line names the side."""
+    return rewritten(context, lambda progress, message, details, force: (
+        None if progress is None else (side + progress) / 2,
+        f"classifier {'AB'[side]}: {message}" if message else None, None, force))

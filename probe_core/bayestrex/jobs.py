@@ -8,7 +8,7 @@ from __future__ import annotations
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
 from probe_core.bayestrex.results import SamplingResult
 from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
-from probe_core.progress import CallbackReporter
+from probe_core.progress import rewritten
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
 from probe_core.runs.requests import SampleRequest
 
@@ -94,18 +94,17 @@ def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
         chains = 1 if request.sampler == "nuts" else request.chains
         trace = LiveTrace(prepared.request.targets, chains)
 
-        def on_report(fraction, message, details) -> None:
+        def with_live_trace(fraction, message, details, force):
             if details and "chains" in details:
                 trace.update(details["chains"])
-                context.report(fraction, message, trace.details())
-            elif details and "shards_done" in details:  # a sharded run: one bar over all shards, no per-chain trace
-                context.report(fraction, f"sampling: {details['shards_done']}/{details['shards']} shards done",
-                               {"shards_done": details["shards_done"], "shards": details["shards"]})
-            else:
-                context.report(fraction, message)
+                return fraction, message, trace.details(), force
+            if details and "shards_done" in details:  # a sharded run: one bar over all shards, no per-chain trace
+                return (fraction, f"sampling: {details['shards_done']}/{details['shards']} shards done",
+                        {"shards_done": details["shards_done"], "shards": details["shards"]}, force)
+            return fraction, message, None, force
 
         result = probe_target(prepared, store=context.store, run_id=context.run_id,
-                              reporter=CallbackReporter(on_report, lambda: context.cancelled))
+                              reporter=rewritten(context, with_live_trace))
         context.report_last("stopped early; summary of what was kept" if result.cancelled else "done",
                             trace.details())
         return result

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from probe_core.defuse.cluster import sample_cluster_latents
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.training import adam, classifier_accuracy
-from probe_core.progress import Reporter
+from probe_core.progress import Report, Reporter, rewritten
 from probe_core.runs.scaleout import ShardTask
 
 log = logging.getLogger(__name__)
@@ -72,57 +73,37 @@ class FailureRegion:
     label: int
 
 
-def report_sweep(reporter: Reporter | None, phase: str, lambdas: tuple[float, ...], lambda_index: int,
-                 epoch: float, epochs: int, score: float, force: bool = False) -> None:
+def sweep_report(phase: str, lambdas: tuple[float, ...], lambda_index: int, epoch: float, epochs: int, score: float,
+                 force: bool = False) -> Report:
     """A sweep's report after an epoch of a λ: the fraction of the sweep done, a line, and details ``phase``,
     ``lambda_index``, ``lambda_count``, ``lambda``, ``epoch``, ``epochs`` and ``score`` (NaN where the λ ran in a
     shard, which reports its fraction only)."""
-    if reporter is not None:
-        lam = lambdas[lambda_index]
-        reporter.report((lambda_index + epoch / epochs) / len(lambdas), f"{phase}: λ={lam:g} epoch {epoch:g}/{epochs}",
-                        {"phase": phase, "lambda_index": lambda_index, "lambda_count": len(lambdas), "lambda": lam,
-                         "epoch": epoch, "epochs": epochs, "score": score}, force=force)
+    lam = lambdas[lambda_index]
+    return ((lambda_index + epoch / epochs) / len(lambdas), f"{phase}: λ={lam:g} epoch {epoch:g}/{epochs}",
+            {"phase": phase, "lambda_index": lambda_index, "lambda_count": len(lambdas), "lambda": lam,
+             "epoch": epoch, "epochs": epochs, "score": score}, force)
 
 
-@dataclass
-class _LambdaOfSweep:
-    """A :class:`~probe_core.progress.Reporter` for one λ's finetuning (its epochs, from
-    :func:`finetune_one_lambda`) inside a sweep run here."""
-
-    reporter: Reporter
-    phase: str
-    lambdas: tuple[float, ...]
-    lambda_index: int
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        report_sweep(self.reporter, self.phase, self.lambdas, self.lambda_index, details["epoch"], details["epochs"],
-                     details["score"], force)
-
-    def stop_requested(self) -> bool:
-        return self.reporter.stop_requested()
+def _one_lambda_of_sweep(reporter: Reporter | None, phase: str, lambdas: tuple[float, ...],
+                         lambda_index: int) -> Reporter | None:
+    """``reporter`` for one λ's finetuning (its epochs, from :func:`finetune_one_lambda`) inside a sweep run
+    here: each epoch's report as the sweep's :func:`sweep_report`."""
+    return rewritten(reporter, lambda progress, message, details, force: sweep_report(
+        phase, lambdas, lambda_index, details["epoch"], details["epochs"], details["score"], force))
 
 
-@dataclass
-class _ShardsOfSweep:
-    """A :class:`~probe_core.progress.Reporter` for a sweep run in shards (one per λ): the executor's fraction
-    over all shards (:func:`~probe_core.runs.scaleout.report_shards`) as the λ and epoch it stands at."""
-
-    reporter: Reporter
-    phase: str
-    lambdas: tuple[float, ...]
-    epochs: int
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
+def _shards_of_sweep(reporter: Reporter | None, phase: str, lambdas: tuple[float, ...],
+                     epochs: int) -> Reporter | None:
+    """``reporter`` for a sweep run in shards (one per λ): the executor's fraction over all shards
+    (:func:`~probe_core.runs.scaleout.report_shards`) as the λ and epoch it stands at."""
+    def as_lambda_and_epoch(progress, message, details, force):
         if progress is None or details is None or "shards_done" not in details:
-            return
-        done = min(details["shards_done"], len(self.lambdas) - 1)
-        report_sweep(self.reporter, self.phase, self.lambdas, done,
-                     round((progress * len(self.lambdas) - done) * self.epochs, 1), self.epochs, float("nan"), force)
+            return None
+        position = round(progress * len(lambdas), 9)  # λs done, and a fraction of the next
+        index = min(max(math.ceil(position) - 1, 0), len(lambdas) - 1)  # a λ just ended stands at its last epoch
+        return sweep_report(phase, lambdas, index, round((position - index) * epochs, 1), epochs, float("nan"), force)
 
-    def stop_requested(self) -> bool:
-        return self.reporter.stop_requested()
+    return rewritten(reporter, as_lambda_and_epoch)
 
 
 @dataclass
@@ -222,7 +203,7 @@ def finetune_sweep(
     keep_batch_statistics : bool
         Keep every BatchNorm layer's running statistics (the layers stay in eval mode while the rest trains).
     reporter : Reporter, optional
-        Told after every epoch of every λ (:func:`report_sweep`); a stop (its ``report`` raising) ends the sweep.
+        Told after every epoch of every λ (:func:`sweep_report`); a stop (its ``report`` raising) ends the sweep.
     executor : Executor, optional
         Run each λ as a shard (:mod:`probe_core.runs.scaleout`; one task per λ on Ray). Default: one after
         another here. The results are the same either way.
@@ -255,11 +236,12 @@ def finetune_sweep(
     if executor is None:
         sweep = []
         for lambda_index, lam in enumerate(lambdas):
-            each = None if reporter is None else _LambdaOfSweep(reporter, phase, tuple(lambdas), lambda_index)
-            sweep.append(finetune_one_lambda(classifier, lam, **data, **options, reporter=each))
+            sweep.append(finetune_one_lambda(classifier, lam, **data, **options,
+                                             reporter=_one_lambda_of_sweep(reporter, phase, tuple(lambdas),
+                                                                           lambda_index)))
     else:
         sweep = _sweep_in_shards(executor, classifier, lambdas, data, options,
-                                 None if reporter is None else _ShardsOfSweep(reporter, phase, tuple(lambdas), epochs))
+                                 _shards_of_sweep(reporter, phase, tuple(lambdas), epochs))
     best = max(sweep, key=lambda entry: entry["score"])  # the first of equal scores, as a loop would keep
     model = copy.deepcopy(classifier)
     model.load_state_dict(best["state"])

@@ -25,7 +25,7 @@ from probe_core.defuse.identification import (
 )
 from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.progress import CallbackReporter, Reporter
+from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
 from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, record
 from probe_core.runs.scaleout import (
@@ -266,10 +266,10 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         def on_batch(batch_index: int, found: FailureSet) -> None:
             store.put_arrays(context.run_id, f"failures/{batch_index:06d}", found.as_arrays())
 
-        def on_report(fraction, message, found) -> None:
-            context.report(fraction, message, {**ids, "failures": found["failures"],
-                                               "images_with_failures": found["images_with_failures"]},
-                           force=found["images_done"] == found["images_total"])
+        def with_run_ids(fraction, message, found, force):
+            return (fraction, message, {**ids, "failures": found["failures"],
+                                        "images_with_failures": found["images_with_failures"]},
+                    force or found["images_done"] == found["images_total"])
 
         context.report(0.0, "identifying", ids, force=True)
         executor = parse_executor(settings.executor)
@@ -283,7 +283,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
             max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
             noise_scale=settings.noise_scale, seed=settings.seed,
-            reporter=CallbackReporter(on_report, lambda: context.cancelled), on_batch=on_batch,
+            reporter=rewritten(context, with_run_ids), on_batch=on_batch,
             judge=None if judge is None else judge.module, judge_sure=settings.judge_sure)
         return _identify_result(ids, images, found, dataset, started)
 
@@ -333,13 +333,13 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
             context.store.put_arrays(context.run_id, f"failures/{index:04d}-000000", arrays)
         parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS})
 
-    def on_report(fraction, message, shards) -> None:
+    def with_failures_so_far(fraction, message, shards, force):
         failures = sum(len(p) for p in parts.values())
-        # after a stop this raises: the executor cancels the outstanding shards, what was stored is kept
-        context.report(fraction, f"{shards['shards_done']}/{shards['shards']} shards, {failures} failures so far",
-                       {**ids, "failures": failures, "shards_done": shards["shards_done"], "shards": shards["shards"]})
+        return (fraction, f"{shards['shards_done']}/{shards['shards']} shards, {failures} failures so far",
+                {**ids, "failures": failures, "shards_done": shards["shards_done"], "shards": shards["shards"]}, force)
 
-    outcome = executor.map(tasks, on_result, CallbackReporter(on_report, lambda: context.cancelled))
+    # after a stop the context's report raises: the executor cancels the outstanding shards, what was stored is kept
+    outcome = executor.map(tasks, on_result, rewritten(context, with_failures_so_far))
     if outcome.cancelled:
         raise CancelledError(f"run {context.run_id} cancelled")
     found = concatenate_failures([parts[i] for i in sorted(parts)], vae.latent_dim, tuple(images.shape[1:]))

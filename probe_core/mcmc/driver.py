@@ -219,8 +219,8 @@ class _Recorder:
                 with torch.no_grad():
                     images = self.preview(state.position).cpu()
             chains = ChainsSnapshot(stage, iteration + 1, self.total, self.window_accept / done, step_size.cpu(),
-                              state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
-                              self.divergences.clone(), images)
+                                    state.aux.cpu(), state.logdensity.cpu(), state.position.cpu(), sigma,
+                                    self.divergences.clone(), images)
             try:
                 self.reporter.report((iteration + 1) / self.total, f"{stage} {iteration + 1}/{self.total}",
                                      {"chains": chains}, force=last)

@@ -17,7 +17,7 @@ from torch import nn
 
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
-from probe_core.progress import Reporter
+from probe_core.progress import Report, Reporter, rewritten
 from probe_core.models.architectures import (
     CLASSIFIER_ARCHITECTURES,
     VAE,
@@ -41,39 +41,33 @@ PERCEPTUAL_PIXEL_WEIGHT = 4.0
 EPOCH_DETAILS = ("kind", "epoch", "epochs", "loss", "metric_name", "metric")
 
 
+def epoch_report(kind: str, epoch: int, epochs: int, loss: float, metric_name: str, metric: float) -> Report:
+    """One epoch's report: progress ``epoch / epochs``, a line, and details ``kind``, ``epoch``, ``epochs``,
+    ``loss``, ``metric_name`` and ``metric`` (named by ``metric_name``, e.g. test accuracy), forced at the last."""
+    return (epoch / max(epochs, 1),
+            f"{kind} epoch {epoch}/{epochs}: loss {loss:.4g}, {metric_name.replace('_', ' ')} {metric:.4g}",
+            {"kind": kind, "epoch": epoch, "epochs": epochs, "loss": loss, "metric_name": metric_name,
+             "metric": metric}, epoch == epochs)
+
+
 def report_epoch(reporter: Reporter | None, kind: str, epoch: int, epochs: int, loss: float, metric_name: str,
                  metric: float) -> None:
-    """One epoch's report: progress ``epoch / epochs``, a line, and details ``kind``, ``epoch``, ``epochs``,
-    ``loss``, ``metric_name`` and ``metric`` (named by ``metric_name``, e.g. test accuracy)."""
+    """Tell ``reporter`` (None: nobody) one epoch's :func:`epoch_report`."""
     if reporter is not None:
-        reporter.report(epoch / max(epochs, 1),
-                        f"{kind} epoch {epoch}/{epochs}: loss {loss:.4g}, {metric_name.replace('_', ' ')} {metric:.4g}",
-                        {"kind": kind, "epoch": epoch, "epochs": epochs, "loss": loss, "metric_name": metric_name,
-                         "metric": metric}, force=epoch == epochs)
-
-
-class _EpochsOf:
-    """A :class:`~probe_core.progress.Reporter` seeing a stage's epochs as epochs ``before + 1 ...`` of ``total``
-    of a ``kind``'s training (a VAE's feature network, then the VAE: one bar from 0 to 1)."""
-
-    def __init__(self, reporter: Reporter, kind: str, before: int, total: int) -> None:
-        self.reporter, self.kind, self.before, self.total = reporter, kind, before, total
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
-        if details is None or "epoch" not in details:
-            self.reporter.report(progress, message, details, force=force)
-            return
-        report_epoch(self.reporter, self.kind, self.before + details["epoch"], self.total, details["loss"],
-                     details["metric_name"], details["metric"])
-
-    def stop_requested(self) -> bool:
-        return self.reporter.stop_requested()
+        reporter.report(*epoch_report(kind, epoch, epochs, loss, metric_name, metric))
 
 
 def epochs_of(reporter: Reporter | None, kind: str, before: int, total: int) -> Reporter | None:
-    """``reporter`` for a stage of ``kind``'s training that comes after ``before`` of its ``total`` epochs."""
-    return None if reporter is None else _EpochsOf(reporter, kind, before, total)
+    """``reporter`` for a stage of ``kind``'s training that comes after ``before`` of its ``total`` epochs: the
+    stage's epoch reports become epochs ``before + 1 ...`` of ``total`` (a VAE's feature network, then the VAE:
+    one bar from 0 to 1); other reports pass as they are."""
+    def as_epoch_of_total(progress, message, details, force):
+        if details is None or "epoch" not in details:
+            return progress, message, details, force
+        return epoch_report(kind, before + details["epoch"], total, details["loss"], details["metric_name"],
+                            details["metric"])
+
+    return rewritten(reporter, as_epoch_of_total)
 
 
 def adam(parameters, learning_rate: float, betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.progress import Reporter, fan_out
+from probe_core.progress import Reporter, fan_out, rewritten
 from probe_core.runs.limits import ServerLimits
 from probe_core.runs.progress import ProgressBar
 from probe_core.runs.requests import from_record, record
@@ -228,29 +228,22 @@ def training_announcer(context: JobContext):
         context.report(None, f"training {model_id} ({spec.kind} on {spec.dataset_view()}: {spec.describe_recipe()}): "
                              f"not in the workspace yet",
                        {"training": {"model": model_id, "fraction": 0.0}}, force=True)
-        return ModelTrainingInRun(context, model_id)
+        return model_training_in_run(context, model_id)
 
     return announce
 
 
-@dataclass
-class ModelTrainingInRun:
-    """A :class:`~probe_core.progress.Reporter` for a model trained inside a run: each epoch (its details, from
+def model_training_in_run(context: Reporter, model_id: str) -> Reporter:
+    """``context`` for a model trained inside a run: each epoch (its details, from
     :func:`~probe_core.models.training.report_epoch`) shows in the run's line as ``training ID: epoch 3/20`` and
     its ``details`` as ``training`` (the model and its fraction), the run's own progress left as it is."""
-
-    context: Reporter
-    model_id: str
-
-    def report(self, progress: float | None = None, message: str | None = None, details: dict | None = None,
-               force: bool = False) -> None:
+    def in_run_line(progress, message, details, force):
         epoch = (f"epoch {details['epoch']}/{details['epochs']}" if details and "epoch" in details
                  else message or "")
-        self.context.report(None, f"training {self.model_id}: {epoch}",
-                            {"training": {"model": self.model_id, "fraction": progress or 0.0}}, force=force)
+        return (None, f"training {model_id}: {epoch}", {"training": {"model": model_id, "fraction": progress or 0.0}},
+                force)
 
-    def stop_requested(self) -> bool:
-        return self.context.stop_requested()
+    return rewritten(context, in_run_line)
 
 
 @dataclass(frozen=True)

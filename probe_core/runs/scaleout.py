@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from probe_core.errors import CancelledError, ProbeError, check_number_ranges
-from probe_core.progress import CallbackReporter, Reporter, stop_requested
+from probe_core.progress import SILENT, CallbackReporter, Report, Reporter, rewritten, stop_requested
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +90,18 @@ class ShardOutcome:
 ResultCallback = Callable[[int, Any], None]
 
 
+def shards_report(fraction: float, done: int, total: int, pids: dict[int, int]) -> Report:
+    """How a run's shards advance: ``fraction`` over all shards (each counts equally), with details
+    ``shards_done`` of ``shards`` and ``pids``, the process that runs each started shard (for tests and logs);
+    forced when all are done."""
+    return (fraction, f"{done} of {total} shards done", {"shards_done": done, "shards": total, "pids": pids},
+            done == total)
+
+
 def report_shards(reporter: Reporter | None, fraction: float, done: int, total: int, pids: dict[int, int]) -> None:
-    """Tell ``reporter`` how a run's shards advance: ``fraction`` over all shards (each counts equally), with
-    details ``shards_done`` of ``shards`` and ``pids``, the process that runs each started shard (for tests and
-    logs)."""
+    """Tell ``reporter`` (None: nobody) the shards' :func:`shards_report`."""
     if reporter is not None:
-        reporter.report(fraction, f"{done} of {total} shards done",
-                        {"shards_done": done, "shards": total, "pids": pids}, force=done == total)
+        reporter.report(*shards_report(fraction, done, total, pids))
 
 
 class Executor(Protocol):
@@ -160,28 +165,28 @@ class LocalShards:
 
     def map(self, tasks, on_result, reporter=None) -> ShardOutcome:
         outcome = ShardOutcome()
-
-        def stop() -> bool:
-            return stop_requested(reporter)
-
         for index, task in enumerate(tasks):
-            if stop():
+            if stop_requested(reporter):
                 outcome.cancelled = True
                 break
 
-            def report(fraction: float | None, message=None, details=None, index: int = index) -> None:
-                if fraction is not None:
-                    report_shards(reporter, (index + fraction) / len(tasks), index, len(tasks), {index: os.getpid()})
+            def as_shards(fraction, message, details, force, index: int = index):
+                if fraction is None:
+                    return None
+                done = index + 1 if fraction >= 1.0 else index
+                return shards_report((index + fraction) / len(tasks), done, len(tasks), {index: os.getpid()})
 
+            # The shard's reports reach the run's reporter, whose report raises once a stop was asked: no poll.
+            shard_reporter = rewritten(reporter, as_shards) or SILENT
             function = _shard_function(task.function)
             try:
-                on_result(index, function(task.models, CallbackReporter(report, stop), **task.arguments))
+                on_result(index, function(task.models, shard_reporter, **task.arguments))
                 outcome.done.append(index)
-                report(1.0)
+                shard_reporter.report(1.0)
             except CancelledError:
                 outcome.cancelled = True
                 break
-        outcome.cancelled = outcome.cancelled or (stop() and len(outcome.done) < len(tasks))
+        outcome.cancelled = outcome.cancelled or (len(outcome.done) < len(tasks) and stop_requested(reporter))
         return outcome
 
 

@@ -11,7 +11,7 @@ from probe_core.data import DEFAULT_DATASET
 from probe_core.errors import ProbeError
 from probe_core.models.registry import ModelSpec
 from probe_core.models.training import EPOCH_DETAILS
-from probe_core.progress import CallbackReporter
+from probe_core.progress import rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
 from probe_core.runs.requests import BuiltFromSettings
 
@@ -113,13 +113,14 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
                 continue
             models[model_id]["status"] = "training"
 
-            def on_epoch(fraction, message, epoch, model_id=model_id, position=position):
+            def as_model_of_run(fraction, message, epoch, force, model_id=model_id, position=position):
+                if fraction is None or epoch is None or "epoch" not in epoch:
+                    return None if fraction is None else ((position + fraction) / len(resolved), message, None, force)
                 models[model_id].update(fraction=fraction, **{name: epoch[name] for name in EPOCH_DETAILS})
-                context.report((position + fraction) / len(resolved),
-                               f"training {model_id}: epoch {epoch['epoch']}/{epoch['epochs']}", {"models": models},
-                               force=epoch["epoch"] == epoch["epochs"])
+                return ((position + fraction) / len(resolved),
+                        f"training {model_id}: epoch {epoch['epoch']}/{epoch['epochs']}", {"models": models}, force)
 
-            loaded = registry.get_or_train(spec, CallbackReporter(on_epoch, lambda: context.cancelled), device=device)
+            loaded = registry.get_or_train(spec, rewritten(context, as_model_of_run), device=device)
             models[model_id].update(status="done", fraction=1.0, metrics=loaded.metrics)
             context.report((position + 1) / len(resolved), f"trained {model_id}", {"models": models}, force=True)
         return TrainingResult(list(models))

@@ -57,6 +57,7 @@ def test_local_shards_run_in_order_report_progress_and_stop_between_shards():
     assert seen == [(0, 4), (1, 6), (2, 8)] and outcome.done == [0, 1, 2] and not outcome.cancelled
     fractions = [p.progress for p in progress]
     assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert [p.shards_done for p in progress][-1] == 3 and "3 of 3 shards done" in progress[-1].message
     stopped = LocalShards().map(tasks, lambda i, v: None, CallbackReporter(should_stop=lambda: True))
     assert stopped.cancelled and stopped.done == []
     assert [e["covers"] for e in stopped.not_done(tasks)] == ["value 4", "value 6", "value 8"]
