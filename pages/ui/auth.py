@@ -18,8 +18,8 @@ import streamlit as st
 
 from pages.ui.resources import get_workspace
 from pages.ui.text import plain
+from probe_core.api.ui import default_workspace_path
 from probe_core.errors import ProbeError
-from probe_core.runs.workspace import default_workspace_path
 from probe_core.team import accounts
 from probe_core.team.accounts import Actor, Permission, PermissionDenied
 

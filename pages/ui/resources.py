@@ -7,10 +7,7 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
-from probe_core.models.checks import model_verdicts
-from probe_core.runs.jobs import JobManager
-from probe_core.runs.workspace import Workspace
-from probe_core.sampling.protocols import prior_draws
+from probe_core.api.ui import JobManager, Workspace, model_verdicts, prior_draws
 
 AUTOTRAIN_ENV = "PROBE_AUTOTRAIN"
 
@@ -58,7 +55,8 @@ def _failures(root: str, run_id: int):
 def preload_for_server() -> None:
     """Import what the pages need before the server serves (``python app.py`` calls this).
 
-    Everything but UMAP is imported here, in one thread: importing big packages such as
+    probe_core's modules the pages use came with this module (:mod:`probe_core.api.ui`); everything else but UMAP
+    is imported here, in one thread: importing big packages such as
     scipy or scikit-learn from two threads at once can deadlock Python's import locks. UMAP
     (seconds to import, tens of seconds in a new environment while numba compiles) is then
     imported in a background thread; nothing else imports it except the failure-map job,
@@ -71,10 +69,5 @@ def preload_for_server() -> None:
     import scipy.stats  # noqa: F401
     import sklearn.mixture  # noqa: F401
     import sklearn.neighbors  # noqa: F401
-
-    import probe_core.bayestrex  # noqa: F401
-    import probe_core.cli  # noqa: F401
-    import probe_core.reporting.reports  # noqa: F401
-    import probe_core.reporting.saliency  # noqa: F401
 
     threading.Thread(target=lambda: __import__("umap"), name="probe-import-umap", daemon=True).start()

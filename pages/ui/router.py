@@ -17,9 +17,8 @@ from pathlib import Path
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core.data import DEFAULT_DATASET
+from probe_core.api.ui import DEFAULT_DATASET, start_default_training
 from probe_core.errors import ProbeError
-from probe_core.runs.training import start_default_training
 from probe_core.team.accounts import Permission, PermissionDenied
 
 VIEWS = Path(__file__).resolve().parents[1] / "views"

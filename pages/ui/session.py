@@ -12,17 +12,28 @@ import torch
 from pages.ui.auth import current_actor, may, require
 from pages.ui.resources import _failures, _load, _verdicts, get_job_manager, get_workspace
 from pages.ui.text import plain
-from probe_core.catalog import canonical_dataset_name, generator_source, list_datasets
-from probe_core.data import DATA_DIR_ENV, DEFAULT_DATASET, OPEN_DATASET_ENV, split_view
-from probe_core.data.files import IMAGE_SIZE_RANGE, is_file_reference
+from probe_core.api.ui import (
+    DATA_DIR_ENV,
+    DEFAULT_DATASET,
+    IMAGE_SIZE_RANGE,
+    KEPT_FOLDER,
+    OPEN_DATASET_ENV,
+    SHARDS_RANGE,
+    JobManager,
+    Workspace,
+    canonical_dataset_name,
+    check_executor,
+    default_workspace_path,
+    describe_linked_file,
+    generator_source,
+    is_file_reference,
+    list_datasets,
+    resolve_device,
+    split_view,
+    submit_run,
+)
 from probe_core.errors import ProbeError
-from probe_core.models.devices import resolve_device
-from probe_core.models.files import describe_linked_file
-from probe_core.models.kept import KEPT_FOLDER
-from probe_core.runs import history, lifecycle
-from probe_core.runs.jobs import JobManager
-from probe_core.runs.scaleout import SHARDS_RANGE, check_executor
-from probe_core.runs.workspace import Workspace, default_workspace_path
+from probe_core.runs import history
 from probe_core.team.accounts import Permission
 
 
@@ -360,7 +371,7 @@ def start_sampling(dataset_name: str, spec, models: tuple[str, str] | None = Non
 
 
 def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **sample_kwargs) -> int:
-    from probe_core.runs.requests import SampleRequest
+    from probe_core.api.ui import SampleRequest
 
     # the run stores the models' resolved references (zoo ids, plugin paths with their sha256),
     # never "default" or a relative path, so it can be read back anywhere later
@@ -375,8 +386,8 @@ def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **s
     config = SampleRequest.build(registry, dataset=dataset_name, target=spec, classifier=classifier,
                                  generator=generator, **{**scaleout(), **sample_kwargs})
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
-    run_id = lifecycle.submit(job_manager(), config, data_dir(), dedupe=True,
-                              device=device())
+    run_id = submit_run(job_manager(), config, data_dir(), dedupe=True,
+                        device=device())
     if run_id in in_flight:
         st.info(f"An identical run is already in flight: run {run_id} (shown below); no second one was started.")
     return run_id

@@ -24,13 +24,10 @@ from pages.ui.session import (
     set_model_ref,
     workspace,
 )
-from probe_core.catalog import generator_dataset
-from probe_core.data import split_view
+from probe_core.api.ui import FD_HELP, FD_METRIC, generator_dataset, split_view, submit_training
 from probe_core.errors import ProbeError
-from probe_core.models import FD_HELP, FD_METRIC
 from probe_core.reporting.render import image_grid, upscale_for_display
 from probe_core.runs import history
-from probe_core.runs.training import submit_training
 
 # Seconds between refreshes of a live view. Each refresh re-reads the run from the database and
 # redraws its charts in every watching tab; every 5 s keeps that cost small next to the run itself
@@ -268,7 +265,7 @@ def model_check_card(dataset, classifier, generator=None) -> bool:
 
     A weak generator is shown as a warning beside its sample grid; runs may still start, and carry the flag.
     """
-    from probe_core.models.checks import ModelCheckError, check_classifier, check_generator
+    from probe_core.api.ui import ModelCheckError, check_classifier, check_generator
 
     try:
         classifier_check = check_classifier(classifier, dataset)

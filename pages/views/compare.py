@@ -5,14 +5,18 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.api.ui import (
+    SAMPLE_RANGES,
+    CompareRequest,
+    comparison_table,
+    field_defaults,
+    result_of,
+    samples_to_label,
+    submit_run,
+)
 from probe_core import suites
 from probe_core.bayestrex import queries as sample_queries
-from probe_core.bayestrex import recipes
-from probe_core.bayestrex.compare import CompareRequest
 from probe_core.errors import ProbeError
-from probe_core.runs import lifecycle
-from probe_core.runs.requests import SAMPLE_RANGES, field_defaults
-from probe_core.runs.runconfig import result_of
 from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
@@ -55,7 +59,7 @@ if start:
     except ProbeError as error:
         st.error(_ui.plain(error))
     else:
-        lifecycle.submit(_ui.job_manager(), request, ws.registry.data_dir, device=_ui.device())
+        submit_run(_ui.job_manager(), request, ws.registry.data_dir, device=_ui.device())
 
 
 _ui.active_runs("compare", ("compare",), reset=("compare_run",))
@@ -74,7 +78,7 @@ if compared is None:
 names = compared.class_names
 annotator = _ui.annotator_name()
 shown_class = st.selectbox("Class", names, key="compare_class")
-to_label = [s for s in recipes.samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
+to_label = [s for s in samples_to_label(ws.store, run.id) if s["target_index"] % len(names)
             == names.index(shown_class)]
 choices = ["(not labelled)"] + list(names) + ["none"]
 
@@ -102,7 +106,7 @@ if not annotator:
     st.caption("Enter your name to label; each choice is saved at once.")
 
 try:
-    table = recipes.comparison_table(ws.store, run.id)
+    table = comparison_table(ws.store, run.id)
 except ProbeError as exc:
     st.error(_ui.plain(exc))
     st.stop()

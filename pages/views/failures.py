@@ -6,21 +6,31 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.data import REAL_SIZE_LABEL
-from probe_core.defuse import embedding_step
-from probe_core.defuse import identify_step
+from probe_core.api.ui import (
+    EMBEDDING,
+    NOISE_MODES,
+    PROJECT_CODES_ABOVE,
+    PROJECTED_CODE_SIZE,
+    REAL_SIZE_LABEL,
+    REAL_SIZE_NOISE,
+    REAL_SIZE_REVIEW_TAU,
+    REVIEW_TAU,
+    SMALL_IMAGE_NOISE,
+    DistillRequest,
+    IdentifyRequest,
+    field_defaults,
+    judge_advice,
+    result_of,
+    review_samples,
+    review_tau,
+    sized_identification,
+    submit_embedding,
+    submit_step,
+)
 from probe_core.defuse import queries
-from probe_core.defuse import review as defuse_review
-from probe_core.defuse import steps
-from probe_core.defuse.cluster import (PROJECT_CODES_ABOVE, PROJECTED_CODE_SIZE, REAL_SIZE_REVIEW_TAU, REVIEW_TAU,
-                                      review_tau)
-from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
-from probe_core.defuse.results import EMBEDDING
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
 from probe_core.runs import history
-from probe_core.runs.requests import field_defaults
-from probe_core.runs.runconfig import result_of
 
 NO_JUDGE = "none"
 ws = _ui.workspace()
@@ -37,14 +47,14 @@ if not generator.capabilities.encoder:
 st.caption(f"Classifier `{classifier.id}` · VAE `{generator.id}` · data `{dataset.name}`")
 
 # what runs with the defaults, chosen from the data's size by the rule the CLI and the API use, shown in the form
-planned, plan_note = identify_step.sized_identification(steps.IdentifyRequest(dataset=dataset.name), dataset,
-                                                        generator.capabilities)
+planned, plan_note = sized_identification(IdentifyRequest(dataset=dataset.name), dataset,
+                                          generator.capabilities)
 available = len(dataset.train_labels)
 with st.form("defuse-find", enter_to_submit=False):
     st.markdown("**Identification**")
     c0, c1, c2, c3, c4 = st.columns(5)
-    identify_defaults, distill_defaults = field_defaults(steps.IdentifyRequest), field_defaults(steps.DistillRequest)
-    identify_ranges, distill_ranges = steps.IdentifyRequest.ranges, steps.DistillRequest.ranges
+    identify_defaults, distill_defaults = field_defaults(IdentifyRequest), field_defaults(DistillRequest)
+    identify_ranges, distill_ranges = IdentifyRequest.ranges, DistillRequest.ranges
     images = c0.number_input(f"Training images (of {available:,})", 1, available, planned.max_images or available,
                              key=f"defuse_images_{dataset.name}",
                              help="the first images of the training set whose codes are perturbed"
@@ -71,7 +81,7 @@ with st.form("defuse-find", enter_to_submit=False):
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
                               "classifier's failures. A judge trained on the same flawed data hides the flaw")
-    advice = identify_step.judge_advice(dataset.image_shape)
+    advice = judge_advice(dataset.image_shape)
     if judge == NO_JUDGE and advice:
         j1.caption(advice)
     judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], identify_defaults["judge_sure"],
@@ -106,7 +116,7 @@ if start:
     try:  # models and settings are checked (and references resolved) before a run is stored
         distill = {"n_components": int(components), "weight_threshold": float(threshold),
                    "max_samples": int(max_samples), "tau": float(tau), "class_share": float(class_share)}
-        identify = steps.IdentifyRequest.build(
+        identify = IdentifyRequest.build(
             ws.registry, device=_ui.device(), dataset=dataset.name,
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
@@ -115,7 +125,7 @@ if start:
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:
-        run_id = steps.submit_step(manager, ws.registry, identify, _ui.device())
+        run_id = submit_step(manager, ws.registry, identify, _ui.device())
         st.session_state["defuse_identify_run"] = run_id
 
 
@@ -164,7 +174,7 @@ if cached is None:
         st.info("The map is being computed in the background…")
     elif st.button("Compute the map", key="defuse_embed",
                    help="UMAP on up to 5,000 codes, the rest placed by nearest neighbours; cached in the workspace"):
-        embedding_step.submit_embedding(manager, ws.registry, distill_run.id)
+        submit_embedding(manager, ws.registry, distill_run.id)
         st.rerun()
 else:
     failures = _ui.failures_of_run(distill_run.id)
@@ -205,7 +215,7 @@ tau = queries.distill_tau(ws.store, distill_run.id)
 @st.cache_data(show_spinner=False, max_entries=512)
 def review(cluster_id: int, count: int, tau: float, model_ids: tuple[str, str]):
     cluster = queries.cluster(ws.store, cluster_id)
-    shown = defuse_review.review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
+    shown = review_samples(vae_of_run, classifier_of_run, cluster, count, tau)
     return shown["images"], shown["probs"].argmax(1).numpy()
 
 

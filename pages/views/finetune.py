@@ -4,17 +4,26 @@ import pandas as pd
 import streamlit as st
 
 from pages import ui as _ui
+from probe_core.api.ui import (
+    BASELINES,
+    HUMAN,
+    REAL_SIZE_LABEL,
+    REAL_SIZE_SELECTION,
+    SELECTION_RULES,
+    SMALL_IMAGE_SELECTION,
+    CorrectRequest,
+    cluster_label_table,
+    correction_plan,
+    field_defaults,
+    generator_dataset,
+    result_of,
+    submit_step,
+)
 from probe_core import suites
-from probe_core.catalog import generator_dataset
-from probe_core.data import REAL_SIZE_LABEL
-from probe_core.defuse import correction
-from probe_core.defuse import labels as label_tools
-from probe_core.defuse import correct_step, queries, steps
+from probe_core.defuse import queries
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
 from probe_core.runs import history
-from probe_core.runs.requests import field_defaults
-from probe_core.runs.runconfig import result_of
 
 ws = _ui.workspace()
 manager = _ui.job_manager()
@@ -30,34 +39,34 @@ if distill_run is None:
     st.stop()
 
 sources = queries.label_sources(ws.store, distill_run.id)
-source = st.selectbox("Labels to use", sorted(set(sources) | {label_tools.HUMAN}), key="finetune_source",
+source = st.selectbox("Labels to use", sorted(set(sources) | {HUMAN}), key="finetune_source",
                       help="human labels, or an oracle's automatic labels (demos)")
 run_data = queries.run_dataset(ws.store, distill_run.id, ws.registry.data_dir)
 class_names = run_data.class_names
-table = label_tools.cluster_label_table(ws.store, distill_run.id, class_names, source)
+table = cluster_label_table(ws.store, distill_run.id, class_names, source)
 usable = [r for r in table if r["usable"]]
 st.caption(f"{len(usable)} of {len(table)} clusters are labelled as failures with a class ({source}).")
 
-correct_defaults = field_defaults(steps.CorrectRequest)
-data_plan = correct_step.correction_plan(steps.CorrectRequest(distill_run.id), run_data.image_shape)
+correct_defaults = field_defaults(CorrectRequest)
+data_plan = correction_plan(CorrectRequest(distill_run.id), run_data.image_shape)
 st.caption(f"Defaults for this data: {data_plan.note}.")
 with st.form("finetune-form", enter_to_submit=False):
     c1, c2, c3 = st.columns(3)
     lambdas = c1.text_input("λ grid", ",".join(f"{v:g}" for v in data_plan.lambdas), key="finetune_lambdas")
-    correct_ranges = steps.CorrectRequest.ranges
+    correct_ranges = CorrectRequest.ranges
     epochs = c2.number_input("Epochs per λ", *correct_ranges["epochs"], correct_defaults["epochs"], key="finetune_epochs")
     per_region = c3.number_input("Samples per failure region", *correct_ranges["samples_per_region"],
                                  correct_defaults["samples_per_region"],
                                  key="finetune_per_region")
     c4, c5 = st.columns(2)
-    baseline_kind = c4.selectbox("Baseline", list(correct_step.BASELINES), key="finetune_baseline",
-                                 help="\n\n".join(f"**{k}**: {v}" for k, v in correct_step.BASELINES.items()))
-    rules = list(correction.SELECTION_RULES)
+    baseline_kind = c4.selectbox("Baseline", list(BASELINES), key="finetune_baseline",
+                                 help="\n\n".join(f"**{k}**: {v}" for k, v in BASELINES.items()))
+    rules = list(SELECTION_RULES)
     selection = c5.selectbox("Select λ and epoch by", rules, index=rules.index(data_plan.selection),
                              key=f"finetune_selection_{run_data.name}",
-                             help="\n\n".join(f"**{k}**: {v}" for k, v in correction.SELECTION_RULES.items())
-                             + f"\n\nThe default comes from the image size: {correction.SMALL_IMAGE_SELECTION} below "
-                               f"{REAL_SIZE_LABEL}, {correction.REAL_SIZE_SELECTION} on "
+                             help="\n\n".join(f"**{k}**: {v}" for k, v in SELECTION_RULES.items())
+                             + f"\n\nThe default comes from the image size: {SMALL_IMAGE_SELECTION} below "
+                               f"{REAL_SIZE_LABEL}, {REAL_SIZE_SELECTION} on "
                                f"{REAL_SIZE_LABEL} and up")
     go_button = st.form_submit_button("Finetune", type="primary", disabled=not usable)
 if go_button:
@@ -69,15 +78,15 @@ if go_button:
         st.error(f"The λ grid must be comma-separated numbers, e.g. 0.1,1,10; got {lambdas!r}")
     else:
         try:
-            settings = steps.CorrectRequest.build(ws.registry, distill_run=distill_run.id, source=source,
-                                                  lambdas=grid, epochs=int(epochs),
-                                                  samples_per_region=int(per_region),
-                                                  executor=_ui.scaleout()["executor"], baseline=baseline_kind,
-                                                  selection=selection)
+            settings = CorrectRequest.build(ws.registry, distill_run=distill_run.id, source=source,
+                                            lambdas=grid, epochs=int(epochs),
+                                            samples_per_region=int(per_region),
+                                            executor=_ui.scaleout()["executor"], baseline=baseline_kind,
+                                            selection=selection)
         except ProbeError as exc:
             st.error(f"Cannot start: {_ui.plain(exc)}")
         else:
-            steps.submit_step(manager, ws.registry, settings, _ui.device())
+            submit_step(manager, ws.registry, settings, _ui.device())
 
 
 _ui.active_runs("finetune", (queries.CORRECT,))
@@ -144,12 +153,12 @@ other = o1.selectbox("Another λ from the sweep", swept, key="finetune_other_lam
                                                 f"{s['failure_accuracy'] * 100:.1f} %" for s in result.sweep
                                                 if s["lambda"] == v))
 if o2.button("Finetune at this λ", key="finetune_other_start"):
-    steps.submit_step(manager, ws.registry, steps.CorrectRequest.build(
+    submit_step(manager, ws.registry, CorrectRequest.build(
         ws.registry, distill_run=distill_run.id, source=result.source, lambdas=(float(other),),
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),
         selection=run.config.get("selection", "data-and-failures")),
-        _ui.device())
+  _ui.device())
     st.rerun()
 
 corrected = result.corrected_model

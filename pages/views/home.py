@@ -3,13 +3,20 @@
 import streamlit as st
 
 from pages import ui as _ui
-from probe_core.catalog import dataset_entry, list_datasets
-from probe_core.data import DEFAULT_DATASET
+from probe_core.api.ui import (
+    DEFAULT_DATASET,
+    GENERATOR_KINDS,
+    KIND_WORDS,
+    KINDS,
+    MODEL_RANGES,
+    ModelSpec,
+    dataset_entry,
+    list_datasets,
+    start_default_training,
+    submit_training,
+)
 from probe_core.errors import ProbeError
-from probe_core.models import GENERATOR_KINDS, KIND_WORDS, KINDS, ModelSpec
-from probe_core.models.registry import MODEL_RANGES
 from probe_core.runs import history
-from probe_core.runs.training import start_default_training, submit_training
 
 ws = _ui.workspace()
 manager = _ui.job_manager()

@@ -6,12 +6,17 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import best_samples
+from probe_core.api.ui import (
+    PATH_PAGE_DEFAULTS,
+    SAMPLE_RANGES,
+    PathKind,
+    TargetSpec,
+    best_samples,
+    config_of,
+    result_of,
+)
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.runs import history
-from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES
-from probe_core.runs.runconfig import config_of, result_of
-from probe_core.sampling.targets import PathKind, TargetSpec
 
 ws = _ui.workspace()
 st.title("Interpolation")

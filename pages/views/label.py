@@ -5,10 +5,24 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.api.ui import (
+    NONE_OF_THE_ABOVE,
+    ONE_CLICK_CLASSES,
+    REVIEW_IMAGES,
+    agreement_summary,
+    annotator_progress,
+    auto_label,
+    cluster_label_table,
+    cluster_labels,
+    duplicate_groups,
+    label_images,
+    labels_csv,
+    nearest_misclassified_training,
+    review_images,
+    review_sources,
+)
 from probe_core import suites
-from probe_core.defuse import labels as label_tools
 from probe_core.defuse import queries
-from probe_core.defuse import review as defuse_review
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
 from probe_core.team.accounts import Permission
@@ -34,7 +48,7 @@ except ProbeError as exc:
     st.error(f"Cannot load the models of run {distill_run.id}: {_ui.plain(exc)}")
     st.stop()
 names = dataset.class_names
-one_click = len(names) <= label_tools.ONE_CLICK_CLASSES  # a button per class; more classes: a searchable list
+one_click = len(names) <= ONE_CLICK_CLASSES  # a button per class; more classes: a searchable list
 st.markdown(("Keys: **0–9** label all ten images with that class, " if one_click else
              "Type a class's name in **All ten images show** to label all ten images with it; keys: ")
             + "**N** none of the above, **←/→** previous/next cluster; then change single images below.")
@@ -54,7 +68,7 @@ def labelled_by_me(cluster_id: int) -> dict[int, str]:
 
 
 complete = {cluster["id"] for cluster in clusters
-            if len(labelled_by_me(cluster["id"])) >= label_tools.REVIEW_IMAGES}
+            if len(labelled_by_me(cluster["id"])) >= REVIEW_IMAGES}
 st.progress(len(complete) / len(clusters),
             text=f"{len(complete)} of {len(clusters)} clusters fully labelled by {annotator or '…'}")
 
@@ -80,7 +94,7 @@ cluster = clusters[st.session_state["label_position"]]
 
 st.subheader(f"Cluster {cluster['cluster_index'] + 1} (id {cluster['id']}) · "
              f"{st.session_state['label_position'] + 1} of {len(clusters)}")
-shown = defuse_review.review_images(ws.store, vae, classifier, cluster, queries.distill_tau(ws.store, distill_run.id))
+shown = review_images(ws.store, vae, classifier, cluster, queries.distill_tau(ws.store, distill_run.id))
 predictions = [names[int(p)] for p in shown["predictions"]]
 st.caption(f"{cluster['size']} failures in this cluster, weight {cluster['weight']:.3f}. Under each image: what the "
            f"classifier says, and your label.")
@@ -89,13 +103,13 @@ choices = list(names) + ["none of the above"]
 
 
 def stored_label(choice: str) -> str:
-    return label_tools.NONE_OF_THE_ABOVE if choice == "none of the above" else choice
+    return NONE_OF_THE_ABOVE if choice == "none of the above" else choice
 
 
 def label_all(choice: str) -> None:
     try:
-        label_tools.label_images(ws.store, shown["ids"], annotator, stored_label(choice), names,
-                                 actor=_ui.current_actor())
+        label_images(ws.store, shown["ids"], annotator, stored_label(choice), names,
+                     actor=_ui.current_actor())
         st.session_state["label_version"] += 1
         st.session_state["label_saved"] = f"Saved: all {len(shown['ids'])} images of cluster {cluster['id']} = {choice}"
     except ProbeError as exc:
@@ -108,8 +122,8 @@ def label_one(image_ids: list[int], numbers: str, widget_key: str) -> None:
     if choice is None:
         return
     try:
-        label_tools.label_images(ws.store, image_ids, annotator, stored_label(choice), names,
-                                 actor=_ui.current_actor())
+        label_images(ws.store, image_ids, annotator, stored_label(choice), names,
+                     actor=_ui.current_actor())
         st.session_state["label_saved"] = f"Saved: image {numbers} of cluster {cluster['id']} = {choice}"
     except ProbeError as exc:
         st.session_state["label_problem"] = str(exc)
@@ -144,7 +158,7 @@ if "label_saved" in st.session_state:
     saved = _ui.plain(st.session_state.pop("label_saved"))  # the label may be typed text
     st.success(saved)
     st.toast(saved)
-pictures = defuse_review.duplicate_groups(shown["images"])
+pictures = duplicate_groups(shown["images"])
 if len(pictures) < len(shown["ids"]):
     st.caption(f"These {len(shown['ids'])} review images are {len(pictures)} different pictures: a picture that "
                "appears more than once is asked about once, and your label is stored for each copy.")
@@ -157,7 +171,7 @@ for row_start in range(0, len(pictures), 5):
                              caption=f"{numbers}: classifier says {predictions[position]}"
                              + (f" ({len(copies)} copies)" if len(copies) > 1 else ""))
             current = mine.get(image_id)
-            current_choice = "none of the above" if current == label_tools.NONE_OF_THE_ABOVE else current
+            current_choice = "none of the above" if current == NONE_OF_THE_ABOVE else current
             widget_key = f"label_image_{image_id}_{annotator}_{version}"
             st.selectbox(f"Image {numbers} shows", choices, key=widget_key, disabled=not annotator,
                          index=choices.index(current_choice) if current_choice in choices else None,
@@ -172,9 +186,9 @@ with st.expander("Look closer: an image at full size, beside the training image 
                       "with the training image whose perturbation (one of the cluster's failures) lies nearest "
                       "it, and that image's label: what the classifier got right beside what it gets wrong."):
         try:  # reads the run's failures (once per server): only when asked
-            sources = defuse_review.review_sources(ws.registry, ws.store, distill_run.id, cluster, _ui.device(),
-                                                   models=(dataset, classifier, vae),
-                                                   failures=_ui.failures_of_run(distill_run.id))
+            sources = review_sources(ws.registry, ws.store, distill_run.id, cluster, _ui.device(),
+                                     models=(dataset, classifier, vae),
+                                     failures=_ui.failures_of_run(distill_run.id))
         except ProbeError as exc:
             st.error(_ui.plain(exc))
     review_column, source_column = st.columns(2)
@@ -189,7 +203,7 @@ with st.expander("Look closer: an image at full size, beside the training image 
         st.caption("All ten: the review images (top) over the training images they came from (bottom).")
         _ui.show_picture(torch.cat([shown["images"], sources["images"]]), columns=len(shown["ids"]))
 mine = labelled_by_me(cluster["id"])
-verdict = label_tools.cluster_labels(ws.store, cluster, names)
+verdict = cluster_labels(ws.store, cluster, names)
 st.caption(f"You labelled {len(mine)} of {len(shown['ids'])} images. All annotators so far: "
            + ("no image has a class majority yet." if verdict["is_failure"] is None else
               f"{verdict['images_disagreeing']} of {verdict['images_decided']} images differ from the classifier → "
@@ -215,8 +229,8 @@ with st.expander("Is this failure new? The nearest misclassified training images
     novelty = None
     if st.toggle("Compare with the training images the classifier gets wrong", key="label_novelty"):
         try:
-            novelty = defuse_review.nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
-                                                              _ui.device(), models=(dataset, classifier, vae))
+            novelty = nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
+                                                _ui.device(), models=(dataset, classifier, vae))
         except ProbeError as exc:
             st.error(_ui.plain(exc))
     if novelty is not None and not novelty["misclassified_training_images"]:
@@ -235,14 +249,14 @@ with st.expander("Is this failure new? The nearest misclassified training images
             "ℓ2 to nearest training image": novelty["nearest_any_distance"].round(2)}), hide_index=True)
 
 st.subheader("All annotators")
-progress = label_tools.annotator_progress(ws.store, distill_run.id)
+progress = annotator_progress(ws.store, distill_run.id)
 if progress:
     st.dataframe(pd.DataFrame([{
         "annotator": r["annotator"], "images labelled": r["images_labelled"],
         "clusters complete": f"{r['clusters_complete']}/{len(clusters)}", "relabels": r["relabels"],
         "last label": pd.Timestamp(r["last_labelled_at"], unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M UTC")}
         for r in progress]), hide_index=True, key="label_annotator_progress")
-table = label_tools.cluster_label_table(ws.store, distill_run.id, names)
+table = cluster_label_table(ws.store, distill_run.id, names)
 this_cluster = next(r for r in table if r["id"] == cluster["id"])
 if this_cluster["agreement"] is not None:
     spread = "" if this_cluster["agreement_se"] is None else f" ± {this_cluster['agreement_se'] * 100:.0f}"
@@ -260,14 +274,14 @@ st.dataframe(frame, hide_index=True, column_config={
     "agreement": st.column_config.ProgressColumn("agreement", min_value=0.0, max_value=1.0, format="percent",
                                                  help="per image, the share of annotators voting for its majority "
                                                       "label; the cluster's mean")})
-agreement = label_tools.agreement_summary(table)
+agreement = agreement_summary(table)
 figure = figures.agreement_figure(agreement)
 if figure is not None:
     st.plotly_chart(figure, key="label_agreement")
 
 st.subheader("Export")
 e1, e2, e3 = st.columns(3)
-text, rows = label_tools.labels_csv(ws.store, distill_run.id, actor=_ui.current_actor())
+text, rows = labels_csv(ws.store, distill_run.id, actor=_ui.current_actor())
 e1.download_button(f"Labels (CSV, {rows} rows)", text, f"labels-run{distill_run.id}.csv", mime="text/csv",
                    key="label_csv")
 
@@ -287,7 +301,7 @@ with e3.popover("Auto-label (demo)"):
     if st.button("Auto-label all clusters", key="label_auto"):
         try:
             _ui.require(Permission.RUN)  # an oracle is a model the server loads and runs (the registry decides which)
-            source, written = defuse_review.auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
+            source, written = auto_label(ws.registry, ws.store, distill_run.id, oracle, device=_ui.device())
             st.success(f"{len(written)} clusters labelled as {source}")
         except ProbeError as exc:
             st.error(_ui.plain(exc))

@@ -5,13 +5,18 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core.bayestrex import best_hit_per_target, best_samples, matrix_sampler_defaults
+from probe_core.api.ui import (
+    SAMPLE_RANGES,
+    TargetSpec,
+    best_hit_per_target,
+    best_samples,
+    config_of,
+    matrix_sampler_defaults,
+    result_of,
+)
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.reporting import figures
 from probe_core.runs import history
-from probe_core.runs.requests import SAMPLE_RANGES
-from probe_core.runs.runconfig import config_of, result_of
-from probe_core.sampling.targets import TargetSpec
 
 ws = _ui.workspace()
 st.title("Ambiguity matrix")

@@ -7,29 +7,45 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
-from probe_core import suites
-from probe_core.bayestrex import (
+from probe_core.api.ui import (
+    DEFAULT_INTEGRATION_STEPS,
+    DEFAULT_SIGMA,
+    GENERATOR_KINDS_OF_USE_CASES,
+    JUMPING_INTEGRATION_STEPS,
+    LATENT_MAP,
+    NONE_OF_THE_ABOVE,
+    PATH_PAGE_DEFAULTS,
+    POOR_MIXING_NOTE,
+    SAMPLE_RANGES,
+    SIGMA_RANGE,
+    SPEC_KINDS,
     TEST_IMAGE_VERDICTS,
+    USE_CASES,
+    ModelSpec,
+    PathKind,
+    TargetSpec,
     best_samples,
+    dataset_entry,
     label_test_image,
+    mixing_ok,
+    npz_bytes,
     page_sampler_defaults,
+    plan_use_case,
+    report_classes,
+    result_of,
+    sample_arrays,
+    sampling_report,
+    spec_help,
+    stored_latent_map,
+    submit_latent_map,
+    submit_training,
+    summary_rows,
 )
+from probe_core import suites
 from probe_core.bayestrex import queries as sample_queries
-from probe_core.bayestrex import recipes, summary_rows
-from probe_core.bayestrex.latent_map import LATENT_MAP, sampling_report, stored_latent_map, submit_latent_map
-from probe_core.catalog import dataset_entry
-from probe_core.defuse.labels import NONE_OF_THE_ABOVE
 from probe_core.errors import ProbeError
-from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
-from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
-from probe_core.models import ModelSpec
 from probe_core.reporting import figures
-from probe_core.reporting.export import npz_bytes, sample_arrays
 from probe_core.runs import history
-from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
-from probe_core.runs.runconfig import result_of
-from probe_core.runs.training import submit_training
-from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help
 from probe_core.team.accounts import Permission
 
 ws = _ui.workspace()
@@ -109,8 +125,8 @@ def target_spec() -> TargetSpec | None:
 
 def use_case_section() -> None:
     """The paper's use cases: the models they need (trained here as a job when missing), then a run."""
-    use_case = st.selectbox("Use case", list(recipes.USE_CASES), key="probe_use_case")
-    st.caption(recipes.USE_CASES[use_case])
+    use_case = st.selectbox("Use case", list(USE_CASES), key="probe_use_case")
+    st.caption(USE_CASES[use_case])
     options = {}
     if use_case == "misclassification":
         options["excluded_class"] = st.selectbox("Class the generator never sees", names, key="probe_uc_excluded")
@@ -119,10 +135,10 @@ def use_case_section() -> None:
         default = [names[i] for i in (0, 1, 3, 6, 9) if i < len(names)]
         options["classifier_classes"] = tuple(st.multiselect("The classifier's classes (the generator gets the "
                                                              "others)", names, default=default, key="probe_uc_classes"))
-    generator_kind = st.radio("Generator", list(recipes.GENERATOR_KINDS_OF_USE_CASES), horizontal=True,
+    generator_kind = st.radio("Generator", list(GENERATOR_KINDS_OF_USE_CASES), horizontal=True,
                               key="probe_uc_generator", help="the paper used a GAN for these use cases")
     try:
-        plan = recipes.plan_use_case(ws.registry, dataset.name, use_case, generator=generator_kind, **options)
+        plan = plan_use_case(ws.registry, dataset.name, use_case, generator=generator_kind, **options)
     except ProbeError as exc:
         st.error(_ui.plain(exc))
         return

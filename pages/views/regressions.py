@@ -6,8 +6,8 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.api.ui import generator_dataset
 from probe_core import suites
-from probe_core.catalog import generator_dataset
 from probe_core.errors import ProbeError
 from probe_core.runs import history
 from probe_core.team.accounts import Permission

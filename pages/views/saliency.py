@@ -5,11 +5,10 @@ import streamlit as st
 import torch
 
 from pages import ui as _ui
+from probe_core.api.ui import SceneGenerator, overlay, smoothgrad
 from probe_core.bayestrex import queries as sample_queries
 from probe_core.errors import ProbeError
 from probe_core.reporting import figures
-from probe_core.reporting.saliency import overlay, smoothgrad
-from probe_core.scenes.generator import SceneGenerator
 
 ws = _ui.workspace()
 st.title("Saliency")
@@ -76,8 +75,8 @@ for column, cls, heat in zip(columns[1:], classes, maps.cpu()):
 columns[-1].plotly_chart(figures.confidence_bars(probs, names, "confidences", height=220), key="saliency_bars")
 
 if scene is not None:
-    from probe_core.scenes.counterfactual import object_removal, removal_table
-    from probe_core.scenes.world import SLOT
+    from probe_core.api.ui import object_removal, removal_table
+    from probe_core.api.ui import SLOT
 
     st.subheader("Object removal (counterfactual)")
     st.markdown("Remove each object in turn, re-render the scene, and see how much the confidence in "

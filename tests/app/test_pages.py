@@ -7,6 +7,7 @@ import pytest
 from helpers import rerun_until, shown
 from streamlit.testing.v1 import AppTest
 
+from probe_core.api import ui as page_api
 from probe_core.bayestrex.latent_map import latent_map
 from probe_core.catalog import load_dataset
 from probe_core.defuse import labels as label_tools
@@ -270,8 +271,9 @@ def test_label_page_labels_all_ten_images_at_once_then_one_by_one(app_env, flawe
 
 
 def test_label_page_with_many_classes_labels_all_ten_images_from_a_searchable_list(app_env, flawed_run, monkeypatch):
-    # 43 sign classes would be 44 buttons: above ONE_CLICK_CLASSES the page offers the names as a list instead
-    monkeypatch.setattr(label_tools, "ONE_CLICK_CLASSES", 4)
+    # 43 sign classes would be 44 buttons: above ONE_CLICK_CLASSES the page offers the names as a list instead (the
+    # page reads it through probe_core.api.ui, its door into probe_core)
+    monkeypatch.setattr(page_api, "ONE_CLICK_CLASSES", 4)
     clusters = app_env.store.get_clusters(flawed_run["distill_run"])
     # a cluster no other test counts the annotators of (they take the first two and the last)
     position = len(clusters) // 2

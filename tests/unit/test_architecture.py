@@ -158,6 +158,44 @@ def test_no_page_reads_or_writes_the_store_itself():
     assert not offenders, offenders
 
 
+# What the pages (views and their UI glue) may import of probe_core: the API (probe_core.api.ui is the door made for
+# them), the query modules that read the store for them, and the error, permission and figure types they handle.
+PAGE_IMPORTS_ALLOWED = ("probe_core.api", "probe_core.runs.history", "probe_core.bayestrex.queries",
+                        "probe_core.defuse.queries", "probe_core.suites", "probe_core.errors", "probe_core.team.accounts",
+                        "probe_core.reporting.figures", "probe_core.reporting.render")
+
+
+def _probe_core_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module or imported name) of every probe_core import, inside functions too."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("probe_core")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("probe_core"):
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _outside_the_api(tree: ast.AST) -> list[tuple[int, str]]:
+    return [(line, name) for line, name in _probe_core_imports(tree)
+            if not any(name == allowed or name.startswith(allowed + ".") for allowed in PAGE_IMPORTS_ALLOWED)]
+
+
+def test_pages_speak_only_to_the_api_and_the_query_modules():
+    offenders = []
+    for path in [ROOT / "app.py", *sorted((ROOT / "pages").rglob("*.py"))]:
+        offenders += [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                      for line, name in _outside_the_api(ast.parse(path.read_text()))]
+    assert not offenders, "pages import probe_core only through probe_core.api.ui and the query modules:\n" + \
+        "\n".join(offenders)
+
+
+def test_the_page_import_finder_finds_planted_ones():
+    tree = ast.parse("from probe_core.api.ui import IdentifyRequest\nfrom probe_core.runs import history\n"
+                     "from probe_core.defuse import steps\ndef f():\n    import probe_core.cli\n")
+    assert _outside_the_api(tree) == [(3, "probe_core.defuse.steps"), (5, "probe_core.cli")]
+
+
 def test_the_store_call_finder_finds_planted_ones():
     assert _store_calls(ast.parse("ws.store.get_samples(1)\nqueries.samples(ws.store, 1)\n")) == [1]
 
