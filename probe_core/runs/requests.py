@@ -225,26 +225,26 @@ def check_sampler_settings(chains: int = DEFAULT_CHAINS, warmup: int = DEFAULT_W
 
 
 @dataclass(frozen=True)
-class SamplerSettings:
-    """How a Bayes-TrEx run samples, checked when made (:func:`check_sampler_settings`): a value of this type is
-    valid, so the sampler (:func:`~probe_core.bayestrex.run.sample`) runs one without checking it again. A
-    :class:`SampleRequest` carries one (:meth:`SampleRequest.sampler_settings`); the sampler makes one from
-    keywords.
+class SamplerFields:
+    """The sampler's settings as fields, with their defaults: written once, for :class:`SamplerSettings` and for
+    :class:`SampleRequest`, which carries them beside its models and targets.
 
     Parameters
     ----------
     chains, warmup, samples : int
         Chains per target, warm-up iterations, samples per chain.
     sigma : float
-        The likelihood width σ.
+        The likelihood width σ (the paper's 0.05).
     sampler : {"hmc", "rwm", "nuts"}
     seed : int
-    init : str
-        One of :data:`CHAIN_STARTS`.
-    anneal_sigma_from : float, None or "auto"
     keep_every : int
         Store every n-th kept sample.
+    anneal_sigma_from : float, None or "auto"
+    init : str
+        Where chains start, one of :data:`CHAIN_STARTS`; "auto" chooses from the targets and the generator
+        (:func:`~probe_core.bayestrex.run.auto_init`), "prior" is the paper's.
     independence_moves : int
+        HMC's independence jumps per iteration after warm-up (:class:`~probe_core.sampling.SamplerConfig`).
     """
 
     chains: int = DEFAULT_CHAINS
@@ -253,10 +253,19 @@ class SamplerSettings:
     sigma: float = DEFAULT_SIGMA
     sampler: str = "hmc"
     seed: int = 0
-    init: str = "auto"
-    anneal_sigma_from: float | str | None = "auto"
     keep_every: int = 1
+    anneal_sigma_from: float | str | None = "auto"
+    init: str = "auto"
     independence_moves: int = 0
+
+
+@dataclass(frozen=True)
+class SamplerSettings(SamplerFields):
+    """How a Bayes-TrEx run samples (the fields of :class:`SamplerFields`), checked when made
+    (:func:`check_sampler_settings`): a value of this type is valid, so the sampler
+    (:func:`~probe_core.bayestrex.run.sample`) runs one without checking it again. A :class:`SampleRequest`
+    carries one (:meth:`SampleRequest.sampler_settings`); the sampler makes one from keywords.
+    """
 
     def __post_init__(self) -> None:
         check_sampler_settings(**dataclasses.asdict(self))
@@ -273,11 +282,11 @@ class SamplerSettings:
         return settings
 
 
-SAMPLER_SETTING_NAMES = tuple(field.name for field in dataclasses.fields(SamplerSettings))
+SAMPLER_SETTING_NAMES = tuple(field.name for field in dataclasses.fields(SamplerFields))
 
 
-@dataclass(frozen=True)
-class SampleRequest(BuiltFromSettings):
+@dataclass(frozen=True, kw_only=True)
+class SampleRequest(BuiltFromSettings, SamplerFields):
     """A Bayes-TrEx run, validated: a target spec on a classifier and a generator, and the sampler's settings.
 
     Build it with :meth:`build`, the one constructor for front ends: it fills the target's defaults, resolves
@@ -296,22 +305,12 @@ class SampleRequest(BuiltFromSettings):
     class_names : tuple of str
         The classifier's classes on the data set, in the data set's order (matched by name); the
         words the target is written in.
-    chains, warmup, samples, keep_every : int
-        Chains per target, warm-up iterations, samples per chain, storage stride.
-    sigma : float
-        The likelihood width σ (the paper's 0.05).
-    sampler : {"hmc", "rwm", "nuts"}
-    seed : int
-    anneal_sigma_from : float, None or "auto"
-    init : str
-        Where chains start, one of :data:`CHAIN_STARTS`; "auto" chooses from the targets and the generator
-        (:func:`~probe_core.bayestrex.run.auto_init`), "prior" is the paper's.
+    chains, warmup, samples, sigma, sampler, seed, keep_every, anneal_sigma_from, init, independence_moves
+        The sampler's settings (:class:`SamplerFields`).
     executor : str
         Where the target shards run: ``local``, ``ray`` or ``ray:ADDRESS`` (:mod:`probe_core.runs.scaleout`).
     shards : int or None
         None: one per worker of the executor (decided where the run runs).
-    independence_moves : int
-        HMC's independence jumps per iteration after warm-up (:class:`~probe_core.sampling.SamplerConfig`).
     allow_weak_classifier : bool
         Sample with a classifier near chance on the data (refused otherwise); the result is flagged.
     use_case : dict or None
@@ -329,18 +328,8 @@ class SampleRequest(BuiltFromSettings):
     classifier: str = "default"
     generator: str = "default"
     class_names: tuple[str, ...] = ()
-    chains: int = DEFAULT_CHAINS
-    warmup: int = DEFAULT_WARMUP
-    samples: int = DEFAULT_SAMPLES
-    sigma: float = DEFAULT_SIGMA
-    sampler: str = "hmc"
-    seed: int = 0
-    keep_every: int = 1
-    anneal_sigma_from: float | str | None = "auto"
-    init: str = "auto"
     executor: str = "local"
     shards: int | None = 1
-    independence_moves: int = 0
     allow_weak_classifier: bool = False
     use_case: dict | None = None
     judge: str | None = None
