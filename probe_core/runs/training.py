@@ -115,7 +115,8 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
 
             def as_model_of_run(fraction, message, epoch, force, model_id=model_id, position=position):
                 if fraction is None or epoch is None or "epoch" not in epoch:
-                    return None if fraction is None else ((position + fraction) / len(resolved), message, None, force)
+                    return (None if fraction is None else
+                            ((position + fraction) / len(resolved), message, {"models": models}, force))
                 models[model_id].update(fraction=fraction, **{name: epoch[name] for name in EPOCH_DETAILS})
                 return ((position + fraction) / len(resolved),
                         f"training {model_id}: epoch {epoch['epoch']}/{epoch['epochs']}", {"models": models}, force)
