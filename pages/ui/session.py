@@ -386,8 +386,7 @@ def _start_sampling(dataset_name: str, spec, models: tuple[str, str] | None, **s
     config = SampleRequest.build(registry, dataset=dataset_name, target=spec, classifier=classifier,
                                  generator=generator, **{**scaleout(), **sample_kwargs})
     in_flight = {run.id for run in registry.store.list_runs(kind=config.kind, active_only=True)}
-    run_id = submit_run(job_manager(), config, data_dir(), dedupe=True,
-                        device=device())
+    run_id = submit_run(job_manager(), config, data_dir(), dedupe=True, device=device())
     if run_id in in_flight:
         st.info(f"An identical run is already in flight: run {run_id} (shown below); no second one was started.")
     return run_id

@@ -158,7 +158,7 @@ if o2.button("Finetune at this λ", key="finetune_other_start"):
         epochs=int(run.config.get("epochs", 3)), samples_per_region=int(run.config.get("samples_per_region", 256)),
         executor=run.config.get("executor", "local"), baseline=run.config.get("baseline", "cluster-labels"),
         selection=run.config.get("selection", "data-and-failures")),
-  _ui.device())
+        _ui.device())
     st.rerun()
 
 corrected = result.corrected_model

@@ -230,7 +230,7 @@ with st.expander("Is this failure new? The nearest misclassified training images
     if st.toggle("Compare with the training images the classifier gets wrong", key="label_novelty"):
         try:
             novelty = nearest_misclassified_training(ws.registry, ws.store, distill_run.id, cluster,
-                                                _ui.device(), models=(dataset, classifier, vae))
+                                                     _ui.device(), models=(dataset, classifier, vae))
         except ProbeError as exc:
             st.error(_ui.plain(exc))
     if novelty is not None and not novelty["misclassified_training_images"]:
