@@ -12,16 +12,20 @@ independent judge (the same recipe, seed 1001, never probed) and each generator 
 - **rae-spatial**: the same with the spatial code (8 channels of 8x8, a code of 512) at any size, which the
   recipe keeps for 64x64 and up.
 
-It prints one row per recipe, prior and chain start: training seconds, the generator check's verdict with the
-judge (:func:`probe_core.models.checks.judged_probe`: the share of a short high:C probe's hits the judge agrees
-with) and figures (FD-clf against the data's own train-vs-test, sharpness, the share of held-out images whose
-reconstructions keep their class, against the images), the class kept on training images, then ``high:C``
-chains (``SamplerConfig`` at the real-size defaults) started from prior draws or from the target class's
-component (``init="classes"``): chains that hit, the share of hits the judge calls the class, and seconds.
+Each autoencoder is sampled through both code densities, refitted on its training codes here whatever its stored
+model holds: the kernel density (the default; ``--bandwidths`` lists the kernels' sizes measured) and one Gaussian
+per class with a shared covariance. It prints one row per recipe, density, chain start and target: training seconds,
+the generator check's verdict with the judge (:func:`probe_core.models.checks.judged_probe`: the share of a short
+high:C probe's hits the judge agrees with) and figures (FD-clf against the data's own train-vs-test, sharpness,
+the share of held-out images whose reconstructions keep their class, against the images), the class kept on
+training images, then ``high:C`` chains (``SamplerConfig`` at the real-size defaults) started from prior draws or
+from the target class's part of the density (``init="classes"``), and, with ``--size``, ``ambiguous:A,B`` for the
+pair ``benchmarks/real_size.py`` chooses (the classes the classifier confuses most among those it knows): chains
+that hit, the share of hits the judge calls the class (for a pair: either of the two), and seconds.
 Run:
 
     .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 [--train-images N] | --dataset digits]
-        [--quick]
+        [--recipes rae-spatial,vae] [--bandwidths 0.2] [--quick]
 
 ``--quick`` (CI's smoke run): digits (or the stand-in's few images), short trainings, 4 chains of 5 + 5.
 """
@@ -43,7 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_core.catalog import canonical_dataset_name  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
-from probe_core.models.density import DensityGenerator, fit_code_density  # noqa: E402
+from probe_core.models.density import (  # noqa: E402
+    ClassCodeDensity,
+    DensityGenerator,
+    KernelCodeDensity,
+    fit_code_density,
+)
 from probe_core.models.training import classifier_accuracy  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc  # noqa: E402
@@ -84,6 +93,8 @@ def main() -> int:
     parser.add_argument("--recipes", default="vae,rae", help=f"generator recipes compared, of {', '.join(RECIPES)} (default vae,rae)")
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(Path(__file__).resolve().parents[2]
                                                                           / "shared" / "data" / "mnist-t10k")))
+    parser.add_argument("--bandwidths", default="0.2",
+                        help="the kernel density's bandwidths measured, in whitened units (default 0.2, the default)")
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
     parser.add_argument("--train-images", type=int,
                         help="with --size: the stand-in with this many training images (per class at 64x64; the "
@@ -104,46 +115,60 @@ def main() -> int:
     judge, _ = trained(registry, ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED), args.quick)
     names = tuple(classifier.class_names)
     count = len(names)
+    pair = None
     if args.classes:
         classes = [names.index(c) for c in args.classes.split(",")]
     elif args.quick or args.size:
-        from real_size import confidently_known_class, describe_class_choice  # a high:C real images of C reach
-        chosen, share, passed_over = confidently_known_class(classifier, data)
+        from real_size import confidently_known_class, describe_class_choice, high_shares, similar_pair
+        shares = high_shares(classifier, data)
+        chosen, share, passed_over = confidently_known_class(classifier, data, shares=shares)
         classes = [chosen]
         print(f"high:C's class: {describe_class_choice(names, chosen, share, passed_over)}")
+        known = [index for index in range(count) if shares[index] >= 0.5]
+        pair = similar_pair(classifier, data, among=known)
+        print(f"ambiguous pair: {names[pair[0]]},{names[pair[1]]}, the pair the classifier confuses most among the "
+              f"{len(known)} classes on whose test images it meets high:C at least half the time")
     else:
         classes = sorted({1 % count, count // 2, (2 * count) // 3})
+    probes = [(f"high:{names[cls]}", (cls,)) for cls in classes]
+    if pair is not None:
+        probes.append((f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair))
     chains, steps = (4, 5) if args.quick else (16, 100)
     print(f"{data.name}: {len(data.train_labels):,} training and {len(data.test_labels):,} test images of "
           f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
           f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
           f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
     print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
-          "class kept training | class | chains hit | judge agrees with hits | chain s |")
+          "class kept training | target | chains hit | judge agrees with hits | chain s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    bandwidths = [float(value) for value in args.bandwidths.split(",")]
     for recipe in args.recipes.split(","):
         if recipe not in RECIPES:
             parser.error(f"unknown recipe {recipe!r}; use of {', '.join(RECIPES)}")
         model, seconds = trained(registry, ModelSpec(dataset=reference, **RECIPES[recipe]), args.quick)
         loaded = registry.resolve(model.id, "generator", reference)
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
-        if RECIPES[recipe]["kind"] == "rae":
-            variants = [("fitted density", loaded)]
-        else:
-            density = fit_code_density(loaded.module, data.train_images, data.train_labels)
-            variants = [("N(0, I)", loaded), ("fitted density", dataclasses.replace(
-                loaded, id=f"{loaded.id}-density", module=DensityGenerator(loaded.module, density, names),
-                capabilities=None))]
+        network = getattr(loaded.module, "generator", loaded.module)  # an autoencoder's network, without a density
+        densities = [(f"kernel density, bandwidth {bandwidth}", KernelCodeDensity(bandwidth=bandwidth))
+                     for bandwidth in bandwidths] + [("class Gaussians", ClassCodeDensity())]
+        variants = [] if RECIPES[recipe]["kind"] == "rae" else [("N(0, I)", loaded)]
+        for prior_name, estimator in densities:
+            density = fit_code_density(network, data.train_images, data.train_labels, estimator=estimator,
+                                       num_classes=count)
+            # an id of its own per density: the check's results are cached by generator id
+            own_id = f"{loaded.id}-{prior_name.replace(', ', '-').replace(' ', '-')}"
+            variants.append((prior_name, dataclasses.replace(
+                loaded, id=own_id, module=DensityGenerator(network, density, names), capabilities=None)))
         for prior_name, variant in variants:
             generator = variant.module
             check = check_generator(variant, classifier, data, judge=judge)
             figures = check.figures
             starts = ("prior", "classes") if isinstance(generator, DensityGenerator) else ("prior",)
             for start in starts:
-                for cls in classes:
-                    [target] = parse_targets(f"high:{names[cls]}", names)
+                for probe, probed in probes:
+                    [target] = parse_targets(probe, names)
                     posterior = BayesTrExPosterior(classifier.module, generator, TargetBatch([target], chains))
-                    config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=cls, init=start)
+                    config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=probed[0], init=start)
                     started = time.perf_counter()
                     result = run_hmc(posterior, config)
                     chain_seconds = time.perf_counter() - started
@@ -151,14 +176,15 @@ def main() -> int:
                     hit = target.is_hit(probs.reshape(-1, count)).reshape(chains, steps)
                     positions = result.positions.reshape(chains * steps, -1)[hit.reshape(-1)]
                     with torch.no_grad():
-                        images = generator.decode(positions) if len(positions) else None
-                    agree, total = judge_agreement(judge.module, images, (cls,))
+                        images = torch.cat([generator.decode(positions[s:s + 256])
+                                            for s in range(0, len(positions), 256)]) if len(positions) else None
+                    agree, total = judge_agreement(judge.module, images, probed)
                     share = f"{agree / total:.0%} of {total}" if total else "no hits"
                     verdict = f"{check.verdict} ({figures['judge_agreement'] or 0:.0%} of {figures['judge_hits']})"
                     print(f"| {recipe} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
                           f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
                           f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
-                          f"{names[cls]} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",
+                          f"{probe} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",
                           flush=True)
     print(f"({time.perf_counter() - began:.0f} s in all)")
     return 0

@@ -8,8 +8,8 @@ autoencoder gets afterwards (Ghosh et al., ICLR 2020: an ex-post density on the 
 - :func:`autoencoder_loss` / :func:`train_autoencoder`: pixels + SSIM (``pytorch_msssim``, the authors' loss) + a
   feature network of its own (never the probed classifier), an L2 penalty on codes and noise on them in training;
 - :class:`DensityAutoencoder`: the trained network seen through a
-  :class:`~probe_core.models.density.ClassCodeDensity` (one Gaussian per class, shared covariance, whitened), so
-  Bayes-TrEx's HMC samples the fitted mixture and Defuse perturbs the same whitened codes.
+  :class:`~probe_core.models.density.KernelCodeDensity` (a small Gaussian kernel around every training code,
+  whitened), so Bayes-TrEx's HMC samples where the training codes live and Defuse perturbs the same whitened codes.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class ConvAutoencoder(nn.Module):
 
 
 class DensityAutoencoder(DensityGenerator):
-    """The zoo's regularized autoencoder: a :class:`ConvAutoencoder` seen through a class-code density fitted on
+    """The zoo's regularized autoencoder: a :class:`ConvAutoencoder` seen through a code density fitted on
     its training codes after training (Ghosh et al., ICLR 2020), so Bayes-TrEx has a prior to sample and Defuse
     perturbs the same whitened codes. Latents are whitened codes (see
     :class:`~probe_core.models.density.DensityGenerator`).
@@ -139,7 +139,7 @@ class DensityAutoencoder(DensityGenerator):
     latent_dim : int
         Size of the code.
     class_names : sequence of str
-        The data's classes, one density component each.
+        The data's classes, each with its part of the density.
     """
 
     spatial = False
@@ -230,7 +230,7 @@ def train_autoencoder(
     The autoencoder (:class:`ConvAutoencoder`) trains with :func:`autoencoder_loss`: ``perceptual`` chooses the
     feature network of its feature term as for VAEs (None: pixels and SSIM alone; "trained" is a ResNet trained on
     the data's labels first, never the probed classifier). ``augment`` passes batches through
-    :func:`augment_batch`. Afterwards a :class:`~probe_core.models.density.ClassCodeDensity` is fitted on the
+    :func:`augment_batch`. Afterwards a :class:`~probe_core.models.density.KernelCodeDensity` is fitted on the
     codes of the (unaugmented) training images: the returned :class:`DensityAutoencoder` samples and encodes in
     its whitened coordinates. Metrics are :func:`evaluate_autoencoder` on the test split.
     """

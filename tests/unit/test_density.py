@@ -1,14 +1,21 @@
-"""The code density fitted after training: whitening, the mixture's gradient, a class's component, and Bayes-TrEx's
-posterior and HMC on a generator seen through it."""
+"""The code densities fitted after training (the kernel density, the default, and the class Gaussians): whitening,
+the density's gradient, a class's part, stored models of either kind, and Bayes-TrEx's posterior and HMC on a
+generator seen through them."""
 
 from __future__ import annotations
 
+import pyro.distributions as dist
 import pytest
 import torch
 from torch import nn
 
 from probe_core.errors import ProbeError
-from probe_core.models.density import ClassCodeDensity, DensityGenerator, fit_code_density
+from probe_core.models.density import (
+    ClassCodeDensity,
+    DensityGenerator,
+    KernelCodeDensity,
+    fit_code_density,
+)
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_pyro_nuts
 from probe_core.sampling.protocols import generator_capabilities
 from probe_core.sampling.targets import TargetBatch, parse_targets
@@ -176,7 +183,7 @@ def test_init_classes_starts_chains_in_their_targets_components_and_is_refused_w
                 SamplerConfig(num_warmup=0, num_samples=1, init="classes"))
 
 
-def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_keeps_smc_for_ambiguous_targets():
+def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_smc_elsewhere_for_ambiguous_targets():
     from probe_core.bayestrex.run import auto_init
 
     autoencoder = _LinearAutoencoder()
@@ -184,7 +191,7 @@ def test_auto_starts_chains_in_their_classes_on_a_density_generator_and_keeps_sm
     generator = DensityGenerator(autoencoder, class_names=("0", "1", "2")).fit_density(autoencoder.decode(codes),
                                                                                      labels)
     assert auto_init(generator, hard=False, sampler="hmc") == "classes"  # disclosed in docs/fidelity.md
-    assert auto_init(generator, hard=True, sampler="hmc") == "smc"
+    assert auto_init(generator, hard=True, sampler="hmc") == "classes"  # SMC's prior draws missed the pair
     assert auto_init(autoencoder, hard=False, sampler="hmc") == "optimize"  # no class components: as before
     assert auto_init(autoencoder, hard=True, sampler="hmc") == "smc"
 
@@ -244,7 +251,8 @@ def test_a_trained_autoencoder_is_stored_resolves_again_and_samples_its_classes(
     again = Workspace(tmp_path).registry.resolve(model.id, "generator", "digits")  # a new registry reads the file
     capabilities = again.capabilities
     assert capabilities.structured_prior and capabilities.encoder and capabilities.sampler == "hmc"
-    for name in ("code_mean", "class_means", "class_scale_tril"):
+    assert isinstance(again.module.density, KernelCodeDensity)  # the default density, read back as it was
+    for name in KernelCodeDensity.buffers:
         assert torch.equal(getattr(again.module, name), getattr(model.module, name))
     data = load_dataset("digits")
     whitened = again.module.encode(data.train_images[:400])[0]
@@ -252,3 +260,77 @@ def test_a_trained_autoencoder_is_stored_resolves_again_and_samples_its_classes(
     whitened = whitened.detach()
     assert whitened.mean(0).abs().max() < 0.5 and 0.5 < float(whitened.std(0).mean()) < 1.5
     assert again.module.decode(whitened[:4]).shape == (4, 1, 8, 8)
+
+
+def test_the_kernel_density_is_the_mixture_of_kernels_around_the_codes_with_its_gradient():
+    codes, labels = _codes(count_per_class=40)
+    density = KernelCodeDensity(bandwidth=0.3).fit(codes, labels)
+    whitened = density.whiten(codes)
+    assert torch.allclose(density.codes_, whitened, atol=1e-4) and torch.equal(density.labels_, labels)
+    prior = density.distribution(batch=5)
+    assert prior.batch_shape == (5,) and prior.event_shape == (4,)
+    w = whitened[:5] + 0.2 * torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    # the same density as torch's mixture of isotropic Gaussians, computed without (B, M, D) differences
+    reference = dist.MixtureSameFamily(dist.Categorical(logits=torch.zeros(len(codes))),
+                                       dist.Normal(density.codes_, 0.3).to_event(1))
+    assert torch.allclose(prior.log_prob(w), reference.log_prob(w[:, None].expand(5, 1, 4)[:, 0]), atol=1e-3)
+    w.requires_grad_(True)
+    (gradient,) = torch.autograd.grad(prior.log_prob(w).sum(), w)
+    (expected,) = torch.autograd.grad(reference.log_prob(w).sum(), w)
+    assert torch.allclose(gradient, expected, rtol=1e-3, atol=1e-3)
+    # a class's part is the kernels around that class's codes
+    assert torch.allclose(density.class_distribution(2).log_prob(w.detach()),
+                          dist.MixtureSameFamily(dist.Categorical(logits=torch.zeros(40)),
+                                                 dist.Normal(density.codes_[labels == 2], 0.3).to_event(1)
+                                                 ).log_prob(w.detach()), atol=1e-3)
+
+
+def test_the_kernel_densitys_draws_are_near_their_class_codes_and_follow_the_weights():
+    codes, labels = _codes(count_per_class=60)
+    labels = labels.clone()
+    labels[:30] = 1  # uneven classes: 30, 90 and 60 codes
+    density = KernelCodeDensity(bandwidth=0.1).fit(codes, labels)
+    generator = DensityGenerator(_LinearAutoencoder(), density, class_names=("a", "b", "c"))
+    rng = torch.Generator().manual_seed(2)
+    drawn = density.sample(300, rng, class_index=2)
+    nearest = torch.cdist(drawn, density.codes_).argmin(1)
+    assert bool((density.labels_[nearest] == 2).all())
+    assert float(torch.cdist(drawn, density.codes_).min(1).values.median()) < 0.1 * 4 ** 0.5 * 2
+    assert sum("class c" in generator.describe(w) for w in drawn[:50]) >= 45
+    mixed = density.sample(3000, rng)
+    nearest = density.labels_[torch.cdist(mixed, density.codes_).argmin(1)]
+    assert torch.allclose(torch.bincount(nearest, minlength=3) / 3000.0, torch.tensor([30, 90, 60]) / 180.0,
+                          atol=0.05)
+    # more codes than it keeps: a random subset, each class's share measured on it
+    kept = KernelCodeDensity(max_codes=50).fit(codes, labels)
+    assert kept.codes_.shape == (50, 4) and abs(float(kept.weights_.sum()) - 1) < 1e-6
+    assert torch.equal(torch.bincount(kept.labels_, minlength=3) / 50.0, kept.weights_)
+
+
+def test_a_model_stored_with_either_density_loads_as_it_was_stored():
+    codes, labels = _codes()
+    autoencoder = _LinearAutoencoder()
+    images = autoencoder.decode(codes)
+    for estimator, kind in ((ClassCodeDensity(), ClassCodeDensity), (KernelCodeDensity(), KernelCodeDensity)):
+        fitted = DensityGenerator(autoencoder, class_names=("a", "b", "c")).fit_density(images, labels,
+                                                                                        estimator=estimator)
+        assert isinstance(fitted.density, kind)
+        placeholder = DensityGenerator(_LinearAutoencoder(), class_names=("a", "b", "c"))  # as the registry builds it
+        placeholder.load_state_dict(fitted.state_dict())
+        assert isinstance(placeholder.density, kind) and set(placeholder.state_dict()) == set(fitted.state_dict())
+        w = fitted.density.sample(8, torch.Generator().manual_seed(0))
+        assert torch.allclose(placeholder.prior_distribution(8).log_prob(w), fitted.prior_distribution(8).log_prob(w))
+        assert torch.allclose(placeholder.decode(w), fitted.decode(w))
+
+
+def test_the_kernel_densitys_bad_settings_are_the_projects_error():
+    with pytest.raises(ProbeError, match="bandwidth must be positive"):
+        KernelCodeDensity(bandwidth=0).fit(*_codes())
+    with pytest.raises(ProbeError, match="at least one code"):
+        KernelCodeDensity(max_codes=0).fit(*_codes())
+    with pytest.raises(ProbeError, match="outside 0..1"):
+        KernelCodeDensity().fit(*_codes(), num_classes=2)
+    with pytest.raises(ProbeError, match="room for 2"):
+        autoencoder = _LinearAutoencoder()
+        codes, labels = _codes()
+        DensityGenerator(autoencoder, num_classes=2).fit_density(autoencoder.decode(codes), labels)
