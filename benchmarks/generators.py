@@ -20,7 +20,7 @@ high:C probe's hits the judge agrees with) and figures (FD-clf against the data'
 the share of held-out images whose reconstructions keep their class, against the images), the class kept on
 training images, then ``high:C`` chains (``SamplerConfig`` at the real-size defaults) started from prior draws or
 from the target class's part of the density (``init="classes"``), and, with ``--size``, ``ambiguous:A,B`` for the
-pair ``benchmarks/real_size.py`` chooses (the classes the classifier confuses most among those it knows): chains
+pair ``benchmarks/real_size.py`` chooses (also from tempered SMC, the start for it without a density) (the classes the classifier confuses most among those it knows): chains
 that hit, the share of hits the judge calls the class (for a pair: either of the two), and seconds.
 Run:
 
@@ -163,10 +163,12 @@ def main() -> int:
             generator = variant.module
             check = check_generator(variant, classifier, data, judge=judge)
             figures = check.figures
-            starts = ("prior", "classes") if isinstance(generator, DensityGenerator) else ("prior",)
+            starts = ("prior", "classes", "smc") if isinstance(generator, DensityGenerator) else ("prior", "smc")
             for start in starts:
                 for probe, probed in probes:
                     [target] = parse_targets(probe, names)
+                    if start == "smc" and not target.needs_tempered_start:
+                        continue  # tempered SMC: the start without a density for ambiguous targets
                     posterior = BayesTrExPosterior(classifier.module, generator, TargetBatch([target], chains))
                     config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=probed[0], init=start)
                     started = time.perf_counter()

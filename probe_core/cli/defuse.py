@@ -8,7 +8,6 @@ import sys
 
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
-from probe_core.data.classes import with_class_map
 from probe_core.defuse import correct_step
 from probe_core.defuse import correction
 from probe_core.defuse import labels as label_tools
@@ -22,7 +21,6 @@ from probe_core.errors import ProbeError
 from probe_core.reporting.export import format_table, write_file
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
 from probe_core.runs import history
-from probe_core.runs.scaleout import shard_count
 from probe_core.team.accounts import shell_annotator
 
 
@@ -56,13 +54,12 @@ def _add_oracle_options(parser) -> None:
 
 
 def _identify_settings(args) -> dict:
-    classifier = with_class_map(args.classifier, args.class_map) if args.class_map else args.classifier
     return dict(
-        dataset=args.dataset, classifier=classifier, vae=args.vae, samples_per_image=args.samples_per_image,
-        max_per_image=args.max_per_image, noise=args.noise, a=args.a, b=args.b, noise_scale=args.noise_scale,
-        seed=args.seed, max_images=args.max_images, executor=args.executor,
-        shards=shard_count(args.executor, args.shards), allow_weak_classifier=args.allow_weak_classifier,
-        judge=args.judge, judge_sure=args.judge_sure)
+        dataset=args.dataset, classifier=args.classifier, class_map=args.class_map, vae=args.vae,
+        samples_per_image=args.samples_per_image, max_per_image=args.max_per_image, noise=args.noise, a=args.a,
+        b=args.b, noise_scale=args.noise_scale, seed=args.seed, max_images=args.max_images, executor=args.executor,
+        shards=args.shards, allow_weak_classifier=args.allow_weak_classifier, judge=args.judge,
+        judge_sure=args.judge_sure)
 
 
 def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:

@@ -92,9 +92,9 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--init", choices=CHAIN_STARTS, default="auto", metavar="START",
                         help="where chains start: prior (the paper's), optimize, smc, uniform, classes (draws of the "
-                        "target classes' components of a generator's class density); auto (default) chooses: smc "
-                        "for ambiguous and vector targets, classes where the generator has a class density, else "
-                        "optimize")
+                        "target classes' parts of a generator's code density); auto (default) chooses: classes where "
+                        "the generator has a code density, else smc for ambiguous and vector targets and optimize "
+                        "for high ones")
     parser.add_argument("--keep-every", type=int,
                         help=_default_help("store every n-th sample in the workspace", "keep_every"))
     parser.add_argument("--independence-moves", type=int, default=0, metavar="N",

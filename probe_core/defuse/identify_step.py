@@ -14,6 +14,7 @@ import torch
 
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
+from probe_core.data.classes import with_class_map
 from probe_core.defuse.distill_step import DistillRequest, distill_job
 from probe_core.defuse.identification import (
     DEFAULT_JUDGE_SURE,
@@ -95,10 +96,12 @@ class IdentifyRequest(BuiltFromSettings):
             raise ProbeError(f"the Beta noise's a and b must be positive, got a={self.a}, b={self.b}")
 
     @classmethod
-    def build(cls, registry, *, device: str = "cpu", train_missing: bool = False, **settings) -> "IdentifyRequest":
+    def build(cls, registry, *, device: str = "cpu", train_missing: bool = False, class_map: str | None = None,
+              **settings) -> "IdentifyRequest":
         """The request made from ``settings`` (:meth:`from_settings`) and checked against the workspace in one step,
-        before a run is stored: the classifier's classes matched to the data's, both models loaded (a plugin that
-        fails or a missing id fails here) and the classifier checked on the data, the settings the request leaves
+        before a run is stored: ``class_map`` (``MODEL=DATA,...``) applied to the classifier's reference as
+        :class:`~probe_core.runs.requests.SampleRequest` does, the classifier's classes matched to the data's, both
+        models loaded (a plugin that fails or a missing id fails here) and the classifier checked on the data, the settings the request leaves
         open chosen from the data's size (:func:`sized_identification`; the note is logged), and the models
         resolved to stored references that load again in any process (never ``default`` or a relative path).
 
@@ -110,6 +113,8 @@ class IdentifyRequest(BuiltFromSettings):
         ProbeError
             For bad settings, models that do not load or match the data, or a generator without an encoder.
         """
+        if class_map:
+            settings = {**settings, "classifier": with_class_map(settings.get("classifier") or "default", class_map)}
         request = cls.from_settings(**settings)
         registry = registry.remembering()  # the classes are matched and the models checked on one load of each
         classifier_class_names(registry, request.classifier, request.dataset)  # classes matched before any training

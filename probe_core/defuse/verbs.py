@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET
-from probe_core.data.classes import with_class_map
 from probe_core.defuse.labels import HUMAN, label_images
 from probe_core.defuse.queries import distill_tau, failures_of, load_run_models, report, run_class_names
 from probe_core.defuse.results import CorrectionResult
@@ -158,9 +157,8 @@ def identify(classifier="default", dataset=DEFAULT_DATASET, vae="default", *, cl
 
     device = str(resolve_device(device))  # "auto": CUDA when present
     dataset, classifier, vae = references(space, dataset, classifier, vae, class_names, input_shape)
-    reference = with_class_map(classifier, class_map) if class_map else classifier
     request = IdentifyRequest.build(space.registry, device=device, train_missing=True, dataset=dataset,
-                                    classifier=reference, vae=vae, **settings)
+                                    classifier=classifier, class_map=class_map, vae=vae, **settings)
     run_id, outcome = run_now(space.registry, request, device=device,
                              progress_bar="identifying failures" if progress else None)
     names = list(load_dataset(request.dataset, space.registry.data_dir).class_names)

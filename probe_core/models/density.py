@@ -21,6 +21,7 @@ Defuse perturbs codes in the same space.
 
 from __future__ import annotations
 
+import abc
 import math
 
 import pyro.distributions as dist
@@ -107,7 +108,7 @@ class KernelMixture(dist.TorchDistribution):
                                                                        device=self.centres.device)
 
 
-class WhitenedCodeDensity:
+class WhitenedCodeDensity(abc.ABC):
     """What the code densities share: the whitening of the codes, fitted with them, and checks and draws by class.
 
     Subclasses fit ``mean_``, ``whitening_`` and ``weights_`` (see :meth:`_fit_whitening`) and implement
@@ -190,17 +191,21 @@ class WhitenedCodeDensity:
         """p(class | w) for whitened codes (B, D): (B, K), zero for classes without codes."""
         return torch.softmax(self.class_log_joint(whitened), -1)
 
+    @abc.abstractmethod
     def distribution(self, batch: int | None = None) -> dist.TorchDistribution:
-        raise NotImplementedError
+        """The density over whitened codes as a Pyro distribution, event (D,), batch ``(batch,)``."""
 
+    @abc.abstractmethod
     def class_distribution(self, class_index: int, batch: int | None = None) -> dist.TorchDistribution:
-        raise NotImplementedError
+        """One class's part of the density (where that class's codes live), event (D,), batch ``(batch,)``."""
 
+    @abc.abstractmethod
     def sample_for_weights(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        raise NotImplementedError
+        """One whitened code per row of ``weights`` (B, K), from the part of a class drawn with them; (B, D)."""
 
+    @abc.abstractmethod
     def class_log_joint(self, whitened: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """log p(w, class) for whitened codes (B, D): (B, K)."""
 
 
 class ClassCodeDensity(WhitenedCodeDensity):

@@ -113,6 +113,13 @@ def test_an_identification_judge_must_be_another_classifier_and_the_run_records_
     error = capsys.readouterr().err
     assert "other than the probed one" in error and error.count("\n") == 1
     assert len(store.list_runs()) == runs_before  # refused before anything is stored
+    # a class map is applied by the build, as a sample request's is: the stored reference carries it
+    mapped = steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
+                                         class_map="9=9")
+    assert mapped.classifier.endswith("#class_map=9=9")
+    with pytest.raises(ProbeError, match="class"):
+        steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
+                                    class_map="nine=elephant")
     # the clean digits classifier judges the flawed one ("default" on the flawed data would be the flawed one)
     clean = registry.default_id("digits", "classifier")
     request = steps.IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed_run["classifier"],
