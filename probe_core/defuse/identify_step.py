@@ -14,7 +14,6 @@ import torch
 
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
-from probe_core.data.classes import with_class_map
 from probe_core.defuse.distill_step import DistillRequest, distill_job
 from probe_core.defuse.identification import (
     DEFAULT_JUDGE_SURE,
@@ -28,7 +27,7 @@ from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
-from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, record
+from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, mapped_classifier, record
 from probe_core.runs.scaleout import (
     SHARDS_RANGE,
     ShardTask,
@@ -100,10 +99,11 @@ class IdentifyRequest(BuiltFromSettings):
               **settings) -> "IdentifyRequest":
         """The request made from ``settings`` (:meth:`from_settings`) and checked against the workspace in one step,
         before a run is stored: ``class_map`` (``MODEL=DATA,...``) applied to the classifier's reference as
-        :class:`~probe_core.runs.requests.SampleRequest` does, the classifier's classes matched to the data's, both
-        models loaded (a plugin that fails or a missing id fails here) and the classifier checked on the data, the settings the request leaves
-        open chosen from the data's size (:func:`sized_identification`; the note is logged), and the models
-        resolved to stored references that load again in any process (never ``default`` or a relative path).
+        :class:`~probe_core.runs.requests.SampleRequest` does (:func:`~probe_core.runs.requests.mapped_classifier`),
+        the classifier's classes matched to the data's, both models loaded (a plugin that fails or a missing id fails
+        here) and the classifier checked on the data, the settings the request leaves open chosen from the data's
+        size (:func:`sized_identification`; the note is logged), and the models resolved to stored references that
+        load again in any process (never ``default`` or a relative path).
 
         Every front end (CLI, Failures page, API verb) starts identification from this request. With
         ``train_missing`` (CLI and API), untrained defaults are trained first, announced.
@@ -114,7 +114,7 @@ class IdentifyRequest(BuiltFromSettings):
             For bad settings, models that do not load or match the data, or a generator without an encoder.
         """
         if class_map:
-            settings = {**settings, "classifier": with_class_map(settings.get("classifier") or "default", class_map)}
+            settings = {**settings, "classifier": mapped_classifier(settings.get("classifier"), class_map)}
         request = cls.from_settings(**settings)
         registry = registry.remembering()  # the classes are matched and the models checked on one load of each
         classifier_class_names(registry, request.classifier, request.dataset)  # classes matched before any training

@@ -394,12 +394,7 @@ class SampleRequest(BuiltFromSettings, SamplerFields):
         if not isinstance(target, TargetSpec) and (not isinstance(target, str) or not target.strip()):
             raise ProbeError("a target spec is needed, e.g. high:3 or ambiguous:4,9")
         data = load_dataset(dataset, registry.data_dir)
-        classifier = classifier or "default"
-        if class_map:
-            if not isinstance(classifier, str):
-                raise ProbeError("a class map goes with a classifier reference, not an already resolved "
-                                 "classifier")
-            classifier = with_class_map(classifier, class_map)
+        classifier = mapped_classifier(classifier, class_map)
         classifier_id, names, _ = resolved_reference(registry, classifier, "classifier", dataset)
         if isinstance(target, str):
             # the one parse: a bad target stops here, in the classifier's words
@@ -478,6 +473,23 @@ def resolved_reference(registry, reference, role: str, dataset: str) -> tuple[st
             return reference, tuple(load_dataset(classifier_dataset(dataset), registry.data_dir).class_names), None
     loaded = registry.resolve(reference, role, dataset)
     return loaded.id, tuple(loaded.class_names), loaded
+
+
+def mapped_classifier(classifier, class_map) -> str:
+    """The classifier reference a request stores (``default`` where none is given), carrying ``class_map``
+    (``MODEL=DATA,...`` or a dict) where one is given.
+
+    Raises
+    ------
+    ProbeError
+        For a class map given with an already resolved classifier rather than a reference.
+    """
+    classifier = classifier or "default"
+    if not class_map:
+        return classifier
+    if not isinstance(classifier, str):
+        raise ProbeError("a class map goes with a classifier reference, not an already resolved classifier")
+    return with_class_map(classifier, class_map)
 
 
 def classifier_class_names(registry, reference: str | None, dataset: str) -> tuple[str, ...]:
