@@ -315,7 +315,7 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
     started = time.perf_counter()
     pieces = split_evenly(len(targets), shards)
     models = {"classifier": classifier, "generator": generator, **({} if judge is None else {"judge": judge})}
-    tasks = [ShardTask("probe_core.bayestrex.run:sample_shard",
+    tasks = [ShardTask(sample_shard,
                        {"targets": targets[piece.start:piece.stop], "class_names": class_names,
                         "settings": settings.derived(seed=shard_seed(settings.seed, index)),
                         "target_index_offset": target_index_offset + piece.start},

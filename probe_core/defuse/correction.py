@@ -311,7 +311,7 @@ def _sweep_in_shards(executor, classifier, lambdas, data: dict, options: dict, r
                      ) -> list[dict]:
     """One shard per λ, run by ``executor``; a λ whose shard failed is left out of the sweep (and named)."""
     models = {"classifier": classifier}  # one dict for all tasks: put in Ray's object store once, loaded once
-    tasks = [ShardTask("probe_core.defuse.correction:finetune_shard", {"lam": lam, **data, **options}, models,
+    tasks = [ShardTask(finetune_shard, {"lam": lam, **data, **options}, models,
                        f"λ = {lam:g}") for lam in lambdas]
     results: dict[int, dict] = {}
     outcome = executor.map(tasks, lambda index, value: results.__setitem__(index, value), reporter)

@@ -326,7 +326,7 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
                "noise": settings.noise, "a": settings.a, "b": settings.b, "noise_scale": settings.noise_scale,
                "judge_sure": settings.judge_sure}
     models = {"classifier": classifier, "vae": vae, **({} if judge is None else {"judge": judge})}
-    tasks = [ShardTask("probe_core.defuse.identify_step:identify_shard",
+    tasks = [ShardTask(identify_shard,
                        {"images": images[piece.start:piece.stop], "labels": labels[piece.start:piece.stop],
                         "start": piece.start, "seed": shard_seed(settings.seed, index), **options},
                        models, f"images {piece.start}-{piece.stop - 1}")

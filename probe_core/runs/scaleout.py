@@ -57,8 +57,9 @@ class ShardTask:
 
     Parameters
     ----------
-    function : str
-        ``"package.module:function"``, called as ``function(models, reporter, **arguments)``.
+    function : callable or str
+        A module-level function, called as ``function(models, reporter, **arguments)``, or its
+        ``"package.module:function"``; kept as that path, by which every worker process imports it.
     arguments : dict
         Keyword arguments (tensors and arrays allowed; they travel through Ray's object store).
     models : dict
@@ -67,10 +68,17 @@ class ShardTask:
         What the shard covers, for the report of shards not done ("targets 9-17", "λ = 0.5").
     """
 
-    function: str
+    function: Callable | str
     arguments: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
     description: str = ""
+
+    def __post_init__(self) -> None:
+        if callable(self.function):
+            if "<" in self.function.__qualname__:
+                raise ProbeError(f"a shard function must be defined at a module's top level so that other "
+                                 f"processes can import it; {self.function.__qualname__} is not")
+            object.__setattr__(self, "function", f"{self.function.__module__}:{self.function.__qualname__}")
 
 
 @dataclass

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import recording
+from helpers import echo_shard, recording
 from probe_core.errors import ProbeError
 from probe_core.progress import CallbackReporter
 from probe_core.runs.launchers import WORKER_THREADS_ENV, worker_threads
@@ -79,6 +79,19 @@ def test_a_stop_raised_by_the_progress_listener_or_a_shard_ends_the_map_keeping_
 def test_an_unimportable_shard_function_is_one_clear_error():
     with pytest.raises(ProbeError, match="cannot be imported"):
         LocalShards().map([ShardTask("helpers:no_such_shard")], lambda i, v: None)
+
+
+def test_a_shard_function_is_named_by_itself_and_kept_as_its_import_path():
+    task = ShardTask(echo_shard, {"value": 5})
+    assert task.function == "helpers:echo_shard"  # what a worker process imports
+    seen = []
+    assert LocalShards().map([task], lambda i, v: seen.append(v)).done == [0] and seen == [5]
+
+    def nested(models, reporter):
+        return None
+
+    with pytest.raises(ProbeError, match="top level"):
+        ShardTask(nested)
 
 
 def test_worker_threads_leave_a_core_unless_told(monkeypatch):
