@@ -41,7 +41,7 @@ def test_bayestrex_and_defuse_run_end_to_end_on_rgb_32x32(colours_workspace, tmp
     summary_path = tmp_path / "defuse.json"
     code = main(base + ["defuse", "run", "--dataset", flawed_data, "--classifier", flawed, "--samples-per-image", "20",
                         "--noise-scale", "0.5", "--max-images", "300", "--max-samples", "600",
-                        "--auto-label", "oracle:default", "--lambdas", "1", "--epochs", "1",
+                        "--auto-label", "oracle:default", "--lambdas", "1", "--epochs", "1", "--steps-per-epoch", "12",
                         "--samples-per-region", "16", "--out", str(summary_path)])
     printed = capsys.readouterr()
     assert code == 0, printed.err

@@ -174,8 +174,8 @@ class _SaysThree(torch.nn.Module):
 
 def test_a_judge_agrees_with_the_hits_it_sees_as_the_target_and_flags_the_others(models):
     classifier, generator, names = models
-    result = sample(classifier, generator, "high:3;high:0;uniform", class_names=names, chains=8, warmup=100,
-                    samples=30, judge=_SaysThree())
+    result = sample(classifier, generator, "high:3;high:0;uniform", class_names=names, chains=8, warmup=50,
+                    samples=20, judge=_SaysThree())
     three, zero, uniform = result["targets"]
     assert three["summary"]["hits"] > 0 and zero["summary"]["hits"] > 0
     # every judged hit of high:3 is a 3 to the judge, none of high:0's; all hits are judged (fewer than 2,000)
@@ -183,5 +183,5 @@ def test_a_judge_agrees_with_the_hits_it_sees_as_the_target_and_flags_the_others
                                         "share": 1.0, "flagged": False}
     assert zero["judge_agreement"]["agreed"] == 0 and zero["judge_agreement"]["flagged"]
     assert "judge_agreement" not in uniform  # a top class cannot vouch for a confidence vector
-    unjudged = sample(classifier, generator, "high:3", class_names=names, chains=8, warmup=100, samples=30)
+    unjudged = sample(classifier, generator, "high:3", class_names=names, chains=2, warmup=5, samples=5)
     assert "judge_agreement" not in unjudged["targets"][0]
