@@ -26,6 +26,7 @@ import torch
 from probe_core.catalog import load_dataset
 from probe_core.data.datasets import resize_images
 from probe_core.errors import ProbeError
+from probe_core.models.kept_checks import keep, kept_check_path, read_kept, tensors_digest
 from probe_core.models.remedies import TrainingRemedy, longer_training
 from probe_core.models.training import _features, frechet_distance
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
@@ -231,6 +232,16 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     if not len(chosen):
         raise ModelCheckError(f"data set {dataset.name} has no labelled test images of the classes of "
                               f"{classifier.id}: it cannot be checked")
+    kept_at = kept_check_path(classifier, "classifier", [classifier],
+                              {"dataset": dataset.name, "classes": list(dataset.class_names),
+                               "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN]},
+                              tensors_digest(dataset.test_images[chosen], dataset.test_labels[chosen]))
+    kept = read_kept(kept_at)
+    if kept is not None:
+        fields, _ = kept
+        remedy = longer_training(classifier.id, classifier.record) if fields.pop("remedy") else None
+        _CLASSIFIER_CHECKS[key] = ClassifierCheck(**fields, remedy=remedy)
+        return _CLASSIFIER_CHECKS[key]
     predicted = np.asarray(covered)[_probabilities(classifier.module, dataset.test_images[chosen]).argmax(1).numpy()]
     truth = labels[chosen]
     accuracy = float((predicted == truth).mean())
@@ -269,6 +280,7 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     result = ClassifierCheck(classifier.id, dataset.name, accuracy, per_class, class_map, int(len(chosen)), chance,
                              permutation_accuracy, moved, not (wrongly_matched or near_chance), message,
                              near_chance and not wrongly_matched, remedy)
+    keep(kept_at, result.to_dict())
     _CLASSIFIER_CHECKS[key] = result
     return result
 
@@ -394,10 +406,24 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     real_index = _check_subset(len(dataset.test_images), seed)[:samples]
     real = dataset.test_images[real_index]
     train = dataset.train_images[_check_subset(len(dataset.train_images), seed + 1)[:samples]]
+    device = next(iter(module.parameters()), torch.empty(0)).device
+    # the verdict also reads the classifier's own check (on the whole labelled test set) and the training mean
+    kept_at = kept_check_path(generator, "generator", [generator, classifier, judge],
+                              {"dataset": dataset.name, "classes": list(dataset.class_names), "samples": samples,
+                               "seed": seed, "device": device.type, "thresholds": GENERATOR_THRESHOLDS,
+                               "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN], "judge_probe": JUDGE_PROBE},
+                              tensors_digest(real, train, dataset.test_images, dataset.test_labels,
+                                             dataset.train_images.mean(0)))
+    kept = read_kept(kept_at)
+    if kept is not None:
+        fields, grid = kept
+        remedy = longer_training(generator.id, generator.record) if fields["verdict"] == "weak" else None
+        _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"], fields["failed"],
+                                                dict(GENERATOR_THRESHOLDS), samples=grid, remedy=remedy)
+        return _GENERATOR_CHECKS[key]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         z = prior_draws(module, len(real), torch.Generator().manual_seed(seed))
-        device = next(iter(module.parameters()), torch.empty(0)).device
         generated = torch.cat([module.decode(z[s:s + 256].to(device)).cpu() for s in range(0, len(z), 256)]).float()
     if generated.shape[1:] != real.shape[1:]:
         raise ModelCheckError(f"generator {generator.id} makes images of shape {tuple(generated.shape[1:])}, but "
@@ -468,6 +494,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
                   f"(chance {judge_check.chance:.1%})", *failed]
     remedy = longer_training(generator.id, getattr(generator, "record", None)) if verdict == "weak" else None
     result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy(), remedy=remedy)
+    keep(kept_at, result.to_dict(), result.samples)
     _GENERATOR_CHECKS[key] = result
     return result
 
