@@ -239,9 +239,12 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     kept = read_kept(kept_at)
     if kept is not None:
         fields, _ = kept
-        remedy = longer_training(classifier.id, classifier.record) if fields.pop("remedy") else None
-        _CLASSIFIER_CHECKS[key] = ClassifierCheck(**fields, remedy=remedy)
-        return _CLASSIFIER_CHECKS[key]
+        try:
+            remedy = longer_training(classifier.id, classifier.record) if fields.pop("remedy") else None
+            _CLASSIFIER_CHECKS[key] = ClassifierCheck(**fields, remedy=remedy)
+            return _CLASSIFIER_CHECKS[key]
+        except (KeyError, TypeError):  # kept with other fields (KEPT_CHECK_VERSION not raised): measured again
+            pass
     predicted = np.asarray(covered)[_probabilities(classifier.module, dataset.test_images[chosen]).argmax(1).numpy()]
     truth = labels[chosen]
     accuracy = float((predicted == truth).mean())
@@ -417,10 +420,14 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     kept = read_kept(kept_at)
     if kept is not None:
         fields, grid = kept
-        remedy = longer_training(generator.id, generator.record) if fields["verdict"] == "weak" else None
-        _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"], fields["failed"],
-                                                dict(GENERATOR_THRESHOLDS), samples=grid, remedy=remedy)
-        return _GENERATOR_CHECKS[key]
+        try:
+            remedy = longer_training(generator.id, generator.record) if fields["verdict"] == "weak" else None
+            _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"],
+                                                    fields["failed"], dict(GENERATOR_THRESHOLDS), samples=grid,
+                                                    remedy=remedy)
+            return _GENERATOR_CHECKS[key]
+        except (KeyError, TypeError):  # kept with other fields (KEPT_CHECK_VERSION not raised): measured again
+            pass
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         z = prior_draws(module, len(real), torch.Generator().manual_seed(seed))

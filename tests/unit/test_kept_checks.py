@@ -86,7 +86,7 @@ def test_other_weights_settings_or_images_are_measured_again(stored, monkeypatch
         assert measured, f"a check with other {change} was read from the one kept before"
 
 
-def test_a_model_whose_code_is_not_probe_cores_is_never_kept_and_a_broken_file_is_measured_again(stored):
+def test_a_model_whose_code_is_not_probe_cores_is_never_kept_and_a_broken_or_other_file_is_measured_again(stored):
     workspace, classifier, generator, data = stored
     memory = in_memory_classifier(classifier.module.net, classifier.class_names, (1, 8, 8))
     checks.check_classifier(memory, data)
@@ -94,7 +94,8 @@ def test_a_model_whose_code_is_not_probe_cores_is_never_kept_and_a_broken_file_i
     assert _kept_files(workspace) == []  # an in-memory module (like a plugin's code) may change under its name
     first = checks.check_classifier(classifier, data)
     [kept] = _kept_files(workspace)
-    (workspace.models_dir / CHECKS_FOLDER / kept).write_text("{ half a file")
-    checks._CLASSIFIER_CHECKS.clear()
-    assert checks.check_classifier(classifier, data) == first
+    for broken in ("{ half a file", json.dumps({"accuracy": 1.0, "a field of another version": 0})):
+        (workspace.models_dir / CHECKS_FOLDER / kept).write_text(broken)
+        checks._CLASSIFIER_CHECKS.clear()
+        assert checks.check_classifier(classifier, data) == first
     assert json.loads((workspace.models_dir / CHECKS_FOLDER / kept).read_text())["accuracy"] == first.accuracy
