@@ -2,11 +2,12 @@
 measured again whenever anything they depend on changed."""
 
 import json
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
-from make_default_models import install
 
 from probe_core.catalog import load_dataset
 from probe_core.models import checks
@@ -16,16 +17,21 @@ from probe_core.runs.workspace import Workspace
 
 
 @pytest.fixture
-def stored(tmp_path):
-    """A workspace holding the shipped digits classifier and VAE, their resolved models and the data, with the
-    process's own check caches empty (as in a new process) before and after."""
+def stored(trained_workspace, tmp_path):
+    """A workspace of its own holding copies of the session's default digits classifier and VAE, their resolved
+    models and the data, with the process's own check caches empty (as in a new process) before and after."""
     workspace = Workspace(tmp_path / "ws")
-    install(workspace, "digits")
+    models = []
+    for kind in ("classifier", "generator"):
+        record = trained_workspace.store.get_model(trained_workspace.registry.default_id("digits", kind))
+        path = workspace.models_dir / Path(record["path"]).name
+        shutil.copy(record["path"], path)
+        workspace.store.put_model(record["id"], record["kind"], record["dataset"], str(path), record["spec"],
+                                  record["metrics"])
+        models.append(workspace.registry.resolve(record["id"], kind, "digits"))
     checks._CLASSIFIER_CHECKS.clear()
     checks._GENERATOR_CHECKS.clear()
-    classifier = workspace.registry.resolve("default", "classifier", "digits")
-    generator = workspace.registry.resolve("default", "generator", "digits")
-    yield workspace, classifier, generator, load_dataset("digits")
+    yield workspace, *models, load_dataset("digits")
     checks._CLASSIFIER_CHECKS.clear()
     checks._GENERATOR_CHECKS.clear()
 
