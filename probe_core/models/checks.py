@@ -26,7 +26,7 @@ import torch
 from probe_core.catalog import load_dataset
 from probe_core.data.datasets import resize_images
 from probe_core.errors import ProbeError
-from probe_core.models.kept_checks import keep, kept_check_path, read_kept, tensors_digest
+from probe_core.models.kept_checks import keep, kept_check_path, read_kept
 from probe_core.models.remedies import TrainingRemedy, longer_training
 from probe_core.models.training import _features, frechet_distance
 from probe_core.sampling import BayesTrExPosterior, SamplerConfig, run_hmc, run_rwm
@@ -235,7 +235,7 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     kept_at = kept_check_path(classifier, "classifier", [classifier],
                               {"dataset": dataset.name, "classes": list(dataset.class_names),
                                "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN]},
-                              tensors_digest(dataset.test_images[chosen], dataset.test_labels[chosen]))
+                              (dataset.test_images[chosen], dataset.test_labels[chosen]))
     kept = read_kept(kept_at)
     if kept is not None:
         fields, _ = kept
@@ -415,8 +415,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
                               {"dataset": dataset.name, "classes": list(dataset.class_names), "samples": samples,
                                "seed": seed, "device": device.type, "thresholds": GENERATOR_THRESHOLDS,
                                "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN], "judge_probe": JUDGE_PROBE},
-                              tensors_digest(real, train, dataset.test_images, dataset.test_labels,
-                                             dataset.train_images.mean(0)))
+                              (real, train, dataset.test_images, dataset.test_labels, dataset.train_images.mean(0)))
     kept = read_kept(kept_at)
     if kept is not None:
         fields, grid = kept

@@ -54,10 +54,9 @@ def model_fingerprint(model) -> str | None:
     digest = hashlib.sha256(json.dumps(architecture, sort_keys=True).encode())
     # the wrappers a resolution adds (class alignment, a resize) are part of what the module computes
     digest.update(".".join(type(part).__qualname__ for part in model.module.modules()).encode())
-    for name, tensor in sorted(model.module.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    state = sorted(model.module.state_dict().items())
+    digest.update(json.dumps([name for name, _ in state]).encode())
+    digest.update(tensors_digest(*(tensor for _, tensor in state)).encode())
     return digest.hexdigest()
 
 
@@ -71,9 +70,10 @@ def tensors_digest(*tensors: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
-def kept_check_path(owner, kind: str, models: list, settings: dict, data_digest: str) -> Path | None:
-    """Where the check of ``kind`` on these models, settings and data is kept, beside ``owner``'s weights; None
-    when one of ``models`` (``None`` entries, an absent judge, are skipped) cannot be fingerprinted."""
+def kept_check_path(owner, kind: str, models: list, settings: dict, data: tuple) -> Path | None:
+    """Where the check of ``kind`` on these models, settings and ``data`` (the tensors it looks at) is kept,
+    beside ``owner``'s weights; None when one of ``models`` (``None`` entries, an absent judge, are skipped)
+    cannot be fingerprinted, and then nothing is hashed."""
     fingerprints = []
     for model in models:
         if model is None:
@@ -83,7 +83,8 @@ def kept_check_path(owner, kind: str, models: list, settings: dict, data_digest:
         if fingerprint is None:
             return None
         fingerprints.append([model.id, fingerprint, repr(model.class_match)])
-    key = json.dumps([KEPT_CHECK_VERSION, kind, fingerprints, settings, data_digest], sort_keys=True, default=str)
+    key = json.dumps([KEPT_CHECK_VERSION, kind, fingerprints, settings, tensors_digest(*data)], sort_keys=True,
+                     default=str)
     name = hashlib.sha256(key.encode()).hexdigest()[:40]
     return Path(owner.record["path"]).parent / CHECKS_FOLDER / f"{kind}-{name}"
 
