@@ -29,7 +29,9 @@ checks the set-up (CI's smoke run, in ``make bench-quick``). The README and docs
 noises, on the spatial autoencoder: the flaw not found without a judge; with ``--noises centered --judge seed
 --every-image 25`` found and fixed, with ``--judge flawed-seed`` not), its dark flaw not at all, and the same set
 drawn at 128×128 (``--sizes 128 --flaws mislabel --noises centered --judge seed``: the classifier at 128×128, the
-generator at 64×64 seen through a resize).
+generator at 64×64 seen through a resize), and the SVHN-like set's dark 3s under the autoencoder (``--sizes 32
+--flaws dropdark --noises centered --every-image 12`` with ``--judge seed`` and ``--judge flawed-seed``: found and
+fixed with either judge; without one, not found).
 """
 
 from __future__ import annotations
