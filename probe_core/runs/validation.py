@@ -57,14 +57,15 @@ def checked_judge(judge, classifier, dataset, class_names=None):
 
 def judge_warning(judge, classifier) -> str | None:
     """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
-    data is not known): a judge that learnt the same labels shares their flaws, and hides the failures they cause
-    (on the 64x64 stand-in it kept none of a planted flaw's; docs/real-size.md)."""
+    data is not known): a judge that learnt the same labels shares their flaws, and may hide the failures they cause
+    (on the 64x64 stand-in it kept none of a planted mislabelling's; the 32x32 stand-in's dark 3s left out of training
+    it still confirmed; docs/real-size.md)."""
     trained_on = [(model.record.get("spec") or {}).get("dataset") for model in (judge, classifier)]
     if None in trained_on or trained_on[0] != trained_on[1]:
         return None
     return (f"the judge {judge.id} was trained on the same data as the classifier ({trained_on[0]}): it shares "
-            "whatever is wrong with those labels and hides the failures it causes; judge with a classifier "
-            "trained on data you trust")
+            "whatever is wrong with those labels and may hide the failures it causes (a mislabelled class's, "
+            "for one); judge with a classifier trained on data you trust")
 
 
 def check_record(classifier_check: ClassifierCheck, generator_check: GeneratorCheck | None) -> dict:
