@@ -31,7 +31,8 @@ noises, on the spatial autoencoder: the flaw not found without a judge; with ``-
 drawn at 128×128 (``--sizes 128 --flaws mislabel --noises centered --judge seed``: the classifier at 128×128, the
 generator at 64×64 seen through a resize), and the SVHN-like set's dark 3s under the autoencoder (``--sizes 32
 --flaws dropdark --noises centered --every-image 12`` with ``--judge seed`` and ``--judge flawed-seed``: found and
-fixed with either judge; without one, not found).
+fixed with either judge; without one, not found; both flaws in one run: ``--sizes 32 --noises centered --every-image
+12 --judge seed``).
 """
 
 from __future__ import annotations

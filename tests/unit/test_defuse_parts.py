@@ -217,11 +217,11 @@ def test_review_picks_show_each_look_of_a_cluster_before_any_twice_the_most_typi
         diverse_positions(torch.from_numpy(candidates[:10]), 11)
 
 
-def test_identification_without_a_judge_is_advised_one_from_64_pixels_and_a_judge_setting_is_checked():
-    from probe_core.defuse.identify_step import JUDGE_ADVISED_FROM_SIDE, IdentifyRequest, judge_advice
+def test_identification_without_a_judge_is_advised_one_at_real_size_and_a_judge_setting_is_checked():
+    from probe_core.defuse.identify_step import IdentifyRequest, judge_advice
 
-    assert judge_advice((1, 28, 28)) is None and judge_advice((3, 32, 32)) is None
-    assert "--judge" in judge_advice((3, JUDGE_ADVISED_FROM_SIDE, JUDGE_ADVISED_FROM_SIDE))
+    assert judge_advice((1, 28, 28)) is None and judge_advice((3, 31, 64)) is None
+    assert "32x32" in judge_advice((3, 32, 32)) and "--judge" in judge_advice((3, 64, 64))
     assert "128x96" in judge_advice((3, 128, 96))
     assert IdentifyRequest.from_settings(judge="clean-model").judge_sure == 0.9
     with pytest.raises(ProbeError, match="judge sure"):
