@@ -232,10 +232,11 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     if not len(chosen):
         raise ModelCheckError(f"data set {dataset.name} has no labelled test images of the classes of "
                               f"{classifier.id}: it cannot be checked")
+    images = dataset.test_images[chosen]
     kept_at = kept_check_path(classifier, "classifier", [classifier],
                               {"dataset": dataset.name, "classes": list(dataset.class_names),
                                "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN]},
-                              (dataset.test_images[chosen], dataset.test_labels[chosen]))
+                              (images, dataset.test_labels[chosen]))
     kept = read_kept(kept_at)
     if kept is not None:
         fields, _ = kept
@@ -245,7 +246,7 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
             return _CLASSIFIER_CHECKS[key]
         except (KeyError, TypeError):  # kept with other fields (KEPT_CHECK_VERSION not raised): measured again
             pass
-    predicted = np.asarray(covered)[_probabilities(classifier.module, dataset.test_images[chosen]).argmax(1).numpy()]
+    predicted = np.asarray(covered)[_probabilities(classifier.module, images).argmax(1).numpy()]
     truth = labels[chosen]
     accuracy = float((predicted == truth).mean())
     position = {c: i for i, c in enumerate(covered)}
