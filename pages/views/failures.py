@@ -80,7 +80,8 @@ with st.form("defuse-find", enter_to_submit=False):
                          help="a classifier other than the probed one, trained on data you trust: a misclassified "
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
-                              "classifier's failures. A judge trained on the same flawed data hides the flaw")
+                              "classifier's failures. A judge trained on the same flawed data may hide the flaw (a "
+                              "mislabelled class, for one)")
     advice = judge_advice(dataset.image_shape)
     if judge == NO_JUDGE and advice:
         j1.caption(advice)
