@@ -248,9 +248,10 @@ def sidebar_settings() -> None:
         st.session_state.setdefault("shards", 0)
         with st.expander("Scale out"):
             st.text_input("Executor", key="executor",
-                          help="where sampling shards, Defuse identification shards and the λ sweep run: local, "
-                               "ray (the Ray instance on the server's machine, started if none runs) or "
-                               "ray:ADDRESS (a cluster started with `ray start --head`)")
+                          help="where sampling shards, Defuse identification shards, the λ sweep and the training "
+                               "of several models run: local (one after another), ray (the Ray instance on the "
+                               "server's machine, started if none runs) or ray:ADDRESS (a cluster started with "
+                               "`ray start --head`)")
             st.number_input("Shards (0: one per worker)", 0, SHARDS_RANGE[1], key="shards",
                             help="the same shards and seed give the same results on every executor")
     _sync_query_params()

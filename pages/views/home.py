@@ -88,7 +88,8 @@ if not models:
                                               if entry.default_generator else "")
     if not training and st.button(label):
         try:
-            start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device())
+            start_default_training(manager, ws.registry, dataset.base_name, device=_ui.device(),
+                                   executor=_ui.scaleout()["executor"])
             st.rerun()
         except ProbeError as exc:
             st.error(_ui.plain(exc))

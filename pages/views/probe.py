@@ -151,7 +151,11 @@ def use_case_section() -> None:
         st.info(f"{len(missing)} of these models are not trained yet: "
                 + ", ".join(f"`{spec.resolved(dataset).model_id()}`" for spec in missing))
         if st.button("Train the missing models", key="probe_uc_train"):
-            submit_training(_ui.job_manager(), ws.registry, missing, dataset.base_name, device=_ui.device())
+            try:
+                submit_training(_ui.job_manager(), ws.registry, missing, dataset.base_name, device=_ui.device(),
+                                executor=_ui.scaleout()["executor"])
+            except ProbeError as exc:
+                st.error(_ui.plain(exc))
         _ui.active_runs("probe_uc", ("train",))
         return
     if st.button("Start the use case", type="primary", key="probe_uc_start"):

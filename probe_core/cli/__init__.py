@@ -56,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "this size (default: the most common size in the folder)")
     parser.add_argument("--skip-bad-images", action="store_true", help="a folder you name as data set: skip "
                         "unreadable image files (counted in its description) instead of stopping")
-    parser.add_argument("--executor", default="local", help="where sampling shards, Defuse identification shards "
-                        "and the λ sweep run: local (this process), ray (the Ray instance on this machine, started "
-                        "if none runs) or ray:ADDRESS (a cluster; `ray start --head` prints it)")
+    parser.add_argument("--executor", default="local", help="where sampling shards, Defuse identification shards, "
+                        "the λ sweep and `models defaults`' trainings run: local (this process), ray (the Ray "
+                        "instance on this machine, started if none runs) or ray:ADDRESS (a cluster; `ray start "
+                        "--head` prints it)")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in COMMAND_GROUPS:
         add(commands)

@@ -15,6 +15,8 @@ from probe_core.models import KINDS, ModelSpec
 from probe_core.models.checks import check_references
 from probe_core.reporting.export import format_table
 from probe_core.runs.progress import announce_training, progress_bar
+from probe_core.runs.scaleout import parse_executor
+from probe_core.runs.training import train_models
 
 
 def _models_train(args: argparse.Namespace) -> int:
@@ -59,8 +61,16 @@ def _models_list(args: argparse.Namespace) -> int:
 def _models_defaults(args: argparse.Namespace) -> int:
     workspace = workspace_from_args(args)
     registry = workspace.registry.announcing(announce_training)  # each model's recipe is printed as it starts
-    for spec in registry.default_specs(args.dataset):
-        loaded = registry.get_or_train(spec, device=args.device)
+    specs = registry.default_specs(args.dataset)
+    reporter = None
+    if parse_executor(args.executor).distributed:  # all at once: one bar over the models, their recipes said first
+        for spec in specs:
+            resolved = spec.resolved(load_dataset(spec.dataset_view(), registry.data_dir))
+            if not registry.exists(resolved.model_id()):
+                print(f"training {resolved.model_id()} ({spec.kind} on {spec.dataset_view()}: "
+                      f"{resolved.describe_recipe()}) with the {args.executor} executor", file=sys.stderr)
+        reporter = progress_bar(f"defaults of {args.dataset}")
+    for loaded in train_models(registry, specs, args.executor, reporter, args.device):
         print(f"{loaded.id}: {format_metrics(loaded.metrics)}")
     # the defaults prove themselves on the data at once: a classifier near chance or a generator that is not
     # 'ok' is said here, with what to do, not at the first run
@@ -120,7 +130,8 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     listing.add_argument("--dataset")
     listing.add_argument("--json", action="store_true", help="full metadata as JSON")
     listing.set_defaults(handler=_models_list)
-    defaults = sub.add_parser("defaults", help="train the default classifier, VAE and GAN of a data set")
+    defaults = sub.add_parser("defaults", help="train the default classifier and generator of a data set (with "
+                              "--executor ray, all at once, a CPU each)")
     defaults.add_argument("--dataset", default=DEFAULT_DATASET)
     defaults.set_defaults(handler=_models_defaults)
     check = sub.add_parser("check", help="check a classifier (and a generator) on a data set's test images, "

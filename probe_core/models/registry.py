@@ -449,6 +449,66 @@ class ModelSpec:
         return f"{slug}-{self.kind}{variant}-s{self.seed}-{digest}"
 
 
+def train_spec(spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None = None,
+               device: str | torch.device = "cpu") -> tuple[nn.Module, dict, dict]:
+    """Train the zoo model ``spec`` describes, without storing it: what a worker process, here or on a Ray
+    cluster, runs for :meth:`ModelRegistry.register_trained` to store in the workspace's process.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        Resolved (:meth:`ModelSpec.resolved`): its epochs and recipe set.
+    dataset : ImageDataset
+        The data set of ``spec.dataset_view()``; a generator with an ``image_size`` trains on it resized.
+    reporter : Reporter, optional
+        Told each epoch (:func:`~probe_core.models.training.report_epoch`).
+
+    Returns
+    -------
+    module : nn.Module
+        In eval mode, on ``device``.
+    record : dict
+        The spec's fields with the architecture, class names and the data it serves, for the registry.
+    metrics : dict
+        The trainer's metrics and ``train_seconds``.
+    """
+    started = time.perf_counter()
+    device = resolve_device(device)
+    common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "reporter": reporter}
+    served = dataset  # a generator smaller than the data trains on the images resized, and serves the data
+    if spec.image_size and spec.kind != "classifier":
+        dataset = dataset.resized(spec.image_size)
+    if spec.kind == "classifier":
+        module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
+                                           augment=bool(spec.augment), **common)
+        args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
+    elif spec.kind == "rae":
+        module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
+                                            augment=bool(spec.augment), feature_epochs=spec.feature_epochs,
+                                            architecture=spec.architecture, **common)
+        args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
+                "class_names": list(dataset.class_names)}
+    elif spec.kind == "vae":
+        module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
+                                    kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0,
+                                    perceptual=spec.perceptual, augment=bool(spec.augment),
+                                    feature_epochs=spec.feature_epochs, **common)
+        args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
+    else:
+        module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)
+        args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
+    metrics["train_seconds"] = round(time.perf_counter() - started, 2)
+    record = asdict(spec)
+    record.update(
+        architecture={"class": type(module).__name__, "args": args},
+        class_names=list(dataset.class_names),
+        original_classes=list(dataset.original_classes),
+        dataset_view=served.name,
+        image_shape=list(served.image_shape),
+    )
+    return module, record, metrics
+
+
 @dataclass
 class LoadedModel:
     """A model ready to use.
@@ -730,8 +790,7 @@ class ModelRegistry:
         model_id = spec.model_id()
         with self._lock(model_id):
             if not self.exists(model_id):
-                if self.actor is not None:
-                    require(self.actor, Permission.RUN)
+                self.require_training()
                 if reporter is None:
                     if self.on_training is not None:
                         reporter = self.on_training(spec, model_id)
@@ -741,33 +800,32 @@ class ModelRegistry:
                 self._train_and_register(spec, dataset, reporter, resolve_device(device))
         return self.load(model_id, device)
 
+    def require_training(self) -> None:
+        """Raise :class:`~probe_core.team.accounts.PermissionDenied` unless this registry's actor may train (no
+        actor: a local user, who may)."""
+        if self.actor is not None:
+            require(self.actor, Permission.RUN)
+
     def _train_and_register(self, spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None,
                             device: torch.device) -> None:
-        started = time.perf_counter()
-        common = {"epochs": spec.epochs, "seed": spec.seed, "device": device, "reporter": reporter}
-        served = dataset  # a generator smaller than the data trains on the images resized, and serves the data
-        if spec.image_size and spec.kind != "classifier":
-            dataset = dataset.resized(spec.image_size)
-        if spec.kind == "classifier":
-            module, metrics = train_classifier(dataset, ambiguous=spec.ambiguous, architecture=spec.architecture,
-                                               augment=bool(spec.augment), **common)
-            args = {"image_shape": list(dataset.image_shape), "num_classes": dataset.num_classes}
-        elif spec.kind == "rae":
-            module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
-                                                augment=bool(spec.augment), feature_epochs=spec.feature_epochs,
-                                                architecture=spec.architecture, **common)
-            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
-                    "class_names": list(dataset.class_names)}
-        elif spec.kind == "vae":
-            module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
-                                        kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0,
-                                        perceptual=spec.perceptual, augment=bool(spec.augment),
-                                        feature_epochs=spec.feature_epochs, **common)
-            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
-        else:
-            module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)
-            args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
-        metrics["train_seconds"] = round(time.perf_counter() - started, 2)
+        module, record, metrics = train_spec(spec, dataset, reporter, device)
+        self.register_trained(spec, dataset, module, record, metrics, device)
+
+    def register_trained(self, spec: ModelSpec, dataset: ImageDataset, module: nn.Module, record: dict,
+                         metrics: dict, device: str | torch.device = "cpu") -> str:
+        """Store what :func:`train_spec` made of ``spec`` (in this process or another), adding a generator's
+        FD-clf (:data:`FD_METRIC`) where the data set's default classifier is already stored; returns its id.
+
+        Parameters
+        ----------
+        spec : ModelSpec
+            Resolved (:meth:`ModelSpec.resolved`), as it was trained.
+        dataset : ImageDataset
+            The data set of ``spec.dataset_view()``, at its own size (a generator trained smaller serves it).
+        module, record, metrics
+            :func:`train_spec`'s three results.
+        """
+        metrics = dict(metrics)
         if spec.kind in GENERATOR_KINDS:
             # FD-clf needs the data set's default classifier; it is not trained just for this metric (nothing
             # trains unless the run uses it), and the generator check scores any generator with the run's own
@@ -775,18 +833,10 @@ class ModelRegistry:
             reference_id = self.model_id(reference_spec)
             if self.exists(reference_id):
                 reference = self.load(reference_id, device)
-                metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, seen_at(module, served.image_shape),
-                                                              served.test_images)
+                seen = seen_at(module.to(resolve_device(device)), dataset.image_shape)
+                metrics[FD_METRIC] = feature_frechet_distance(reference.module.net, seen, dataset.test_images)
                 metrics["fd_reference_classifier"] = reference.id
-        record = asdict(spec)
-        record.update(
-            architecture={"class": type(module).__name__, "args": args},
-            class_names=list(dataset.class_names),
-            original_classes=list(dataset.original_classes),
-            dataset_view=served.name,
-            image_shape=list(served.image_shape),
-        )
-        self.register(module, record, metrics, spec.model_id())
+        return self.register(module, record, metrics, spec.model_id())
 
     def register(self, module: nn.Module, record: dict, metrics: dict, model_id: str) -> str:
         """Store a module's weights and metadata under ``model_id`` (atomic file write).

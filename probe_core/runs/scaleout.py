@@ -1,7 +1,8 @@
 """Where a run's shards run: in this process (``local``) or as tasks on a Ray cluster (``ray[:ADDRESS]``).
 
-Three parts of the work split into independent shards: Bayes-TrEx targets (the ambiguity
-matrix), Defuse identification over training images, and the finetuning sweep (one shard per λ).
+Four parts of the work split into independent shards: Bayes-TrEx targets (the ambiguity
+matrix), Defuse identification over training images, the finetuning sweep (one shard per λ), and
+training several models (one shard per model, :func:`probe_core.runs.training.train_models`).
 A run describes its shards as :class:`ShardTask` values (the dotted path of a shard function, its
 arguments and the models it needs) and hands them to a :class:`Executor`:
 

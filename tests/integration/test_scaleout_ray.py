@@ -149,3 +149,34 @@ def test_a_shard_lost_for_good_is_reported_and_the_rest_is_stored(trained_worksp
     done = [t["target_index"] for t in result["targets"]]
     assert len(done) == 2
     assert {s["target_index"] for s in trained_workspace.store.get_samples(run_id)} == set(done)
+
+
+def test_models_trained_at_once_on_ray_are_those_trained_here_and_the_run_shows_each(tmp_path, ray_instance,
+                                                                                     one_thread):
+    """A training run with the Ray executor trains the missing models at once, one task each, and this process
+    stores each as it comes back: the same ids and weights as training them here one after another (one thread on
+    both sides), each model 'done' in the run's details; a model already stored is not trained again."""
+    from probe_core.models import ModelSpec
+    from probe_core.runs.jobs import JobManager
+    from probe_core.runs.training import TrainRequest, train_models, training_job
+    from probe_core.runs.workspace import Workspace
+
+    specs = [ModelSpec(dataset="digits", kind="classifier", epochs=1),
+             ModelSpec(dataset="digits", kind="vae", epochs=1, latent_dim=2),
+             ModelSpec(dataset="digits", kind="classifier", classes=[0, 1, 2], epochs=1, seed=3)]
+    here = Workspace(tmp_path / "here")
+    local = train_models(here.registry, specs[:2], "local")
+    on_ray = Workspace(tmp_path / "ray")
+    kept = on_ray.registry.get_or_train(specs[2])  # already stored: the run must not train it again
+    manager = JobManager(on_ray.store)
+    request = TrainRequest.build(on_ray.registry, dataset="digits", specs=specs, executor="ray")
+    run = manager.wait(manager.submit("train", {"x": 1}, training_job(on_ray.registry, request)), timeout=300)
+    assert run.status == "done", run.error
+    assert [entry["status"] for entry in run.details["models"].values()] == ["done"] * 3
+    assert run.details["shards"] == 2 and run.details["shards_done"] == 2  # the stored model was no shard
+    for trained_here in local:
+        stored = on_ray.registry.load(trained_here.id)
+        assert stored.kind == trained_here.kind
+        weights, expected = stored.module.state_dict(), trained_here.module.state_dict()
+        assert all(torch.allclose(weights[name].float(), expected[name].float(), atol=1e-5) for name in expected)
+    assert on_ray.registry.load(kept.id).metrics["train_seconds"] == kept.metrics["train_seconds"]

@@ -137,7 +137,8 @@ def test_a_training_request_checks_its_specs_however_it_is_made():
     made = TrainRequest(dataset="digits", specs=[ModelSpec(dataset="digits", kind="vae")])
     assert made.specs == ({**record(made)["specs"][0]},) and isinstance(made.specs[0], dict)
     for bad, message in (({"specs": []}, "nothing to train"), ({"specs": [{"colour": 1}]}, "not a model spec"),
-                         ({"specs": ["vae"]}, "not a model spec"), ({"purpose": " "}, "say why")):
+                         ({"specs": ["vae"]}, "not a model spec"), ({"purpose": " "}, "say why"),
+                         ({"executor": "spark"}, "unknown executor")):
         with pytest.raises(ProbeError, match=message):
             TrainRequest(**{**record(made), **bad})
         with pytest.raises(ProbeError, match=message):
