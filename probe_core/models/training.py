@@ -110,8 +110,15 @@ def ambiguous_soft_targets(labels: torch.Tensor, num_classes: int) -> torch.Tens
     return targets
 
 
+# Images per forward pass when a model is only evaluated. On 2 CPU cores the real-size ResNet classified 2,000 32x32
+# images in 0.76 s in batches of 128 and 1.5-1.8 s in batches of 2,048 (whose activations leave the caches); every
+# training epoch and every epoch of a correction's sweep evaluates.
+EVALUATION_BATCH = 128
+
+
 @torch.no_grad()
-def classifier_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 2048) -> float:
+def classifier_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                        batch_size: int = EVALUATION_BATCH) -> float:
     """Top-1 accuracy of a classifier (logits or probabilities) on (N, C, H, W) images."""
     was_training = model.training
     model.eval()
