@@ -32,7 +32,8 @@ drawn at 128×128 (``--sizes 128 --flaws mislabel --noises centered --judge seed
 generator at 64×64 seen through a resize), and the SVHN-like set's dark 3s under the autoencoder (``--sizes 32
 --flaws dropdark --noises centered --every-image 12`` with ``--judge seed`` and ``--judge flawed-seed``: found and
 fixed with either judge; without one, not found; both flaws in one run: ``--sizes 32 --noises centered --every-image
-12 --judge seed``).
+12 --judge seed``; the same with every model trained at once and the tool's default correction epochs: ``--executor
+ray --correct-epochs 3``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def main() -> None:
                         f"with seed {JUDGE_SEED} (benchmarks/real_size.py's independent judge), gives its source "
                         "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
                         "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw)")
+    parser.add_argument("--executor", default="local",
+                        help="local: the models train one after another and the Defuse steps run in this process; "
+                        "ray: the models the workspace lacks train at once, a CPU each, counted by the wall time they "
+                        "took together, and identification and the λ sweep run as Ray tasks (probe --executor ray)")
+    parser.add_argument("--correct-epochs", type=int, metavar="E",
+                        help="finetuning epochs of the correction (default: the paper's 5; the tool's default is 3)")
     parser.add_argument("--every-image", type=int, metavar="Q",
                         help="identify over every training image with Q perturbations each (default: the images "
                         "and Q the data's size chooses: the first 1,000 images x 100 at 32x32, every image at "
@@ -101,6 +108,8 @@ def main() -> None:
     protocols = tuple(PROTOCOL_NAMES[name.strip()] for name in args.protocols.split(",") if name.strip())
     from probe_core.catalog import canonical_dataset_name, load_dataset
     from probe_core.models import ModelSpec
+    from probe_core.runs.scaleout import parse_executor
+    from probe_core.runs.training import train_models
     from probe_core.runs.workspace import Workspace
 
     workspace = Workspace(args.workspace)
@@ -108,42 +117,60 @@ def main() -> None:
         path, _ = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
         reference = canonical_dataset_name(str(path))
         epochs = QUICK_EPOCHS if args.quick else None
-        clean = workspace.registry.get_or_train(ModelSpec(dataset=reference, kind="classifier", epochs=epochs))
-        # the data's default generator (the VAE, or from 64x64 the spatial autoencoder; fewer epochs in a quick run),
-        # passed by id: a quick run's is not the default
-        vae = next(workspace.registry.get_or_train(ModelSpec(**{**spec.__dict__, "epochs": epochs or spec.epochs}))
-                   for spec in workspace.registry.default_specs(reference) if spec.kind != "classifier")
+        flaws = [flaw for flaw in FLAWS[size] if flaw.split("=")[0] in kinds]
+        registry = workspace.registry
+        # every model the set needs: the data's default classifier (the oracle) and generator (the VAE, or from
+        # 32x32 the spatial autoencoder; fewer epochs in a quick run, so passed on by id), the judges and the
+        # flawed classifiers; trained up front, all at once with a distributed executor
+        judged = {flaw: reference if args.judge == "seed" else f"{reference}[{flaw}]"
+                  for flaw in flaws if args.judge != "none"}
+        needed = {"clean classifier": ModelSpec(dataset=reference, kind="classifier", epochs=epochs),
+                  "generator": next(ModelSpec(**{**spec.__dict__, "epochs": epochs or spec.epochs})
+                                    for spec in registry.default_specs(reference) if spec.kind != "classifier"),
+                  **{f"judge on {data}": ModelSpec(dataset=data, kind="classifier", seed=JUDGE_SEED, epochs=epochs)
+                     for data in judged.values()},
+                  **{f"{flaw}: flawed classifier": ModelSpec(dataset=f"{reference}[{flaw}]", kind="classifier",
+                                                             epochs=epochs) for flaw in flaws}}
+        missing = [name for name, spec in needed.items() if not registry.exists(
+            spec.resolved(load_dataset(spec.dataset_view(), registry.data_dir)).model_id())]
+        started = time.perf_counter()
+        models = dict(zip(needed, train_models(registry, list(needed.values()), args.executor)))
+        wall = time.perf_counter() - started
+        clean, vae = models["clean classifier"], models["generator"]
         # what the whole set costs from scratch: every model's recorded training time (models this workspace
-        # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here
-        parts = {"clean classifier": clean.metrics.get("train_seconds", 0.0),
-                 "generator": vae.metrics.get("train_seconds", 0.0)}
-        identify = {}
+        # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here;
+        # models trained now all at once (a distributed executor) count by the wall time they took together
+        at_once = missing if parse_executor(args.executor).distributed else []
+        parts = {name: model.metrics.get("train_seconds", 0.0) for name, model in models.items() if name not in at_once}
+        if at_once:
+            parts[f"{len(at_once)} models trained at once"] = wall
+            own = sum(models[name].metrics.get("train_seconds", 0.0) for name in at_once)
+            print(f"trained {', '.join(at_once)} at once with the {args.executor} executor in {wall:.0f} s (their own "
+                  f"training times add up to {own:.0f} s)")
+        identify = {"executor": args.executor}
+        correct = {**PAPER_CORRECT, "executor": args.executor,
+                   **({"epochs": args.correct_epochs} if args.correct_epochs else {})}
         if args.every_image:
             images = len(load_dataset(reference, workspace.registry.data_dir).train_labels)
             identify.update(max_images=images, samples_per_image=args.every_image)
         refused = 0
-        for flaw, noise in ((flaw, noise) for flaw in FLAWS[size] if flaw.split("=")[0] in kinds
-                            for noise in noises):
+        for flaw, noise in ((flaw, noise) for flaw in flaws for noise in noises):
             started = time.perf_counter()
             print(f"\n## {size}×{size}: {path.name}[{flaw}], {noise} noise; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
-            if args.judge != "none":
-                judged_data = reference if args.judge == "seed" else f"{reference}[{flaw}]"
-                judge = workspace.registry.get_or_train(ModelSpec(dataset=judged_data, kind="classifier",
-                                                                  seed=JUDGE_SEED, epochs=epochs))
-                parts[f"judge on {judged_data}"] = judge.metrics.get("train_seconds", 0.0)
+            if flaw in judged:
+                judge = models[f"judge on {judged[flaw]}"]
                 identify["judge"] = judge.id
                 print(f"judge {judge.id} ({judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             try:
                 seconds = run_protocols(workspace, reference, flaw, quick=args.quick, oracle=clean.id,
-                                        identify_settings={**NOISES[noise], **identify}, correct_settings=PAPER_CORRECT,
+                                        identify_settings={**NOISES[noise], **identify}, correct_settings=correct,
                                         classifier_epochs=epochs, oracle_abstains_below=ORACLE_ABSTAINS_BELOW,
                                         vae=vae.id, protocols=protocols)
             except Exception as exc:  # noqa: BLE001 - a benchmark reports a refusal and goes on
                 print(f"refused: {exc}")
                 refused += 1
             else:
-                parts[f"{flaw}: flawed classifier"] = seconds["flawed_classifier"]
                 parts[f"{flaw}, {noise} noise: Defuse"] = seconds["defuse"]
             print(f"({time.perf_counter() - started:.0f} s for this flaw)")
         total = sum(parts.values())

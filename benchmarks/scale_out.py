@@ -9,7 +9,10 @@ Side by side in one run, with the default digits models:
    ``ray`` with two single-threaded workers (two shards), on the same 2 cores; overhead = ray / local - 1;
 2. the matrix on Ray with N = 1 and 2 single-threaded workers (two shards each);
 3. from the measured per-shard cost and transfer sizes, an estimate for the MNIST matrix and for
-   identification on 60,000 images with 8 workers (printed with its assumptions).
+   identification on 60,000 images with 8 workers (printed with its assumptions);
+4. training two real-size classifiers (the 32x32 recipe, two seeds, on the SVHN-like stand-in's quick set, which
+   needs the MNIST test set of ../shared): one after another with both threads (``local``) against both at once
+   on Ray, a thread each (``probe --executor ray models defaults``, ``train_models``): ray / local.
 Ray's start (joining or starting the instance) is timed apart: a dashboard or CLI session pays it once.
 """
 
@@ -24,13 +27,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import ray  # noqa: E402
+from real_size import MNIST, build_data  # noqa: E402
 
 from probe_core.bayestrex import sample  # noqa: E402
 from probe_core.catalog import load_dataset  # noqa: E402
 from probe_core.defuse.identification import identify_failures  # noqa: E402
+from probe_core.catalog import canonical_dataset_name  # noqa: E402
+from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.runs.scaleout import LocalShards, RayShards, ShardTask, shard_seed, split_evenly  # noqa: E402
+from probe_core.runs.training import train_models  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 
 
@@ -86,7 +94,17 @@ def main() -> None:
     times["identify", "ray"], _ = timed(lambda: identify(RayShards(), 2))
     startup[1] = start_ray(1)
     times["matrix", "ray1"], _ = timed(lambda: matrix(RayShards(), 2))
+    # two real-size classifiers, each in a new workspace per executor so that both train
+    colour, _ = build_data(32, True, MNIST, Path(workspace.root) / "data")
+    epochs = 1 if args.quick else 16  # the quick set's 400 images: 7 batches an epoch
+    two = [ModelSpec(dataset=canonical_dataset_name(str(colour)), kind="classifier", epochs=epochs, seed=seed)
+           for seed in (0, 1)]
+    start_ray(2)
+    times["train", "ray"], _ = timed(lambda: train_models(
+        Workspace(tempfile.mkdtemp(prefix="probe-train-")).registry, two, "ray"))
     ray.shutdown()
+    times["train", "local"], _ = timed(lambda: train_models(
+        Workspace(tempfile.mkdtemp(prefix="probe-train-")).registry, two, "local"))
 
     reached = {name: sum(not t["failed"] for t in result["targets"])
                for name, result in (("local", local_matrix), ("ray", ray_matrix))}
@@ -100,6 +118,11 @@ def main() -> None:
           f"ray / local = {times['identify', 'ray'] / times['identify', 'local']:.2f}")
     print(f"  matrix with N single-threaded Ray workers: N = 1 {times['matrix', 'ray1']:.1f} s, "
           f"N = 2 {times['matrix', 'ray']:.1f} s (speed-up {times['matrix', 'ray1'] / times['matrix', 'ray']:.2f}x)")
+
+    print(f"  two 32x32 classifiers ({epochs} epoch{'s' * (epochs != 1)} of the quick set's 400 images each): "
+          f"one after another "
+          f"{times['train', 'local']:.1f} s, at once on Ray {times['train', 'ray']:.1f} s: "
+          f"ray / local = {times['train', 'ray'] / times['train', 'local']:.2f}")
 
     # The estimate: per-shard cost measured here, scaled by work; transfer sizes measured as pickled bytes.
     model_bytes = len(pickle.dumps({"classifier": classifier.module, "vae": vae.module}))

@@ -168,8 +168,9 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
     A distributed executor (``ray``, ``ray:ADDRESS``) trains all the missing ones at once, one shard each
     (:func:`train_shard`, with its data set as an argument, so a cluster's workers need no access to this
     workspace), and this process stores each model as it comes back, so a stop or a failed shard keeps the ones
-    done. Small convolutional networks use two threads poorly: on a machine of 2 cores, two models trained at once
-    with a thread each took less time than one after another with both threads (``benchmarks/scale_out.py``).
+    done. It is meant for a cluster, where each model trains on a machine of its own: on one machine of 2 cores two
+    models trained at once, a thread each, took longer than one after another with both threads
+    (``benchmarks/scale_out.py``, docs/scaling.md).
 
     Parameters
     ----------
