@@ -11,10 +11,10 @@ from probe_core.data import DEFAULT_DATASET, ImageDataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.registry import LoadedModel, ModelSpec, train_spec
 from probe_core.models.training import EPOCH_DETAILS
-from probe_core.progress import Reporter, rewritten
+from probe_core.progress import Reporter, rewritten, stage
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
 from probe_core.runs.requests import BuiltFromSettings
-from probe_core.runs.scaleout import ShardTask, check_executor, parse_executor
+from probe_core.runs.scaleout import ShardTask, parse_executor
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ class TrainRequest(BuiltFromSettings):
             raise ProbeError("nothing to train: give at least one model spec")
         object.__setattr__(self, "specs", tuple(checked))
         object.__setattr__(self, "device", str(self.device))
-        object.__setattr__(self, "executor", check_executor(self.executor))
+        parse_executor(self.executor)  # its form only: a stored run reads back where Ray is not installed
+        object.__setattr__(self, "executor", (self.executor or "local").strip())
 
     @classmethod
     def build(cls, registry, *, dataset: str, specs, purpose: str = "custom",
@@ -91,8 +92,8 @@ class TrainRequest(BuiltFromSettings):
         Raises
         ------
         ProbeError
-            For no spec, a spec that is not a model spec, an empty purpose, or an unknown executor (or ``ray``
-            without Ray installed).
+            For no spec, a spec that is not a model spec, an empty purpose, or an unknown executor (whether Ray
+            is installed is checked where the setting is given: the CLI, the sidebar).
         """
         return cls(dataset, specs, purpose, device, executor)
 
@@ -181,7 +182,8 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
     executor : str
         ``local``, ``ray`` or ``ray:ADDRESS`` (:func:`~probe_core.runs.scaleout.parse_executor`).
     reporter : Reporter, optional
-        Told the shards' progress (distributed) or each model's epochs (local).
+        Told the shards' progress (distributed) or each model's epochs as its share of the whole (local); None:
+        local training announces each model as the registry does (:meth:`~probe_core.models.ModelRegistry.announcing`).
     on_stored : callable, optional
         ``on_stored(model_id, metrics)`` as each model trained here is stored (distributed only).
 
@@ -202,7 +204,8 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
     resolved = [spec.resolved(dataset_of(spec)) for spec in specs]
     chosen = parse_executor(executor)
     if not chosen.distributed:
-        return [registry.get_or_train(spec, reporter, device=device) for spec in resolved]
+        return [registry.get_or_train(spec, stage(reporter, index / len(resolved), (index + 1) / len(resolved)),
+                                      device=device) for index, spec in enumerate(resolved)]
     missing = list({spec.model_id(): spec for spec in resolved if not registry.exists(spec.model_id())}.values())
     if missing:
         registry.require_training()
