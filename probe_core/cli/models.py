@@ -14,7 +14,7 @@ from probe_core.errors import ProbeError
 from probe_core.models import KINDS, ModelSpec
 from probe_core.models.checks import check_references
 from probe_core.reporting.export import format_table
-from probe_core.runs.progress import announce_training, progress_bar
+from probe_core.runs.progress import announce_training, progress_bar, say_training
 from probe_core.runs.scaleout import parse_executor
 from probe_core.runs.training import train_models
 
@@ -67,8 +67,7 @@ def _models_defaults(args: argparse.Namespace) -> int:
         for spec in specs:
             resolved = spec.resolved(load_dataset(spec.dataset_view(), registry.data_dir))
             if not registry.exists(resolved.model_id()):
-                print(f"training {resolved.model_id()} ({spec.kind} on {spec.dataset_view()}: "
-                      f"{resolved.describe_recipe()}) with the {args.executor} executor", file=sys.stderr)
+                say_training(resolved, resolved.model_id(), f" with the {args.executor} executor")
         reporter = progress_bar(f"defaults of {args.dataset}")
     for loaded in train_models(registry, specs, args.executor, reporter, args.device):
         print(f"{loaded.id}: {format_metrics(loaded.metrics)}")

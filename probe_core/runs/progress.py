@@ -19,15 +19,21 @@ def _tqdm():
     return tqdm
 
 
-def announce_training(spec, model_id: str):
-    """Say on stderr which model is trained now and why, and return a progress bar for it.
-
-    A :data:`~probe_core.models.registry.TrainingAnnouncer`.
-    """
+def say_training(spec, model_id: str, where: str = "") -> None:
+    """Say on stderr which model is trained now and why: its recipe (``spec`` resolved) and, for a data set the
+    user named, that its size chose the epochs; ``where`` is added as is (" with the ray executor")."""
     sized = ("; epochs chosen by the data's size" if is_file_reference(split_view(spec.dataset)[0])
              and spec.kind in MIN_TRAINING_STEPS else "")
     print(f"{model_id} is not in the workspace yet: training it ({spec.kind} on {spec.dataset_view()}: "
-          f"{spec.describe_recipe()}{sized})", file=sys.stderr)
+          f"{spec.describe_recipe()}{sized}){where}", file=sys.stderr)
+
+
+def announce_training(spec, model_id: str):
+    """:func:`say_training`, then return a progress bar for the model.
+
+    A :data:`~probe_core.models.registry.TrainingAnnouncer`.
+    """
+    say_training(spec, model_id)
     return progress_bar(f"{spec.kind} on {spec.dataset_view()}")
 
 
