@@ -33,7 +33,8 @@ generator at 64×64 seen through a resize), and the SVHN-like set's dark 3s unde
 --flaws dropdark --noises centered --every-image 12`` with ``--judge seed`` and ``--judge flawed-seed``: found and
 fixed with either judge; without one, not found; both flaws in one run: ``--sizes 32 --noises centered --every-image
 12 --judge seed``; the same with every model trained at once and the tool's default correction epochs: ``--executor
-ray --correct-epochs 3``).
+ray --correct-epochs 3``; and with the generator's feature network as the judge, which costs no training of its own:
+``--judge generator --correct-epochs 3``).
 """
 
 from __future__ import annotations
@@ -87,11 +88,13 @@ def main() -> None:
                         "selection and baseline `probe defuse correct` picks when none is named), paper "
                         "(selection by validation accuracy on the data, the labelled failures as "
                         "baseline), earlier (the failure-aware selection, the regions' failures as baseline)")
-    parser.add_argument("--judge", choices=("none", "seed", "flawed-seed"), default="none",
+    parser.add_argument("--judge", choices=("none", "seed", "flawed-seed", "generator"), default="none",
                         help="seed: identification keeps a misclassified decoding only if a judge, the clean recipe "
                         f"with seed {JUDGE_SEED} (benchmarks/real_size.py's independent judge), gives its source "
                         "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
-                        "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw)")
+                        "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw); "
+                        "generator: the judge is the generator's feature network, a classifier of the clean data "
+                        "stored when the generator trained (ModelSpec.feature_network_spec: no training of its own)")
     parser.add_argument("--executor", default="local",
                         help="local: the models train one after another and the Defuse steps run in this process; "
                         "ray: the models the workspace lacks train at once, a CPU each, counted by the wall time they "
@@ -123,7 +126,7 @@ def main() -> None:
         # 32x32 the spatial autoencoder; fewer epochs in a quick run, so passed on by id), the judges and the
         # flawed classifiers; trained up front, all at once with a distributed executor
         judged = {flaw: reference if args.judge == "seed" else f"{reference}[{flaw}]"
-                  for flaw in flaws if args.judge != "none"}
+                  for flaw in flaws if args.judge in ("seed", "flawed-seed")}
         needed = {"clean classifier": ModelSpec(dataset=reference, kind="classifier", epochs=epochs),
                   "generator": next(ModelSpec(**{**spec.__dict__, "epochs": epochs or spec.epochs})
                                     for spec in registry.default_specs(reference) if spec.kind != "classifier"),
@@ -137,6 +140,9 @@ def main() -> None:
         models = dict(zip(needed, train_models(registry, list(needed.values()), args.executor)))
         wall = time.perf_counter() - started
         clean, vae = models["clean classifier"], models["generator"]
+        if args.judge == "generator" and not vae.record["spec"].get("feature_network"):
+            raise SystemExit(f"--judge generator: the generator {vae.id} was trained before generators stored their "
+                             "feature network, or has none (a VAE without one, or one trained smaller than the data)")
         # what the whole set costs from scratch: every model's recorded training time (models this workspace
         # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here;
         # models trained now all at once (a distributed executor) count by the wall time they took together
@@ -158,8 +164,9 @@ def main() -> None:
             started = time.perf_counter()
             print(f"\n## {size}×{size}: {path.name}[{flaw}], {noise} noise; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
-            if flaw in judged:
-                judge = models[f"judge on {judged[flaw]}"]
+            if flaw in judged or args.judge == "generator":
+                judge = (models[f"judge on {judged[flaw]}"] if flaw in judged else
+                         registry.load(vae.record["spec"]["feature_network"]))
                 identify["judge"] = judge.id
                 print(f"judge {judge.id} ({judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             try:

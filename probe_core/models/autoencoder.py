@@ -20,7 +20,7 @@ from torch import nn
 
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
-from probe_core.models.architectures import _check_shape
+from probe_core.models.architectures import ResNetClassifier, _check_shape
 from probe_core.models.density import DensityGenerator
 from probe_core.models.training import (
     FeatureStages,
@@ -224,12 +224,14 @@ def train_autoencoder(
     augment: bool = False,
     feature_epochs: int | None = None,
     architecture: str = "DensityAutoencoder",
+    feature_network: ResNetClassifier | None = None,
 ) -> tuple[DensityAutoencoder, dict]:
     """Train the zoo's regularized autoencoder, then fit its code density on the training images.
 
     The autoencoder (:class:`ConvAutoencoder`) trains with :func:`autoencoder_loss`: ``perceptual`` chooses the
     feature network of its feature term as for VAEs (None: pixels and SSIM alone; "trained" is a ResNet trained on
-    the data's labels first, never the probed classifier). ``augment`` passes batches through
+    the data's labels first, never the probed classifier, or ``feature_network``, that network trained already).
+    ``augment`` passes batches through
     :func:`augment_batch`. Afterwards a :class:`~probe_core.models.density.KernelCodeDensity` is fitted on the
     codes of the (unaugmented) training images: the returned :class:`DensityAutoencoder` samples and encodes in
     its whitened coordinates. Metrics are :func:`evaluate_autoencoder` on the test split.
@@ -238,7 +240,7 @@ def train_autoencoder(
     features, first = None, perceptual_epochs(perceptual, epochs, feature_epochs)
     if perceptual is not None:
         features = perceptual_network(dataset, perceptual, seed, device, epochs_of(reporter, "rae", 0, first + epochs),
-                                      first)
+                                      first, feature_network)
     reporter = epochs_of(reporter, "rae", first, first + epochs)
     with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)

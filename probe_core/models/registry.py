@@ -53,7 +53,9 @@ from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
 from probe_core.models.resized import seen_at
 from probe_core.models.training import (
+    FEATURE_NETWORK_SEED_OFFSET,
     PERCEPTUAL_NETWORKS,
+    epochs_of,
     feature_frechet_distance,
     perceptual_epochs,
     train_classifier,
@@ -398,6 +400,23 @@ class ModelSpec:
                          f"to the data's size for the classifier")
         return ", ".join(part for part in parts if part)
 
+    def feature_network_spec(self) -> "ModelSpec | None":
+        """The classifier this (resolved) generator's perceptual term trains first, as a spec of its own, or None.
+
+        A generator with a trained feature network (``perceptual="trained"``) at the data's own size gets it from
+        the registry: trained and stored as a classifier (the data's real-size recipe, the generator's seed plus
+        :data:`~probe_core.models.training.FEATURE_NETWORK_SEED_OFFSET`, ``feature_epochs``), or the stored one.
+        So it is trained once and serves as an independent judge (``probe defuse identify --judge``, ``probe
+        models check --judge``) at no cost: it is never the probed classifier. The generator's weights are those
+        it had when it trained its own. A generator trained smaller than the data (``image_size``) keeps its own
+        (it is a classifier of the resized images, not of the data).
+        """
+        if self.kind not in ("vae", "rae") or self.perceptual != "trained" or self.image_size or not self.epochs:
+            return None
+        return ModelSpec(dataset=self.dataset, kind="classifier", seed=self.seed + FEATURE_NETWORK_SEED_OFFSET,
+                         classes=self.classes, architecture="ResNetClassifier", augment=True,
+                         epochs=perceptual_epochs("trained", self.epochs, self.feature_epochs))
+
     def dataset_view(self) -> str:
         """The data set name with the class subset, as :func:`load_dataset` reads it."""
         return self.dataset if self.classes is None else f"{self.dataset}[keep={','.join(map(str, self.classes))}]"
@@ -450,7 +469,8 @@ class ModelSpec:
 
 
 def train_spec(spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None = None,
-               device: str | torch.device = "cpu") -> tuple[nn.Module, dict, dict]:
+               device: str | torch.device = "cpu",
+               feature_network: nn.Module | None = None) -> tuple[nn.Module, dict, dict]:
     """Train the zoo model ``spec`` describes, without storing it: what a worker process, here or on a Ray
     cluster, runs for :meth:`ModelRegistry.register_trained` to store in the workspace's process.
 
@@ -462,6 +482,9 @@ def train_spec(spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None
         The data set of ``spec.dataset_view()``; a generator with an ``image_size`` trains on it resized.
     reporter : Reporter, optional
         Told each epoch (:func:`~probe_core.models.training.report_epoch`).
+    feature_network : nn.Module, optional
+        A generator's trained feature network, the classifier of :meth:`ModelSpec.feature_network_spec` (its
+        ``net``); without it the generator trains its own and nothing keeps it.
 
     Returns
     -------
@@ -485,14 +508,15 @@ def train_spec(spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None
     elif spec.kind == "rae":
         module, metrics = train_autoencoder(dataset, latent_dim=spec.latent_dim, perceptual=spec.perceptual,
                                             augment=bool(spec.augment), feature_epochs=spec.feature_epochs,
-                                            architecture=spec.architecture, **common)
+                                            architecture=spec.architecture, feature_network=feature_network,
+                                            **common)
         args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim,
                 "class_names": list(dataset.class_names)}
     elif spec.kind == "vae":
         module, metrics = train_vae(dataset, latent_dim=spec.latent_dim, architecture=spec.architecture,
                                     kl_warmup_epochs=spec.kl_warmup, beta=spec.beta or 1.0,
                                     perceptual=spec.perceptual, augment=bool(spec.augment),
-                                    feature_epochs=spec.feature_epochs, **common)
+                                    feature_epochs=spec.feature_epochs, feature_network=feature_network, **common)
         args = {"image_shape": list(dataset.image_shape), "latent_dim": spec.latent_dim}
     else:
         module, metrics = train_gan(dataset, latent_dim=spec.latent_dim, **common)
@@ -506,6 +530,9 @@ def train_spec(spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None
         dataset_view=served.name,
         image_shape=list(served.image_shape),
     )
+    feature_spec = spec.feature_network_spec()
+    if feature_network is not None and feature_spec is not None:
+        record["feature_network"] = feature_spec.model_id()
     return module, record, metrics
 
 
@@ -808,8 +835,20 @@ class ModelRegistry:
 
     def _train_and_register(self, spec: ModelSpec, dataset: ImageDataset, reporter: Reporter | None,
                             device: torch.device) -> None:
-        module, record, metrics = train_spec(spec, dataset, reporter, device)
+        module, record, metrics = train_spec(spec, dataset, reporter, device, self.feature_network(spec, reporter,
+                                                                                                     device))
         self.register_trained(spec, dataset, module, record, metrics, device)
+
+    def feature_network(self, spec: ModelSpec, reporter: Reporter | None = None,
+                        device: str | torch.device = "cpu") -> nn.Module | None:
+        """The trained feature network of the generator ``spec`` (resolved), as a module, or None where it has none
+        of its own (:meth:`ModelSpec.feature_network_spec`): the stored classifier, trained and stored first if it
+        is missing, its epochs reported to ``reporter`` as the first of the generator's (one bar from 0 to 1)."""
+        feature_spec = spec.feature_network_spec()
+        if feature_spec is None:
+            return None
+        shared = None if reporter is None else epochs_of(reporter, spec.kind, 0, feature_spec.epochs + spec.epochs)
+        return self.get_or_train(feature_spec, shared, device).module.net
 
     def register_trained(self, spec: ModelSpec, dataset: ImageDataset, module: nn.Module, record: dict,
                          metrics: dict, device: str | torch.device = "cpu") -> str:
@@ -826,6 +865,11 @@ class ModelRegistry:
             :func:`train_spec`'s three results.
         """
         metrics = dict(metrics)
+        if record.get("feature_network") and self.exists(record["feature_network"]):
+            # what the generator cost from scratch: its feature network (a stored classifier of its own) included
+            features = self.store.get_model(record["feature_network"])["metrics"].get("train_seconds", 0.0)
+            metrics.update(feature_network_seconds=features,
+                           train_seconds=round(metrics.get("train_seconds", 0.0) + features, 2))
         if spec.kind in GENERATOR_KINDS:
             # FD-clf needs the data set's default classifier; it is not trained just for this metric (nothing
             # trains unless the run uses it), and the generator check scores any generator with the run's own

@@ -32,6 +32,9 @@ from probe_core.models.architectures import (
 # "random" a randomly initialised one, "trained" one trained on the data's labels first. Nothing of it is kept
 # with the VAE: it shapes training only.
 PERCEPTUAL_NETWORKS = ("random", "trained")
+# A generator's feature network has the generator's seed plus this: another network than any classifier of the
+# generator's seed, so never the probed one; a judge that costs nothing (the registry stores it).
+FEATURE_NETWORK_SEED_OFFSET = 7919
 # The pixel term's weight beside the features' three: at 1 a 32x32 colour VAE kept the digits and lost the colours
 # (reconstruction ratio 0.63), at 4 it kept both (0.31); a random network's features kept neither shape nor digit.
 PERCEPTUAL_PIXEL_WEIGHT = 4.0
@@ -310,21 +313,25 @@ def perceptual_pixel_weight(image_shape: tuple[int, int, int]) -> float:
 
 
 def perceptual_network(dataset: ImageDataset, kind: str, seed: int = 0, device: str | torch.device = "cpu",
-                       reporter: Reporter | None = None, epochs: int = 8) -> FeatureStages:
+                       reporter: Reporter | None = None, epochs: int = 8,
+                       trained: ResNetClassifier | None = None) -> FeatureStages:
     """The feature network of a VAE's perceptual term (:data:`PERCEPTUAL_NETWORKS`).
 
     ``"trained"``: a :class:`ResNetClassifier` trained on the data's labels for ``epochs`` with augmentation
-    (its own seed: it is never the classifier being probed); ``"random"``: one with random weights.
+    (its own seed, the generator's plus :data:`FEATURE_NETWORK_SEED_OFFSET`: it is never the classifier being
+    probed), or ``trained``, that network trained already (the registry stores it as a classifier of its own:
+    :meth:`~probe_core.models.registry.ModelSpec.feature_network_spec`); ``"random"``: one with random weights.
     """
     if kind not in PERCEPTUAL_NETWORKS:
         raise ProbeError(f"perceptual network {kind!r}: choose one of {', '.join(PERCEPTUAL_NETWORKS)}")
     if kind == "random":
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 7919)
+            torch.manual_seed(seed + FEATURE_NETWORK_SEED_OFFSET)
             return FeatureStages(ResNetClassifier(dataset.image_shape, dataset.num_classes)).to(device)
-    network, _ = train_classifier(dataset, epochs=epochs, seed=seed + 7919, device=device, reporter=reporter,
-                                  architecture="ResNetClassifier", augment=True)
-    return FeatureStages(network).to(device)
+    if trained is None:
+        trained, _ = train_classifier(dataset, epochs=epochs, seed=seed + FEATURE_NETWORK_SEED_OFFSET, device=device,
+                                      reporter=reporter, architecture="ResNetClassifier", augment=True)
+    return FeatureStages(trained).to(device)
 
 
 def _gaussian_nll(squared_error: torch.Tensor) -> torch.Tensor:
@@ -387,6 +394,7 @@ def train_vae(
     perceptual: str | None = None,
     augment: bool = False,
     feature_epochs: int | None = None,
+    feature_network: ResNetClassifier | None = None,
 ) -> tuple[VAE, dict]:
     """Train the zoo VAE; metrics are :func:`evaluate_vae` on the test split.
 
@@ -398,7 +406,8 @@ def train_vae(
     real-size recipe), None with the Bernoulli ELBO. ``augment``: each batch through :func:`augment_batch` (the
     real-size recipe: on 8,000 SVHN-like images a VAE trained without it kept the class of 91 % of its training
     images' reconstructions but 71 % of held-out ones). ``feature_epochs``: epochs of training a "trained"
-    perceptual network (default a third of the VAE's); the pixel term's weight is
+    perceptual network (default a third of the VAE's), or ``feature_network``, that network trained already (its
+    epochs then count as done in the progress reports); the pixel term's weight is
     :func:`perceptual_pixel_weight` of the images' size.
     """
     latent_dim = int(latent_dim or dataset.default_latent_dim)
@@ -406,7 +415,7 @@ def train_vae(
     pixel_weight = perceptual_pixel_weight(dataset.image_shape)
     if perceptual is not None:  # its epochs come first in the progress reports: one bar from 0 to 1
         features = perceptual_network(dataset, perceptual, seed, device, epochs_of(reporter, "vae", 0, first + epochs),
-                                      first)
+                                      first, feature_network)
     reporter = epochs_of(reporter, "vae", first, first + epochs)
     with torch.random.fork_rng(devices=[]), denormals_flushed():
         torch.manual_seed(seed)

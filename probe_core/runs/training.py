@@ -152,12 +152,12 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
 
 
 def train_shard(models: dict, reporter: Reporter, *, spec: dict, dataset: ImageDataset,
-                device: str = "auto") -> tuple:
+                device: str = "auto", feature_network=None) -> tuple:
     """A shard of :func:`train_models`: one zoo model trained, not stored, in whichever process the executor runs
     it (on its GPU where Ray gave it one); returns :func:`~probe_core.models.registry.train_spec`'s module (on the
     CPU), record and metrics for the run's own process to store. ``models`` is unused (a training shard brings its
-    data, not models)."""
-    module, record, metrics = train_spec(ModelSpec(**spec), dataset, reporter, device)
+    data and a generator's stored feature network, not models)."""
+    module, record, metrics = train_spec(ModelSpec(**spec), dataset, reporter, device, feature_network)
     return module.cpu(), record, metrics
 
 
@@ -206,27 +206,49 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
     if not chosen.distributed:
         return [registry.get_or_train(spec, stage(reporter, index / len(resolved), (index + 1) / len(resolved)),
                                       device=device) for index, spec in enumerate(resolved)]
-    missing = list({spec.model_id(): spec for spec in resolved if not registry.exists(spec.model_id())}.values())
+    missing = {spec.model_id(): spec for spec in resolved if not registry.exists(spec.model_id())}
     if missing:
         registry.require_training()
-        tasks = [ShardTask(train_shard, {"spec": dataclasses.asdict(spec), "dataset": dataset_of(spec)},
-                           description=spec.model_id()) for spec in missing]
-
-        def store(index: int, value: tuple) -> None:
-            spec = missing[index]
-            module, record, metrics = value
-            registry.register_trained(spec, dataset_of(spec), module, record, metrics, device)
-            if on_stored is not None:
-                on_stored(spec.model_id(), registry.load(spec.model_id()).metrics)
-
-        outcome = chosen.map(tasks, store, reporter)
-        if outcome.cancelled:
-            raise CancelledError("training stopped; the models done so far are stored")
-        if outcome.failed:
-            not_done = "; ".join(f"{entry['covers']}: {entry['error']}" for entry in outcome.not_done(tasks))
-            raise ProbeError(f"{len(outcome.failed)} of {len(tasks)} models could not be trained ({not_done}); "
-                             f"the others are stored")
+        # a generator's feature network is a stored classifier of its own (ModelSpec.feature_network_spec): the
+        # missing ones train in the first wave with the other models, the generators that need them in a second
+        features = {model_id: spec.feature_network_spec() for model_id, spec in missing.items()}
+        waiting = {model_id for model_id, feature in features.items()
+                   if feature is not None and not registry.exists(feature.model_id())}
+        first = {**{model_id: spec for model_id, spec in missing.items() if model_id not in waiting},
+                 **{features[model_id].model_id(): features[model_id] for model_id in waiting}}
+        share = len(first) / (len(first) + len(waiting))
+        for wave, part in ((first, stage(reporter, 0.0, share)), ({k: missing[k] for k in waiting},
+                                                                   stage(reporter, share, 1.0))):
+            if wave:
+                _train_at_once(registry, chosen, list(wave.values()), dataset_of, part, device,
+                               on_stored=lambda model_id, metrics: (on_stored(model_id, metrics)
+                                                                    if on_stored and model_id in missing else None))
     return [registry.load(spec.model_id(), device) for spec in resolved]
+
+
+def _train_at_once(registry, chosen, specs: list[ModelSpec], dataset_of, reporter, device, on_stored) -> None:
+    """Train ``specs`` (resolved, missing) at once with the distributed executor ``chosen``, each generator with its
+    stored feature network, and store each in this process as it comes back."""
+    def arguments(spec: ModelSpec) -> dict:
+        feature = spec.feature_network_spec()
+        network = None if feature is None else registry.load(feature.model_id()).module.net.cpu()
+        return {"spec": dataclasses.asdict(spec), "dataset": dataset_of(spec), "feature_network": network}
+
+    tasks = [ShardTask(train_shard, arguments(spec), description=spec.model_id()) for spec in specs]
+
+    def store(index: int, value: tuple) -> None:
+        spec = specs[index]
+        module, record, metrics = value
+        registry.register_trained(spec, dataset_of(spec), module, record, metrics, device)
+        on_stored(spec.model_id(), registry.load(spec.model_id()).metrics)
+
+    outcome = chosen.map(tasks, store, reporter)
+    if outcome.cancelled:
+        raise CancelledError("training stopped; the models done so far are stored")
+    if outcome.failed:
+        not_done = "; ".join(f"{entry['covers']}: {entry['error']}" for entry in outcome.not_done(tasks))
+        raise ProbeError(f"{len(outcome.failed)} of {len(tasks)} models could not be trained ({not_done}); "
+                         f"the others are stored")
 
 
 def submit_training(manager, registry, specs: list, dataset: str, purpose: str = "custom",

@@ -180,3 +180,31 @@ def test_models_trained_at_once_on_ray_are_those_trained_here_and_the_run_shows_
         weights, expected = stored.module.state_dict(), trained_here.module.state_dict()
         assert all(torch.allclose(weights[name].float(), expected[name].float(), atol=1e-5) for name in expected)
     assert on_ray.registry.load(kept.id).metrics["train_seconds"] == kept.metrics["train_seconds"]
+
+
+def test_a_generator_trained_on_ray_gets_its_feature_network_trained_first_and_stored(tmp_path, ray_instance,
+                                                                                   one_thread):
+    """At real size a generator's feature network is a stored classifier (ModelSpec.feature_network_spec): on
+    Ray it trains in a first wave beside the other models and the generator in a second, with it; the same
+    weights as training them here, and only the models asked for are reported stored."""
+    import numpy as np
+
+    from probe_core.models import ModelSpec
+    from probe_core.runs.training import train_models
+    from probe_core.runs.workspace import Workspace
+
+    path = tmp_path / "colour.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 255, (200, 32, 32, 3), dtype=np.uint8), y=np.arange(200) % 10)
+    specs = [ModelSpec(dataset=f"arrays:{path}", kind="classifier", epochs=1),
+             ModelSpec(dataset=f"arrays:{path}", kind="rae", epochs=3)]
+    local = train_models(Workspace(tmp_path / "here").registry, specs, "local")
+    on_ray = Workspace(tmp_path / "ray").registry
+    stored = []
+    generator = train_models(on_ray, specs, "ray", on_stored=lambda model_id, metrics: stored.append(model_id))[1]
+    assert sorted(stored) == sorted(model.id for model in local)
+    feature = generator.record["spec"]["feature_network"]
+    assert feature == local[1].record["spec"]["feature_network"] and on_ray.exists(feature)
+    for trained_here in local:
+        weights, expected = on_ray.load(trained_here.id).module.state_dict(), trained_here.module.state_dict()
+        assert all(torch.allclose(weights[name].float(), expected[name].float(), atol=1e-5) for name in expected)

@@ -274,3 +274,41 @@ def test_class_kept_by_reconstructions_counts_only_the_classes_the_classifier_kn
     figures = _class_kept(classifier, real, reconstructed, labels)
     assert figures == {"reconstruction_accuracy": 0.5, "real_accuracy": 1.0, "reconstruction_class_ratio": 0.5}
     assert _class_kept(classifier, real[3:4], reconstructed[3:4], labels[3:4]) == {}
+
+
+def test_a_generators_feature_network_is_a_stored_classifier_that_later_generators_and_judges_reuse(tmp_path):
+    """The feature network a real-size generator trains first is stored as a classifier of its own (another seed
+    than any probed classifier's), so it serves as a judge at no cost; the generator's weights are those it had
+    when it trained its own, and a second generator with the same feature network does not train it again."""
+    from probe_core.catalog import load_dataset
+    from probe_core.models.registry import train_spec
+    from probe_core.runs.workspace import Workspace
+
+    path = tmp_path / "colour.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 255, (300, 32, 32, 3), dtype=np.uint8), y=np.arange(300) % 10)
+    registry = Workspace(tmp_path / "ws").registry
+    trained = []
+    registry.on_training = lambda spec, model_id: trained.append(model_id)
+    data = f"arrays:{path}"
+    spec = ModelSpec(dataset=data, kind="rae", epochs=3).resolved(load_dataset(data))
+    feature = spec.feature_network_spec()
+    assert feature.kind == "classifier" and feature.seed != spec.seed and feature.epochs == 1
+    generator = registry.get_or_train(spec)
+    assert trained == [generator.id, feature.model_id()]
+    assert generator.record["spec"]["feature_network"] == feature.model_id()
+    judge = registry.load(feature.model_id())
+    assert judge.kind == "classifier" and 0.0 <= judge.metrics["test_accuracy"] <= 1.0
+    # the generator's training time is what it cost from scratch, its feature network's included
+    assert generator.metrics["feature_network_seconds"] == judge.metrics["train_seconds"]
+    assert generator.metrics["train_seconds"] > judge.metrics["train_seconds"]
+    own, _, _ = train_spec(spec, load_dataset(data))  # the generator training a feature network it keeps to itself
+    assert all(torch.equal(a, b) for a, b in zip(own.state_dict().values(), generator.module.state_dict().values()))
+    vae = ModelSpec(dataset=data, kind="vae", epochs=3, perceptual="trained").resolved(load_dataset(data))
+    assert vae.feature_network_spec() == feature
+    registry.get_or_train(vae)
+    assert trained[2:] == [vae.model_id()]
+    # a generator trained smaller than the data, or one without a trained feature network, keeps none
+    assert ModelSpec(dataset=data, kind="rae", epochs=3, image_size=16).resolved(
+        load_dataset(data)).feature_network_spec() is None
+    assert ModelSpec(dataset=data, kind="vae", epochs=3, perceptual="random").feature_network_spec() is None
