@@ -393,9 +393,10 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
                         "otherwise); the run is then flagged")
     parser.add_argument("--shards", type=int, help="split the training images into this many shards, each with its "
                         "own seed (default: 1 with --executor local, one per worker with ray)")
-    parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file): "
-                        "a misclassified decoding counts as a failure only if the judge still sees its source "
-                        "class in it, so the generator's own blurs are not kept (default: no judge)")
+    parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file; "
+                        "'features:default', the generator's own feature network, where it keeps one): a "
+                        "misclassified decoding counts as a failure only if the judge still sees its source class in "
+                        "it, so the generator's own blurs are not kept (default: no judge)")
     parser.add_argument("--judge-sure", type=float, default=DEFAULT_JUDGE_SURE, metavar="P",
                         help="with --judge: the judge's least probability of the source class (default: %(default)s)")
 

@@ -140,8 +140,8 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--dataset", default=DEFAULT_DATASET)
     check.add_argument("--generator", help="also check this generator (id, 'default', plugin or model file)")
     check.add_argument("--judge", help="with --generator: a classifier other than the probed one (id, 'default', "
-                       "plugin or model file) that judges a short high:C probe's hits; 'ok' then needs it to agree "
-                       "with half of them")
+                       "plugin or model file; 'features:GENERATOR', that generator's own feature network) that judges "
+                       "a short high:C probe's hits; 'ok' then needs it to agree with half of them")
     check.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                        "from the data set's")
     check.add_argument("--json", action="store_true", help="print the check as JSON")

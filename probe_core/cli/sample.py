@@ -175,9 +175,10 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                         "from the data set's (classes are matched by name, never by position)")
     parser.add_argument("--judge", metavar="MODEL",
-                        help="a trained classifier other than the probed one, on the same classes: it judges each "
-                             "high or ambiguous target's hits, and a target whose hits it mostly puts elsewhere is "
-                             "flagged (hits that fool only the probed classifier)")
+                        help="a trained classifier other than the probed one, on the same classes (an id; "
+                             "'features:default', the generator's own feature network, where it keeps one): it judges "
+                             "each high or ambiguous target's hits, and a target whose hits it mostly puts elsewhere "
+                             "is flagged (hits that fool only the probed classifier)")
     _add_sampler_options(parser)
     parser.set_defaults(handler=_sample)
 

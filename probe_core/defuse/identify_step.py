@@ -146,7 +146,8 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
         return None
     return (f"{image_shape[1]}x{image_shape[2]} images without a judge: at this size most misclassified decodings "
             "may be the generator's, images that lost their class; give a judge (--judge, a classifier trained on "
-            "data you trust) to keep only failures that still show their class (docs/defuse.md)")
+            "data you trust, or features:default, the default generator's own feature network, which costs no "
+            "training) to keep only failures that still show their class (docs/defuse.md)")
 
 
 def _checked_judge(registry, lookup, request: IdentifyRequest, classifier, data: ImageDataset, device: str) -> str:

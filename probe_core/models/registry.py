@@ -154,6 +154,9 @@ REAL_SIZE_SPATIAL_LATENT = 512
 # generator of 128x128 signs) and are seen through a differentiable resize (probe_core.models.resized): a
 # generator's training cost grows with its pixels, a classifier's far less.
 REAL_SIZE_GENERATOR_SIDE = 64
+# A classifier reference ``features:GENERATOR`` (``features:default``) names that generator's feature network
+# (ModelRegistry.feature_network_id): a judge that is never the probed classifier and costs no training.
+FEATURES_PREFIX = "features:"
 # The generator trained by default at real size: where the spatial code applies (32x32 and up, with images enough
 # for its density), the regularized autoencoder with its fitted density; otherwise the VAE. On the 64x64 sign-like
 # stand-in the VAE's high:C reached 0 of 16 chains and its reconstructions kept the class of 0.64x as many held-out
@@ -975,7 +978,8 @@ class ModelRegistry:
         ----------
         reference : str or None
             Model id; ``default`` / None (the data set's default, see :meth:`default_id`); a plugin
-            reference or ``.py`` path; or for generators a built generator's reference such as
+            reference or ``.py`` path; for classifiers ``features:GENERATOR``, a generator's feature network
+            (:meth:`feature_network_id`); or for generators a built generator's reference such as
             ``scene:novel``.
         kind : {"classifier", "generator"}
             What is wanted; a generator reference may name a VAE or a GAN.
@@ -995,6 +999,8 @@ class ModelRegistry:
         data = self.dataset(dataset)  # refused before anything is resolved, as the reference below
         if kind == "classifier":
             base, class_map = split_class_map(reference or "default")
+            if base.startswith(FEATURES_PREFIX):
+                base = self.feature_network_id(base[len(FEATURES_PREFIX):] or "default", dataset, device)
             self._check_model_reference(base)
             loaded = self._resolve_unmatched(base, kind, dataset, device)
             aligned = align_classifier(loaded, data, class_map)
@@ -1008,6 +1014,28 @@ class ModelRegistry:
         if self._resolved is not None:
             self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
         return loaded
+
+    def feature_network_id(self, generator: str, dataset: str = DEFAULT_DATASET,
+                           device: str | torch.device | None = "cpu") -> str:
+        """The id of the stored feature network of ``generator`` (a reference, ``default`` included): the classifier
+        its perceptual term was trained with (:meth:`ModelSpec.feature_network_spec`), another network than any
+        probed one, so a judge that costs no training; ``features:GENERATOR`` names it wherever a classifier is.
+
+        Raises
+        ------
+        ModelNotFoundError
+            When the generator keeps none: trained before generators stored it, without a trained feature network,
+            or smaller than the data.
+        """
+        self._check_model_reference(generator)
+        loaded = self._resolve_unmatched(generator, "generator", dataset, device)
+        feature = (loaded.record.get("spec") or {}).get("feature_network")
+        if not feature or not self.exists(feature):
+            raise ModelNotFoundError(
+                f"the generator {loaded.id} keeps no feature network to judge with: only zoo generators with a "
+                "trained perceptual network at the data's own size store one (real-size defaults trained since "
+                "they began to); give another classifier trained on data you trust")
+        return feature
 
     def _resolve_unmatched(self, reference: str | None, kind: str, dataset: str,
                            device: str | torch.device | None) -> LoadedModel:

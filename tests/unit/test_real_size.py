@@ -11,7 +11,7 @@ import torch
 from helpers import recording
 from probe_core.data import ImageDataset
 from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
-from probe_core.errors import ProbeError
+from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import VAE, ResNetClassifier
 from probe_core.models.registry import (
     REAL_SIZE_EPOCHS,
@@ -308,6 +308,11 @@ def test_a_generators_feature_network_is_a_stored_classifier_that_later_generato
     assert vae.feature_network_spec() == feature
     registry.get_or_train(vae)
     assert trained[2:] == [vae.model_id()]
+    # `features:GENERATOR` names it wherever a classifier is (a judge), resolved to its stored id
+    assert registry.resolve(f"features:{generator.id}", "classifier", data).id == feature.model_id()
+    plain = registry.get_or_train(ModelSpec(dataset=data, kind="vae", epochs=1, perceptual="random"))
+    with pytest.raises(ModelNotFoundError, match="keeps no feature network"):
+        registry.resolve(f"features:{plain.id}", "classifier", data)
     # a generator trained smaller than the data, or one without a trained feature network, keeps none
     assert ModelSpec(dataset=data, kind="rae", epochs=3, image_size=16).resolved(
         load_dataset(data)).feature_network_spec() is None
