@@ -155,7 +155,7 @@ REAL_SIZE_SPATIAL_LATENT = 512
 # generator's training cost grows with its pixels, a classifier's far less.
 REAL_SIZE_GENERATOR_SIDE = 64
 # A classifier reference ``features:GENERATOR`` (``features:default``) names that generator's feature network
-# (ModelRegistry.feature_network_id): a judge that is never the probed classifier and costs no training.
+# (ModelRegistry.feature_network_id): a judge of another seed than the data's default classifier, at no training cost.
 FEATURES_PREFIX = "features:"
 # The generator trained by default at real size: where the spatial code applies (32x32 and up, with images enough
 # for its density), the regularized autoencoder with its fitted density; otherwise the VAE. On the 64x64 sign-like
@@ -409,9 +409,9 @@ class ModelSpec:
         A generator with a trained feature network (``perceptual="trained"``) at the data's own size gets it from
         the registry: trained and stored as a classifier (the data's real-size recipe, the generator's seed plus
         :data:`~probe_core.models.training.FEATURE_NETWORK_SEED_OFFSET`, ``feature_epochs``), or the stored one.
-        So it is trained once and serves as an independent judge (``probe defuse identify --judge``, ``probe
-        models check --judge``) at no cost: it is never the probed classifier. The generator's weights are those
-        it had when it trained its own. A generator trained smaller than the data (``image_size``) keeps its own
+        So it is trained once and serves as a judge of another seed than the data's default classifier
+        (``--judge features:default``) at no training cost. The generator's weights are those it had when it
+        trained its own. A generator trained smaller than the data (``image_size``) keeps its own
         (it is a classifier of the resized images, not of the data).
         """
         if self.kind not in ("vae", "rae") or self.perceptual != "trained" or self.image_size or not self.epochs:
@@ -1018,8 +1018,9 @@ class ModelRegistry:
     def feature_network_id(self, generator: str, dataset: str = DEFAULT_DATASET,
                            device: str | torch.device | None = "cpu") -> str:
         """The id of the stored feature network of ``generator`` (a reference, ``default`` included): the classifier
-        its perceptual term was trained with (:meth:`ModelSpec.feature_network_spec`), another network than any
-        probed one, so a judge that costs no training; ``features:GENERATOR`` names it wherever a classifier is.
+        its perceptual term was trained with (:meth:`ModelSpec.feature_network_spec`), of another seed than the
+        data's default classifier, so a judge that costs no training; ``features:GENERATOR`` names it wherever a
+        classifier is.
 
         Raises
         ------

@@ -30,10 +30,11 @@ from probe_core.models.architectures import (
 
 # A VAE's perceptual term compares images in the features of a small ResNet (see :class:`FeatureStages`):
 # "random" a randomly initialised one, "trained" one trained on the data's labels first. Nothing of it is kept
-# with the VAE: it shapes training only.
+# with the generator's weights; the registry stores a trained one as a classifier of its own
+# (ModelSpec.feature_network_spec).
 PERCEPTUAL_NETWORKS = ("random", "trained")
-# A generator's feature network has the generator's seed plus this: another network than any classifier of the
-# generator's seed, so never the probed one; a judge that costs nothing (the registry stores it).
+# A generator's trained feature network has the generator's seed plus this: another network than the classifiers of
+# the generator's seed (the data's default one among them), so it can judge them at no training cost.
 FEATURE_NETWORK_SEED_OFFSET = 7919
 # The pixel term's weight beside the features' three: at 1 a 32x32 colour VAE kept the digits and lost the colours
 # (reconstruction ratio 0.63), at 4 it kept both (0.31); a random network's features kept neither shape nor digit.

@@ -70,6 +70,12 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
                        *(["--allow-weak-classifier"] if weak else [])]
     assert main(identify) == 0, capsys.readouterr().err
     assert "failures from" in capsys.readouterr().out
+    # the VAE's feature network, stored as a classifier when it trained, judges by the name features:GENERATOR (a
+    # 2-epoch one may be near chance: then refused by name, as any judge that knows nothing)
+    feature = workspace.registry.load(models["vae"]["id"]).record["spec"]["feature_network"]
+    judged = main(identify + ["--judge", f"features:{models['vae']['id']}"])
+    printed = capsys.readouterr()
+    assert (judged == 0 and f"judge {feature}" in printed.out) or (judged == 2 and feature in printed.err), printed
 
 
 def test_the_recipe_and_the_identification_budget_are_said_when_training_and_identifying(colour_npz, tmp_path):
