@@ -398,6 +398,10 @@ class ModelSpec:
         if self.perceptual:
             parts.append(f"perceptual term in a {self.perceptual} ResNet's features"
                          + (f" ({self.feature_epochs} epochs)" if self.feature_epochs else ""))
+        feature = self.feature_network_spec()
+        if feature is not None:
+            parts.append(f"that ResNet kept as the classifier {feature.model_id()}, a judge: "
+                         f"--judge features:{self.model_id()}")
         if self.image_size:
             parts.append(f"trained at {self.image_size}x{self.image_size} on the images resized, its samples resized "
                          f"to the data's size for the classifier")

@@ -38,7 +38,10 @@ def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identifica
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
     for kind in ("classifier", "vae"):
         assert main(base + ["models", "train", "--kind", kind, "--dataset", str(colour_npz), "--epochs", "2"]) == 0
-    models = {m["kind"]: m for m in Workspace(tmp_path / "ws").registry.list()}
+    assert "its feature network is the classifier" in capsys.readouterr().out  # stored with the VAE: a judge
+    stored = Workspace(tmp_path / "ws").registry.list()
+    features = {(m["spec"] or {}).get("feature_network") for m in stored}
+    models = {m["kind"]: m for m in stored if m["id"] not in features}
     assert models["classifier"]["spec"]["architecture"]["class"] == "ResNetClassifier"
     assert models["vae"]["spec"]["perceptual"] == REAL_SIZE_PERCEPTUAL  # trained with a perceptual term
     assert models["vae"]["spec"]["architecture"]["args"]["latent_dim"] == REAL_SIZE_VAE_LATENT

@@ -297,6 +297,7 @@ def test_a_generators_feature_network_is_a_stored_classifier_that_later_generato
     generator = registry.get_or_train(spec)
     assert trained == [generator.id, feature.model_id()]
     assert generator.record["spec"]["feature_network"] == feature.model_id()
+    assert f"kept as the classifier {feature.model_id()}" in spec.describe_recipe()  # said when training starts
     judge = registry.load(feature.model_id())
     assert judge.kind == "classifier" and 0.0 <= judge.metrics["test_accuracy"] <= 1.0
     # the generator's training time is what it cost from scratch, its feature network's included
