@@ -100,52 +100,48 @@ class TrainRequest(BuiltFromSettings):
 
 @job_of(TrainRequest)
 def training_job(registry, request: TrainRequest, device: str | None = None) -> JobFunction:
-    """A job training the request's :class:`ModelSpec` list in order, with per-model progress, on the request's
-    device (``device`` is the starter's, used only where the request names none).
+    """A job training the request's :class:`ModelSpec` list through :func:`train_models` (in order, or all at once
+    with a distributed executor), with per-model progress, on the request's device (``device`` is the starter's,
+    used only where the request names none).
 
     ``details["models"]`` maps each model id to ``{"kind", "status", "fraction",
-    "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw.
+    "epoch", "epochs", "loss", "metric_name", "metric"}`` for the page to draw (epochs where the models train here,
+    one after another).
     """
     specs = [ModelSpec(**s) for s in request.specs]  # the request keeps each spec as its fields' dict
     device = request.device or device or "cpu"
+    one_at_a_time = not parse_executor(request.executor).distributed
 
     def run(context: JobContext) -> TrainingResult:
         resolved = [s.resolved(load_dataset(s.dataset_view(), registry.data_dir)) for s in specs]
+        order = [s.model_id() for s in resolved]
         models = {
-            s.model_id(): {"kind": s.kind, "status": "done" if registry.exists(s.model_id()) else "waiting",
-                           "fraction": 1.0 if registry.exists(s.model_id()) else 0.0}
-            for s in resolved
+            model_id: {"kind": s.kind, "status": "done" if registry.exists(model_id) else "waiting",
+                       "fraction": 1.0 if registry.exists(model_id) else 0.0}
+            for model_id, s in zip(order, resolved)
         }
         context.report(0.0, "starting", {"models": models}, force=True)
-        if parse_executor(request.executor).distributed:
-            for entry in models.values():
-                entry["status"] = "training" if entry["status"] == "waiting" else entry["status"]
+        training: list[str] = []
 
-            def with_models(fraction, message, details, force):
-                return fraction, message, {**(details or {}), "models": models}, force
-
-            def stored(model_id: str, metrics: dict) -> None:
-                models[model_id].update(status="done", fraction=1.0, metrics=metrics)
-
-            train_models(registry, resolved, request.executor, rewritten(context, with_models), device, stored)
-            return TrainingResult(list(models))
-        for position, spec in enumerate(resolved):
-            model_id = spec.model_id()
-            if models[model_id]["status"] == "done":
-                continue
+        def started(model_id: str) -> None:
             models[model_id]["status"] = "training"
+            training.append(model_id)
 
-            def as_model_of_run(fraction, message, epoch, force, model_id=model_id, position=position):
-                if fraction is None or epoch is None or "epoch" not in epoch:
-                    return (None if fraction is None else
-                            ((position + fraction) / len(resolved), message, {"models": models}, force))
-                models[model_id].update(fraction=fraction, **{name: epoch[name] for name in EPOCH_DETAILS})
-                return ((position + fraction) / len(resolved),
-                        f"training {model_id}: epoch {epoch['epoch']}/{epoch['epochs']}", {"models": models}, force)
+        def with_models(fraction, message, details, force):
+            epoch = details or {}
+            if one_at_a_time and training and "epoch" in epoch:  # the epochs of the one model training now
+                models[training[-1]].update(fraction=epoch["epoch"] / max(epoch["epochs"], 1),
+                                            **{name: epoch[name] for name in EPOCH_DETAILS})
+                message = f"training {training[-1]}: epoch {epoch['epoch']}/{epoch['epochs']}"
+            return fraction, message, {**({} if one_at_a_time else epoch), "models": models}, force
 
-            loaded = registry.get_or_train(spec, rewritten(context, as_model_of_run), device=device)
-            models[model_id].update(status="done", fraction=1.0, metrics=loaded.metrics)
-            context.report((position + 1) / len(resolved), f"trained {model_id}", {"models": models}, force=True)
+        def stored(model_id: str, metrics: dict) -> None:
+            models[model_id].update(status="done", fraction=1.0, metrics=metrics)
+            if one_at_a_time:
+                context.report((order.index(model_id) + 1) / len(order), f"trained {model_id}", {"models": models},
+                               force=True)
+
+        train_models(registry, resolved, request.executor, rewritten(context, with_models), device, stored, started)
         return TrainingResult(list(models))
 
     return run
@@ -162,7 +158,8 @@ def train_shard(models: dict, reporter: Reporter, *, spec: dict, dataset: ImageD
 
 
 def train_models(registry, specs, executor: str = "local", reporter: Reporter | None = None, device: str = "cpu",
-                 on_stored: Callable[[str, dict], None] | None = None) -> list[LoadedModel]:
+                 on_stored: Callable[[str, dict], None] | None = None,
+                 on_started: Callable[[str], None] | None = None) -> list[LoadedModel]:
     """Make sure every spec's model is stored, training the missing ones; returns them in the specs' order.
 
     ``local`` trains them one after another in this process (:meth:`~probe_core.models.ModelRegistry.get_or_train`).
@@ -185,7 +182,10 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
         Told the shards' progress (distributed) or each model's epochs as its share of the whole (local); None:
         local training announces each model as the registry does (:meth:`~probe_core.models.ModelRegistry.announcing`).
     on_stored : callable, optional
-        ``on_stored(model_id, metrics)`` as each model trained here is stored (distributed only).
+        ``on_stored(model_id, metrics)`` as each of the specs' models trained by this call is stored.
+    on_started : callable, optional
+        ``on_started(model_id)`` as each of the specs' missing models starts training (distributed: as its wave
+        starts; a generator waits for its feature network's wave).
 
     Raises
     ------
@@ -204,8 +204,16 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
     resolved = [spec.resolved(dataset_of(spec)) for spec in specs]
     chosen = parse_executor(executor)
     if not chosen.distributed:
-        return [registry.get_or_train(spec, stage(reporter, index / len(resolved), (index + 1) / len(resolved)),
-                                      device=device) for index, spec in enumerate(resolved)]
+        loaded = []
+        for index, spec in enumerate(resolved):
+            missing = not registry.exists(spec.model_id())
+            if missing and on_started is not None:
+                on_started(spec.model_id())
+            loaded.append(registry.get_or_train(spec, stage(reporter, index / len(resolved),
+                                                            (index + 1) / len(resolved)), device=device))
+            if missing and on_stored is not None:
+                on_stored(spec.model_id(), loaded[-1].metrics)
+        return loaded
     missing = {spec.model_id(): spec for spec in resolved if not registry.exists(spec.model_id())}
     if missing:
         registry.require_training()
@@ -220,6 +228,9 @@ def train_models(registry, specs, executor: str = "local", reporter: Reporter | 
         for wave, part in ((first, stage(reporter, 0.0, share)), ({k: missing[k] for k in waiting},
                                                                    stage(reporter, share, 1.0))):
             if wave:
+                for model_id in wave:
+                    if on_started is not None and model_id in missing:
+                        on_started(model_id)
                 _train_at_once(registry, chosen, list(wave.values()), dataset_of, part, device,
                                on_stored=lambda model_id, metrics: (on_stored(model_id, metrics)
                                                                     if on_stored and model_id in missing else None))

@@ -68,4 +68,5 @@ def test_training_job_reports_per_model_progress(workspace):
     assert run.status == "done", run.error
     models = run.details["models"]
     assert [m["status"] for m in models.values()] == ["done", "done"]
+    assert all(m["epoch"] == m["epochs"] and m["fraction"] == 1.0 for m in models.values())  # each its own epochs
     assert all(workspace.registry.exists(model_id) for model_id in models)
