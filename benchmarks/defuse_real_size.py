@@ -140,9 +140,9 @@ def main() -> None:
         models = dict(zip(needed, train_models(registry, list(needed.values()), args.executor)))
         wall = time.perf_counter() - started
         clean, vae = models["clean classifier"], models["generator"]
-        if args.judge == "generator" and not vae.record["spec"].get("feature_network"):
-            raise SystemExit(f"--judge generator: the generator {vae.id} was trained before generators stored their "
-                             "feature network, or has none (a VAE without one, or one trained smaller than the data)")
+        # the generator's feature network, named as a user names it (refused where the generator keeps none)
+        feature_judge = (registry.resolve(f"features:{vae.id}", "classifier", reference)
+                         if args.judge == "generator" else None)
         # what the whole set costs from scratch: every model's recorded training time (models this workspace
         # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here;
         # models trained now all at once (a distributed executor) count by the wall time they took together
@@ -165,8 +165,7 @@ def main() -> None:
             print(f"\n## {size}×{size}: {path.name}[{flaw}], {noise} noise; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             if flaw in judged or args.judge == "generator":
-                judge = (models[f"judge on {judged[flaw]}"] if flaw in judged else
-                         registry.load(vae.record["spec"]["feature_network"]))
+                judge = models[f"judge on {judged[flaw]}"] if flaw in judged else feature_judge
                 identify["judge"] = judge.id
                 print(f"judge {judge.id} ({judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             try:
