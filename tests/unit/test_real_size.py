@@ -278,8 +278,8 @@ def test_class_kept_by_reconstructions_counts_only_the_classes_the_classifier_kn
 
 def test_a_generators_feature_network_is_a_stored_classifier_that_later_generators_and_judges_reuse(tmp_path):
     """The feature network a real-size generator trains first is stored as a classifier of its own (another seed
-    than any probed classifier's), so it serves as a judge at no cost; the generator's weights are those it had
-    when it trained its own, and a second generator with the same feature network does not train it again."""
+    than the data's default classifier), so it serves as a judge at no cost; the generator's weights are those it
+    had when it trained its own, and a second generator with the same feature network does not train it again."""
     from probe_core.catalog import load_dataset
     from probe_core.models.registry import train_spec
     from probe_core.runs.workspace import Workspace
