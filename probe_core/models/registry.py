@@ -1032,8 +1032,7 @@ class ModelRegistry:
             When the generator keeps none: trained before generators stored it, without a trained feature network,
             or smaller than the data.
         """
-        self._check_model_reference(generator)
-        loaded = self._resolve_unmatched(generator, "generator", dataset, device)
+        loaded = self.resolve(generator, "generator", dataset, device)
         feature = (loaded.record.get("spec") or {}).get("feature_network")
         if not feature or not self.exists(feature):
             raise ModelNotFoundError(
