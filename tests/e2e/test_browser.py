@@ -580,23 +580,27 @@ def _two_annotators_label_and_see_their_agreement(server, trained_workspace) -> 
         assert sorted(l["label"] for l in labels) == sorted(expected), name
 
 
-def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_page_runs_on_them(tmp_path):
-    """mp.show: a freshly trained in-memory classifier and VAE on digits arrays; the Probe page runs a target
-    against them, in a worker process, and the stored models resolve in another process."""
+def test_show_opens_the_dashboard_on_in_memory_models_and_arrays_and_the_probe_page_runs_on_them(tmp_path,
+                                                                                                    trained_workspace):
+    """mp.show: an in-memory classifier and VAE (copies of the session's digits models, as a notebook holds the
+    modules it trained) on digits arrays; the Probe page runs a target against them, in a worker process, and the
+    stored models resolve in another process."""
     require_browser()
+    import copy
+
     import torch
     from helpers import resolve_elsewhere
 
     import probe_core as mp
     from probe_core.catalog import load_dataset
-    from probe_core.models.training import train_classifier, train_vae
     from probe_core.runs.runconfig import config_of
     from probe_core.runs.workspace import DATABASE_NAME
     from probe_core.store import Store
 
     digits = load_dataset("digits")
-    classifier, _ = train_classifier(digits, epochs=4)
-    vae, _ = train_vae(digits, epochs=40)
+    registry = trained_workspace.registry
+    classifier = copy.deepcopy(registry.load(registry.default_id("digits", "classifier")).module.net)  # logits out
+    vae = copy.deepcopy(registry.load(registry.default_id("digits", "vae")).module)
     x, y = torch.cat([digits.train_images, digits.test_images]), torch.cat([digits.train_labels, digits.test_labels])
     workspace = tmp_path / "show-workspace"
     shown = dict(classifier=classifier, generator=vae, data=(x, y), class_names=list(digits.class_names),

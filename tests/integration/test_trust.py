@@ -190,9 +190,13 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     ["sample", "--target", "high:eleven"],
     ["defuse", "run", "--lambdas", "0.1,-1"],
 ])
-def test_bad_settings_on_an_empty_workspace_exit_2_before_anything_trains(tmp_path, arguments):
-    done = _probe(*arguments, cwd=tmp_path, workspace=tmp_path / "ws")
-    assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
+def test_bad_settings_on_an_empty_workspace_exit_2_before_anything_trains(tmp_path, arguments, capsys, monkeypatch):
+    from probe_core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["--workspace", str(tmp_path / "ws"), *arguments])
+    stderr = capsys.readouterr().err
+    assert code == 2 and stderr.startswith("error: "), stderr
     # it used to train the default models first, for minutes: now nothing is trained or stored
     assert not list((tmp_path / "ws" / "models").glob("*.pt"))
 
