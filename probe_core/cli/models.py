@@ -40,9 +40,8 @@ def _models_train(args: argparse.Namespace) -> int:
                                    device=args.device)
     verb = "already trained" if cached else "trained"
     print(f"{loaded.id}: {verb}; {format_metrics(loaded.metrics)}")
-    feature = (loaded.record.get("spec") or {}).get("feature_network")
-    if feature:
-        print(f"its feature network is the classifier {feature} (a judge at no training cost: "
+    if loaded.feature_network:
+        print(f"its feature network is the classifier {loaded.feature_network} (a judge at no training cost: "
               f"--judge features:{loaded.id})")
     return 0
 

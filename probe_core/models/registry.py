@@ -568,6 +568,12 @@ class LoadedModel:
         return self.record.get("metrics", {})
 
     @property
+    def feature_network(self) -> str | None:
+        """The id of the classifier this generator's perceptual term was trained with, where it stored one
+        (:meth:`ModelSpec.feature_network_spec`); None otherwise."""
+        return (self.record.get("spec") or {}).get("feature_network")
+
+    @property
     def is_generator(self) -> bool:
         return self.kind in GENERATOR_KINDS or self.kind in ("plugin-generator", "file-generator", "built-generator")
 
@@ -1033,7 +1039,7 @@ class ModelRegistry:
             or smaller than the data.
         """
         loaded = self.resolve(generator, "generator", dataset, device)
-        feature = (loaded.record.get("spec") or {}).get("feature_network")
+        feature = loaded.feature_network
         if not feature or not self.exists(feature):
             raise ModelNotFoundError(
                 f"the generator {loaded.id} keeps no feature network to judge with: only zoo generators with a "
