@@ -8,6 +8,7 @@ imported from here.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -39,6 +40,22 @@ settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=T
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped models' scripts
+
+
+def _scan_installed_components_once() -> None:
+    """Every new AppTest scans the metadata of every installed package for Streamlit components (about 0.8 s here,
+    one to two minutes over the suite's page tests); the installed packages do not change during a test session,
+    so the first scan's answer is kept. A Streamlit without this scanner is left as it is (the tests run slower)."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:
+        return
+    scan = getattr(manifest_scanner, "scan_component_manifests", None)
+    if scan is not None and not hasattr(scan, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.cache(scan)
+
+
+_scan_installed_components_once()
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")
