@@ -47,6 +47,7 @@ class BayesTrExPosterior:
         self.targets = targets
         self.sigma = float(sigma)
         self.latent_dim = int(generator.latent_dim)
+        self._standard_normal = None  # N(0, I), built once: every log-density evaluation asks for it
         for module in (self.classifier, self.generator):
             for parameter in module.parameters():
                 parameter.requires_grad_(False)
@@ -68,7 +69,11 @@ class BayesTrExPosterior:
         """p(z): N(0, I), or the generator's own prior when it has one (e.g. the scene world's)."""
         if isinstance(self.generator, StructuredPrior):
             return self.generator.prior_distribution(self.num_chains)
-        return dist.Normal(torch.zeros(self.latent_dim, device=self.device), 1.0, validate_args=False).to_event(1)
+        device = self.device
+        if self._standard_normal is None or self._standard_normal.mean.device != device:
+            self._standard_normal = dist.Normal(torch.zeros(self.latent_dim, device=device), 1.0,
+                                                validate_args=False).to_event(1)
+        return self._standard_normal
 
     def model(self, sigma: float | None = None, temperature: float = 1.0) -> torch.Tensor:
         """The Pyro model: z ~ p(z) per chain (:meth:`prior`), each target's sites observed at u*.
