@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))  # the shipped
 
 
 def _scan_installed_components_once() -> None:
-    """Every new AppTest scans the metadata of every installed package for Streamlit components (about 0.8 s here,
-    one to two minutes over the suite's page tests); the installed packages do not change during a test session,
-    so the first scan's answer is kept. A Streamlit without this scanner is left as it is (the tests run slower)."""
+    """Every new AppTest scans the metadata of every installed package for Streamlit components (about 0.8 s on
+    2 cores, most of a minute over the suite's page tests); the installed packages do not change during a test
+    session, so the first scan's answer is kept. A Streamlit without this scanner is left as it is (slower)."""
     try:
         from streamlit.components.v2 import manifest_scanner
     except ImportError:
@@ -56,6 +56,7 @@ def _scan_installed_components_once() -> None:
 
 
 _scan_installed_components_once()
+
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 os.environ.setdefault("PROBE_AUTOTRAIN", "0")

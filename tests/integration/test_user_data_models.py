@@ -39,7 +39,7 @@ def _grey_arrays(path):
     (_rgb_folder, "green->blue:0.6", None),
     (lambda root: _grey_arrays(root.with_suffix(".npz")), "middle->bottom:0.6", ("classifier", "vae")),
 ], ids=["rgb-folder", "grey-npz"])
-def test_user_data_goes_through_info_defaults_sample_and_defuse(tmp_path, make, flaw, kinds, capsys, monkeypatch):
+def test_user_data_goes_through_info_training_sample_and_defuse(tmp_path, make, flaw, kinds, capsys, monkeypatch):
     monkeypatch.setenv(files.CACHE_ENV, str(tmp_path / "cache"))
     data = make(tmp_path / "data")
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
