@@ -19,6 +19,7 @@ from probe_core.bayestrex.recipes import prepare_sample
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET
 from probe_core.data.classes import parse_class_map, with_class_map
+from probe_core.data.provenance import ProvenanceMeter, training_index
 from probe_core.defuse.labels import HUMAN
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
@@ -67,6 +68,11 @@ class SampleResult:
     judge_warnings : list of str
         With a judge: the targets whose hits it mostly puts outside their classes, and a judge trained on the
         probed classifier's data (each target's ``judge_agreement`` holds the counts).
+    provenance_warnings : list of str
+        The targets whose hits look copied from the training set (each target's ``provenance`` holds the figures).
+    dataset : ImageDataset or None
+        The data set sampled for, where it was loaded: :meth:`to_pandas` then places every sample against its
+        training images and :meth:`nearest_training_images` shows them.
     """
 
     run_id: int
@@ -82,10 +88,13 @@ class SampleResult:
     generator_weak: bool = False
     wall_seconds: float = 0.0
     judge_warnings: list = field(default_factory=list)
+    provenance_warnings: list = field(default_factory=list)
+    dataset: object = field(default=None, repr=False)
 
     @classmethod
-    def from_run(cls, store, run_id: int) -> "SampleResult":
-        """Read a stored sampling run back (in any process, on any day)."""
+    def from_run(cls, store, run_id: int, dataset=None) -> "SampleResult":
+        """Read a stored sampling run back (in any process, on any day); ``dataset``: its data set, loaded
+        (``registry.dataset(request.dataset)``), for the samples' provenance."""
         run = store.get_run(run_id)
         request = None if run is None else config_of(run)
         if not isinstance(request, SampleRequest):
@@ -94,16 +103,35 @@ class SampleResult:
         arrays = sample_arrays(stored) if stored else {}
         outcome = result_of(run)  # None when the run ended without a result (failed)
         if outcome is None:
-            return cls(run_id, request, run.status, [], **arrays)
+            return cls(run_id, request, run.status, [], **arrays, dataset=dataset)
         return cls(run_id, request, run.status, outcome.targets, **arrays, generator_weak=outcome.generator_weak,
-                   wall_seconds=outcome.wall_seconds, judge_warnings=outcome.judge_warnings)
+                   wall_seconds=outcome.wall_seconds, judge_warnings=outcome.judge_warnings,
+                   provenance_warnings=outcome.provenance_warnings, dataset=dataset)
 
     def summary(self) -> str:
-        """The per-target table (paper Table 2 plus diagnostics), as the CLI prints it."""
-        return table2(self.targets)
+        """The per-target table (paper Table 2 plus diagnostics, with the share of hits that are near copies of a
+        training image), as the CLI prints it, and a line per target whose hits look copied."""
+        return "\n".join([table2(self.targets), *(f"warning: {line}" for line in self.provenance_warnings)])
+
+    def provenance(self):
+        """Every stored sample placed against the data set's training images
+        (:class:`~probe_core.data.provenance.Provenance`: nearest training image, distance, percentile among the
+        test images', near copy), each compared as the class the classifier gives it; None without samples or
+        without the data set."""
+        if self.images is None or self.dataset is None:
+            return None
+        meter = ProvenanceMeter.for_classes(training_index(self.dataset), self.request.class_names)
+        return meter.place(self.images, self.confidences)
+
+    def nearest_training_images(self) -> np.ndarray | None:
+        """Shape (N, C, H, W): each stored sample's nearest training image, to show beside it."""
+        placed = self.provenance()
+        return None if placed is None else self.dataset.train_images[placed.nearest].numpy()
 
     def to_pandas(self):
-        """One row per stored sample: ``target``, ``chain``, ``hit`` and one confidence column per class."""
+        """One row per stored sample: ``target``, ``chain``, ``hit``, one confidence column per class and, where
+        the data set is loaded, ``nearest_train`` (its nearest training image's index), ``train_distance``,
+        ``train_percentile`` (among the test images' nearest-training distances) and ``near_copy``."""
         import pandas as pd
 
         if self.confidences is None:
@@ -113,6 +141,10 @@ class SampleResult:
         frame.insert(0, "target", [descriptions[i] if i < len(descriptions) else str(i) for i in self.target_index])
         frame.insert(1, "chain", self.chain)
         frame.insert(2, "hit", self.hit)
+        placed = self.provenance()
+        if placed is not None:
+            frame["nearest_train"], frame["train_distance"] = placed.nearest, placed.distance
+            frame["train_percentile"], frame["near_copy"] = placed.percentile, placed.near_copy
         return frame
 
     def plot(self, target: int = 0):
@@ -186,8 +218,8 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
     if prepared.warning:
         warnings.warn(prepared.warning, stacklevel=2)
     run_id, _ = run_now(registry, prepared.request, device=device, progress_bar="sampling" if progress else None)
-    result = SampleResult.from_run(space.store, run_id)
-    for line in result.judge_warnings:
+    result = SampleResult.from_run(space.store, run_id, registry.dataset(request.dataset))
+    for line in result.judge_warnings + result.provenance_warnings:
         warnings.warn(line, stacklevel=2)
     return result
 

@@ -16,6 +16,7 @@ from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
+from probe_core.data.provenance import ProvenanceMeter, training_index
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.runs.lifecycle import run_now
@@ -112,9 +113,11 @@ def probe_target(prepared: PreparedSample, **runtime) -> SamplingResult:
     # the test-set baseline needs the classifier's classes to be the data set's (not a class-subset classifier)
     baseline_data = data if names == tuple(data.class_names) else None
     judge = None if prepared.judge is None else prepared.judge.module
+    # every hit placed against the training images (is it new, or a copy of one?), in the data's class order
+    provenance = ProvenanceMeter.for_classes(training_index(data), names)
     result = sample(prepared.classifier.module, prepared.generator.module, request.targets, class_names=names,
                     settings=request.sampler_settings(), executor=request.executor, shards=request.shards,
-                    dataset=baseline_data, judge=judge, **runtime)
+                    dataset=baseline_data, judge=judge, provenance=provenance, **runtime)
     return SamplingResult.from_record({
         **result, "dataset": request.dataset, "classifier": prepared.classifier.id, "judge": request.judge,
         "generator": prepared.generator.id, "model_checks": prepared.checks,

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, TypedDict
 
+from probe_core.data.provenance import memorisation_reasons
 from probe_core.runs.lifecycle import StoredResult
 from probe_core.runs.requests import SampleRequest
 
@@ -39,7 +40,22 @@ class TargetReport(TypedDict, total=False):
     test_set_baseline: dict
     independence_acceptance: float
     judge_agreement: dict
+    provenance: dict
     samples: list
+
+
+def copying_warnings(targets: list[dict]) -> list[str]:
+    """One line per target (a sampling result's ``targets``) whose hits' ``provenance`` looks copied."""
+    lines = []
+    for target in targets:
+        placed = target.get("provenance") or {}
+        reasons = memorisation_reasons(placed)
+        if reasons:
+            lines.append(f"{target['spec']}: its hits look like copies of training images, not new images: of "
+                         f"{placed['measured']:,} hits, {'; '.join(reasons)}. They show what the data set already "
+                         f"holds (the generator reproduces its training images; see each hit beside its nearest "
+                         f"training image)")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,11 @@ class SamplingResult(StoredResult):
                              f"{judged['judged']} hits ({judged['share']:.0%}) in the target's classes: most "
                              "hits fool the probed classifier without looking like the class")
         return lines
+
+    @property
+    def provenance_warnings(self) -> list[str]:
+        """Every target whose hits look copied from the training set, one line each, in words."""
+        return copying_warnings(self.targets)
 
     @property
     def reached(self) -> int:

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
@@ -50,7 +52,7 @@ def auto_init(generator, hard: bool, sampler: str) -> str:
 def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, class_names: tuple[str, ...],
            settings: SamplerSettings | None = None, dataset: ImageDataset | None = None, store=None,
            run_id: int | None = None, reporter: Reporter | None = None, target_index_offset: int = 0,
-           executor=None, shards: int | None = 1, judge=None, **keywords) -> dict:
+           executor=None, shards: int | None = 1, judge=None, provenance=None, **keywords) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
     The sampler's settings are a :class:`~probe_core.runs.requests.SamplerSettings`, checked when it was made
@@ -93,6 +95,10 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         A classifier that was not probed (images -> probabilities (B, K), the same classes): each high or
         ambiguous target's hits are decoded and judged, and its entry gets ``judge_agreement``
         (:func:`judged_hits`), flagged where the judge puts fewer than half of them in the target's classes.
+    provenance : ProvenanceMeter, optional
+        Each target's hits are placed against the data set's training images
+        (:class:`~probe_core.data.provenance.ProvenanceMeter`): its entry gets ``provenance``, the figures of
+        :func:`~probe_core.data.provenance.summarise_provenance` (``copying`` where they look copied).
     **keywords
         The fields of :class:`~probe_core.runs.requests.SamplerSettings`, where ``settings`` is not given.
     """
@@ -124,7 +130,7 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         return _sample_in_shards(classifier, generator, targets, class_names=class_names, settings=chosen,
                                  dataset=dataset, store=store, run_id=run_id, reporter=reporter,
                                  target_index_offset=target_index_offset,
-                                 executor=executor, shards=shards, judge=judge)
+                                 executor=executor, shards=shards, judge=judge, provenance=provenance)
     started = time.perf_counter()
     if sampler == "nuts":
         per_target = []
@@ -178,8 +184,12 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
             entry["independence_acceptance"] = round(float(result.independence_acceptance.mean()), 4)
         if dataset is not None:
             entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
-        if judge is not None and target.judged_classes:
-            entry["judge_agreement"] = judged_hits(judge, generator, target, result)
+        if (judge is not None and target.judged_classes) or provenance is not None:
+            decoded = decoded_hits(generator, target, result)
+            if judge is not None and target.judged_classes:
+                entry["judge_agreement"] = judged_hits(judge, generator, target, result, decoded=decoded)
+            if provenance is not None:
+                entry["provenance"] = provenance.measure(decoded.images, decoded.probs, decoded.chains)
         report_targets.append(entry)
     return {"sampler": sampler, "seed": seed, "sigma": sigma, "chains_per_target": chains,
             "warmup": warmup, "samples_per_chain": samples, "wall_seconds": wall,
@@ -190,8 +200,35 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
 JUDGED_HITS = 2000
 
 
+@dataclass(frozen=True)
+class DecodedHits:
+    """A target's hits, at most :data:`JUDGED_HITS` evenly spaced over its chains' kept samples, decoded.
+
+    ``images`` (H, C, H', W'), ``probs`` (H, K) the probed classifier's, ``chains`` (H,) the chain of each.
+    """
+
+    images: torch.Tensor
+    probs: torch.Tensor
+    chains: torch.Tensor
+
+
 @torch.no_grad()
-def judged_hits(judge, generator, target: Target, result: ChainResult, batch_size: int = 256) -> dict:
+def decoded_hits(generator, target: Target, result: ChainResult, batch_size: int = 256) -> DecodedHits:
+    """:class:`DecodedHits` of one target's chains (positions (B, S, D), confidences (B, S, K))."""
+    chains, steps, classes = result.probs.shape
+    flat = result.probs.reshape(-1, classes)
+    hits = target.is_hit(flat).nonzero().squeeze(1) if len(flat) else torch.zeros(0, dtype=torch.long)
+    hits = hits[::max(1, -(-len(hits) // JUDGED_HITS))]
+    positions = result.positions.reshape(len(flat), -1)[hits]
+    device = next(iter(generator.parameters()), torch.empty(0)).device
+    images = (torch.cat([generator.decode(positions[s:s + batch_size].to(device)).cpu()
+                         for s in range(0, len(positions), batch_size)]) if len(positions) else torch.zeros(0))
+    return DecodedHits(images, flat[hits], hits // max(steps, 1))
+
+
+@torch.no_grad()
+def judged_hits(judge, generator, target: Target, result: ChainResult, batch_size: int = 256,
+                decoded: DecodedHits | None = None) -> dict:
     """How many of a target's hits a classifier that was not probed puts in the target's classes.
 
     Bayes-TrEx's hits are meant to be in-distribution images the probed classifier sees as the target; a hit
@@ -208,6 +245,8 @@ def judged_hits(judge, generator, target: Target, result: ChainResult, batch_siz
         With :attr:`~probe_core.sampling.targets.Target.judged_classes`.
     result : ChainResult
         The target's chains: positions (B, S, D) and confidences (B, S, K).
+    decoded : DecodedHits, optional
+        Its hits, already decoded (:func:`decoded_hits`).
 
     Returns
     -------
@@ -216,13 +255,8 @@ def judged_hits(judge, generator, target: Target, result: ChainResult, batch_siz
         of the target's), ``share`` (None without hits) and ``flagged`` (``share`` below
         :data:`~probe_core.models.checks.GENERATOR_THRESHOLDS` ``judge_agreement``).
     """
-    flat = result.probs.reshape(-1, result.probs.shape[-1])
-    hits = target.is_hit(flat).nonzero().squeeze(1) if len(flat) else torch.zeros(0, dtype=torch.long)
-    hits = hits[::max(1, -(-len(hits) // JUDGED_HITS))]
-    positions = result.positions.reshape(len(flat), -1)[hits]
-    device = next(iter(generator.parameters()), torch.empty(0)).device
-    images = (torch.cat([generator.decode(positions[s:s + batch_size].to(device)).cpu()
-                         for s in range(0, len(positions), batch_size)]) if len(positions) else None)
+    decoded = decoded or decoded_hits(generator, target, result, batch_size)
+    images = decoded.images if len(decoded.images) else None
     agreed, judged = judge_agreement(judge, images, target.judged_classes, batch_size)
     share = round(agreed / judged, 3) if judged else None
     limit = GENERATOR_THRESHOLDS["judge_agreement"]
@@ -307,9 +341,19 @@ def sample_shard(models: dict, reporter: Reporter, *, targets: list[Target], **o
     return {"result": result, "rows": kept.rows}
 
 
+def _stored_hits_provenance(provenance, rows: list[dict]) -> dict:
+    """A target's provenance from the hits its shard stored (at most :data:`JUDGED_HITS`, evenly spaced)."""
+    rows = rows[::max(1, -(-len(rows) // JUDGED_HITS))]
+    if not rows:
+        return provenance.measure(torch.zeros(0), torch.zeros(0, 1))
+    images = torch.from_numpy(np.stack([row["image"] for row in rows]))
+    probs = torch.from_numpy(np.stack([row["confidences"] for row in rows]))
+    return provenance.measure(images, probs, np.array([row["chain"] for row in rows]))
+
+
 def _sample_in_shards(classifier, generator, targets: list[Target], *, class_names, settings: SamplerSettings,
                       dataset, store, run_id, reporter, target_index_offset: int, executor,
-                      shards: int, judge=None) -> dict:
+                      shards: int, judge=None, provenance=None) -> dict:
     """:func:`sample` with the targets split into shards run by ``executor``; kept samples stored as shards end."""
     executor = executor or LocalShards()
     started = time.perf_counter()
@@ -323,9 +367,15 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
                for index, piece in enumerate(pieces)]
     results: dict[int, dict] = {}
 
+    hit_rows: dict[int, list[dict]] = {}
+
     def on_result(index: int, value: dict) -> None:
         if store is not None and run_id is not None and value["rows"]:
             store.add_samples(run_id, value["rows"])
+        if provenance is not None:
+            for row in value["rows"]:
+                if row["hit"]:
+                    hit_rows.setdefault(row["target_index"], []).append(row)
         results[index] = value["result"]
 
     outcome = executor.map(tasks, on_result, reporter)
@@ -336,6 +386,8 @@ def _sample_in_shards(classifier, generator, targets: list[Target], *, class_nam
             if dataset is not None:
                 entry["test_set_baseline"] = test_set_baseline(targets[pieces[index].start + offset], classifier,
                                                                dataset)
+            if provenance is not None:
+                entry["provenance"] = _stored_hits_provenance(provenance, hit_rows.get(entry["target_index"], []))
             report_targets.append(entry)
     first = next(iter(results.values()), {})
     result = {"sampler": first.get("sampler", settings.sampler), "seed": settings.seed,

@@ -168,10 +168,15 @@ def table2(targets: list[dict]) -> str:
     diagnostics).
 
     "test set" is how many test images meet the same constraint (paper Sec. 4.10), next to
-    the sampler's hit rate.
+    the sampler's hit rate. Where the hits were placed against the training images: "copies", the share of hits
+    that are near copies of a training image, and "vs test", their median distance to their nearest training image
+    over a real test image's (:mod:`probe_core.data.provenance`; about 1 for new images, near 0 for copies).
     """
     header = ["target", "achieved (mean ± sd)", "hit rate", "chains hit", "test set", "ESS", "R-hat", "accept", "div",
               "status"]
+    placed_run = any("provenance" in entry for entry in targets)
+    if placed_run:
+        header[5:5] = ["copies", "vs test"]
     rows = []
     for entry in targets:
         s = entry["summary"]
@@ -186,6 +191,8 @@ def table2(targets: list[dict]) -> str:
                      f"{entry['hit_rate'] * 100:.0f}%", f"{s['chains_with_hits']}/{s['chains']}", test_set,
                      f"{s['ess_min']:.0f}", f"{s['rhat_max']:.2f}", f"{s['acceptance']:.2f}", str(s["divergences"]),
                      status])
+        if placed_run:
+            rows[-1][5:5] = _provenance_cells(entry.get("provenance"))
     lines = [format_table(rows, header)]
     for entry in targets:
         mistakes = (entry.get("test_set_baseline") or {}).get("confident_mistakes")
@@ -197,6 +204,13 @@ def table2(targets: list[dict]) -> str:
     if any(not mixing_ok(entry["summary"]) for entry in targets):
         lines.append(POOR_MIXING_NOTE)
     return "\n".join(lines)
+
+
+def _provenance_cells(placed: dict | None) -> list[str]:
+    """The near-copy share and the median distance ratio of a target's hits, as table cells."""
+    if not placed or not placed.get("measured"):
+        return ["-", "-"]
+    return [f"{placed['near_copy_share']:.0%}", f"{placed['median_ratio']:.2f}"]
 
 
 def summary_rows(targets: list[dict]) -> list[dict]:
@@ -220,4 +234,8 @@ def summary_rows(targets: list[dict]) -> list[dict]:
         })
         if judged_run:  # hits an independent classifier puts in the target's classes
             rows[-1]["judge agrees"] = f"{judged['agreed']}/{judged['judged']}" if judged else "-"
+        if "provenance" in entry:  # is a hit new, or a copy of a training image?
+            copies, ratio = _provenance_cells(entry["provenance"])
+            rows[-1]["near copies"], rows[-1]["distance vs test"] = copies, ratio
+            rows[-1]["distinct training images"] = entry["provenance"].get("distinct_nearest", 0)
     return rows

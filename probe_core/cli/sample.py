@@ -43,7 +43,14 @@ def _run_prepared(args: argparse.Namespace, workspace, registry, prepared) -> in
         if judged and judged["judged"]:
             print(f"{target['spec']}: the judge {result.judge} puts {judged['agreed']} of {judged['judged']} hits "
                   f"({judged['share']:.0%}) in the target's classes")
-    for line in result.judge_warnings:
+    for target in result.targets:
+        placed = target.get("provenance")
+        if placed and placed["measured"]:
+            print(f"{target['spec']}: {placed['near_copy_share']:.0%} of {placed['measured']:,} hits are near copies of "
+                  f"a training image; their median distance to the nearest training image is "
+                  f"{placed['median_ratio']:.2f}x a real test image's; {placed['distinct_nearest']:,} distinct nearest "
+                  f"training images")
+    for line in result.judge_warnings + result.provenance_warnings:
         print(f"warning: {line}", file=sys.stderr)
     for entry in result.not_done:
         print(f"warning: shard {entry['shard']} ({entry['covers']}) was not done: {entry['error']}", file=sys.stderr)

@@ -9,8 +9,11 @@ Every path by which a user brings a model proves itself here before a result is 
   that permutation.
 - :func:`check_generator` measures a generator against the data: reconstruction error of held-out
   images (with an encoder), the classifier's confidence and entropy on its samples against real
-  images, and FD-clf against the data set's own train-vs-test FD-clf. One failed threshold makes it
-  ``weak``: probes still run, but every result made with it carries the flag.
+  images, FD-clf against the data set's own train-vs-test FD-clf (too high: unlike the data; far below: copies),
+  and its prior draws placed against the training images (:mod:`probe_core.data.provenance`): a generator whose
+  draws are mostly near copies of training images is weak, since it shows only what the data set already
+  holds. One failed threshold makes it ``weak``: probes still run, but every result made with it carries the
+  flag.
 
 The thresholds (:data:`GENERATOR_THRESHOLDS`) were calibrated so that the default digits and MNIST
 generators pass and a 1-epoch VAE is weak (``benchmarks/generator_check.py`` prints the figures).
@@ -25,6 +28,13 @@ import torch
 
 from probe_core.catalog import load_dataset
 from probe_core.data.datasets import resize_images
+from probe_core.data.provenance import (
+    MEMORISATION_LIMITS,
+    NEAR_COPY_RATIO,
+    memorisation_reasons,
+    summarise_provenance,
+    training_index,
+)
 from probe_core.errors import ProbeError
 from probe_core.models.kept_checks import keep, kept_check_path, read_kept
 from probe_core.models.remedies import TrainingRemedy, longer_training
@@ -59,6 +69,10 @@ GENERATOR_THRESHOLDS = {
     # figure no classifier enters. The default digits and colours generators measure 0.78-1.0; at 32x32 colour a
     # blurry VAE measured 0.25 and a GAN drawing coloured noise 1.82, which FD-clf (ratio 29) let through.
     "sharpness_ratio": (0.5, 1.6),
+    # FD-clf ratio's lower side (a minimum): samples nearer the real images, in the classifier's features, than the
+    # training images themselves are is what a generator that returns (denoised) training images gives: the 64x64
+    # kernel density over autoencoder codes measured 0.1 (issue 98), the default digits and MNIST generators 4-20.
+    "fd_ratio_floor": 0.25,
     # With a judge (a classifier that is not the probed one): the share of a short high:C probe's hits it calls
     # class C (a minimum). Hits are meant to look like the class; noise that fools only the probed classifier
     # passes every figure above that is measured through that classifier.
@@ -139,7 +153,9 @@ class GeneratorCheck:
         ``confidence_ratio``, ``sample_entropy``, ``real_entropy`` and, with an encoder,
         ``reconstruction_mse``, ``mean_image_mse``, ``reconstruction_ratio``, ``reconstruction_accuracy``,
         ``real_accuracy`` and ``reconstruction_class_ratio`` (the classifier on reconstructions of held-out
-        images against on the images).
+        images against on the images); its draws placed against the training images
+        (:func:`~probe_core.data.provenance.summarise_provenance`): ``draws_placed``, ``draws_near_copy_share``,
+        ``draws_median_ratio`` and ``draws_distinct_nearest``.
     failed : list of str
         The figures over their thresholds, in words.
     thresholds : dict
@@ -415,13 +431,16 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     kept_at = kept_check_path(generator, "generator", [generator, classifier, judge],
                               {"dataset": dataset.name, "classes": list(dataset.class_names), "samples": samples,
                                "seed": seed, "device": device.type, "thresholds": GENERATOR_THRESHOLDS,
-                               "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN], "judge_probe": JUDGE_PROBE},
+                               "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN], "judge_probe": JUDGE_PROBE,
+                               "memorisation": [MEMORISATION_LIMITS, NEAR_COPY_RATIO]},
                               (real, train, dataset.test_images, dataset.test_labels, dataset.train_images.mean(0)))
     kept = read_kept(kept_at)
     if kept is not None:
         fields, grid = kept
         try:
-            remedy = longer_training(generator.id, generator.record) if fields["verdict"] == "weak" else None
+            copies_only = fields["failed"] and all(line.startswith("it copies") for line in fields["failed"])
+            remedy = (longer_training(generator.id, generator.record)
+                      if fields["verdict"] == "weak" and not copies_only else None)
             _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"],
                                                     fields["failed"], dict(GENERATOR_THRESHOLDS), samples=grid,
                                                     remedy=remedy)
@@ -457,7 +476,22 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
                        reconstruction_ratio=round(error / max(baseline, 1e-12), 3))
         figures.update(_class_kept(classifier, p_real, _probabilities(classifier.module, reconstruction),
                                    dataset.test_labels[real_index].numpy()))
+    # its draws placed against the training images, as every hit is: does it make new images or return its own?
+    placed = summarise_provenance(training_index(dataset).provenance(generated))
+    figures.update(draws_placed=placed["measured"], draws_near_copy_share=placed["near_copy_share"],
+                   draws_median_ratio=placed["median_ratio"], draws_distinct_nearest=placed["distinct_nearest"])
+    memorised = memorisation_reasons(placed)
+    # FD-clf far below the data's own is reported with the copies it comes from; alone it is also what a generator
+    # that returns held-out images gives (they are the real images FD-clf is measured against)
+    if memorised and figures["fd_ratio"] < GENERATOR_THRESHOLDS["fd_ratio_floor"]:
+        memorised.append(f"FD-clf {figures['fd_clf']:.3g} is only {figures['fd_ratio']:.2g}x the data's own "
+                         f"train-vs-test {figures['fd_train_test']:.3g} (a floor of "
+                         f"{GENERATOR_THRESHOLDS['fd_ratio_floor']:g}x): samples nearer the real images than the "
+                         f"training images are is what a generator that returns its training images gives")
     failed = []
+    if memorised:
+        failed.append(f"it copies its training images rather than making new ones: of {placed['measured']:,} prior "
+                      f"draws, {'; '.join(memorised)}")
     if figures["fd_ratio"] > GENERATOR_THRESHOLDS["fd_ratio"]:
         failed.append(f"FD-clf {figures['fd_clf']:.3g} is {figures['fd_ratio']:.0f}x the data's own train-vs-test "
                       f"{figures['fd_train_test']:.3g} (limit {GENERATOR_THRESHOLDS['fd_ratio']:g}x)")
@@ -499,7 +533,9 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
         verdict = "unjudged"
         failed = [f"the classifier {classifier.id} that would judge its samples scores {judge_check.accuracy:.1%} "
                   f"(chance {judge_check.chance:.1%})", *failed]
-    remedy = longer_training(generator.id, getattr(generator, "record", None)) if verdict == "weak" else None
+    # training longer does not make a generator that copies its training images generate
+    remedy = (longer_training(generator.id, getattr(generator, "record", None))
+              if verdict == "weak" and len(failed) > bool(memorised) else None)
     result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy(), remedy=remedy)
     keep(kept_at, result.to_dict(), result.samples)
     _GENERATOR_CHECKS[key] = result
