@@ -19,6 +19,7 @@ from probe_core.api.ui import (
     labels_csv,
     nearest_misclassified_training,
     review_images,
+    review_provenance,
     review_sources,
 )
 from probe_core import suites
@@ -158,6 +159,12 @@ if "label_saved" in st.session_state:
     saved = _ui.plain(st.session_state.pop("label_saved"))  # the label may be typed text
     st.success(saved)
     st.toast(saved)
+placed_review = review_provenance(dataset, shown["images"])
+copies = int(placed_review["provenance"].near_copy.sum())
+if copies:
+    st.caption(f"{copies} of these {len(shown['ids'])} review images are near copies of a training image (nearer it "
+               "than half a real test image's median distance to its nearest training image): what they show is in "
+               "the data already. 'Look closer' shows each beside its nearest training image.")
 pictures = duplicate_groups(shown["images"])
 if len(pictures) < len(shown["ids"]):
     st.caption(f"These {len(shown['ids'])} review images are {len(pictures)} different pictures: a picture that "
@@ -191,10 +198,17 @@ with st.expander("Look closer: an image at full size, beside the training image 
                                      failures=_ui.failures_of_run(distill_run.id))
         except ProbeError as exc:
             st.error(_ui.plain(exc))
-    review_column, source_column = st.columns(2)
+    review_column, source_column, nearest_column = st.columns(3)
     with review_column:
         _ui.show_picture(shown["images"][closer - 1:closer], columns=1, height=ZOOM_IMAGE_HEIGHT,
                          caption=f"review image {closer}: classifier says {predictions[closer - 1]}")
+    with nearest_column:
+        place = placed_review["provenance"]
+        _ui.show_picture(placed_review["images"][closer - 1:closer], columns=1, height=ZOOM_IMAGE_HEIGHT,
+                         caption=f"its nearest training image ({place.nearest[closer - 1]}, labelled "
+                                 f"{dataset.class_names[int(dataset.train_labels[place.nearest[closer - 1]])]}): "
+                                 f"distance {place.ratio[closer - 1]:.2f}× a test image's"
+                                 + (", a near copy" if place.near_copy[closer - 1] else ""))
     if sources is not None:
         with source_column:
             _ui.show_picture(sources["images"][closer - 1:closer], columns=1, height=ZOOM_IMAGE_HEIGHT,

@@ -274,7 +274,7 @@ if result.cancelled:
     st.warning("This run was stopped early; the summary covers what it kept.")
 if result.generator_weak:
     st.warning(f"Made with a weak generator: {result.generator_warning}")
-for line in result.judge_warnings:
+for line in result.judge_warnings + result.provenance_warnings:
     st.warning(line)
 st.subheader("Summary (paper Table 2, with the test-set baseline)")
 st.dataframe(pd.DataFrame(summary_rows(result.targets)), hide_index=True,
@@ -351,6 +351,23 @@ st.subheader(f"Hits ({len(hits)} stored)" if hits else "No hits: the closest sto
 gallery = best_samples(rows, hits_limit=40, misses_limit=16)
 images = torch.tensor(np.stack([s["image"] for s in gallery]))
 _ui.show_picture(images, columns=10)
+# each shown sample beside its nearest training image: is it new, or a copy of what the data already holds?
+nearest = sample_queries.nearest_training_images(dataset, gallery, names)
+placed = nearest["provenance"]
+with st.expander(f"Each {'hit' if hits else 'sample'} beside its nearest training image "
+                 f"({int(placed.near_copy.sum())} of {len(placed)} shown are near copies)",
+                 expanded=bool(placed.near_copy.mean() > 0.5)):
+    for start in range(0, len(gallery), 10):
+        pair_rows = torch.cat([images[start:start + 10], nearest["images"][start:start + 10]])
+        _ui.show_picture(pair_rows, columns=min(10, len(gallery) - start))
+    st.caption("Top of each pair of rows: the samples above; below each, the training image nearest it (ℓ2 in pixel "
+               "space). A near copy is nearer its training image than half a real test image's median distance to "
+               "its own nearest training image; a new image sits about as far as a test image does (ratio about 1).")
+    placed_target = picked_target.get("provenance") or {}
+    if placed_target.get("measured"):
+        st.caption(f"All {placed_target['measured']:,} hits measured: {placed_target['near_copy_share']:.0%} near "
+                   f"copies, median distance {placed_target['median_ratio']:.2f}× a test image's, "
+                   f"{placed_target['distinct_nearest']:,} distinct nearest training images.")
 # Scene descriptions, when this run's codes are the session renderer's scene vectors.
 scenes_described = callable(describe_scene) and gallery[0]["z"].shape[-1] == generator.module.latent_dim
 if scenes_described:
@@ -365,7 +382,13 @@ pick = st.slider(f"Inspect sample (of {len(inspected)} {'stored hits' if hits el
                  len(inspected) - 1, 0, key=f"probe_inspect_{run.id}_{chosen}") if len(inspected) > 1 else 0
 a, b = st.columns([1, 3])
 one = torch.as_tensor(inspected[pick]["image"])[None]
-a.image(_ui.image_grid(one, columns=1, scale=_ui.upscale_for_display(one.shape[-2]) * 2))
+inspected_nearest = sample_queries.nearest_training_images(dataset, [inspected[pick]], names)
+beside = torch.cat([one, inspected_nearest["images"]])
+a.image(_ui.image_grid(beside, columns=2, scale=_ui.upscale_for_display(one.shape[-2]) * 2))
+inspected_place = inspected_nearest["provenance"]
+a.caption(f"Right: its nearest training image (a {inspected_nearest['labels'][0]}), distance "
+          f"{inspected_place.distance[0]:.2f}, nearer than {100 - inspected_place.percentile[0]:.0f} % of test images' "
+          f"nearest training images" + (" — a near copy" if inspected_place.near_copy[0] else ""))
 if scenes_described:
     a.caption("Scene: " + describe_scene(torch.as_tensor(inspected[pick]["z"])))
 b.plotly_chart(figures.confidence_bars(inspected[pick]["confidences"], names, f"chain {inspected[pick]['chain']}, "
@@ -441,5 +464,5 @@ with d1:
 d2.download_button("Samples and latents (.npz)",
                    lambda: npz_bytes(**sample_arrays(stored, actor=_ui.current_actor())), f"run{run.id}-samples.npz",
                    key="probe_npz")
-report = sampling_report(ws.store, run.id, chosen)
+report = sampling_report(ws.store, run.id, chosen, dataset=dataset)
 d3.download_button("One-page report (HTML)", report, f"run{run.id}-report.html", mime="text/html", key="probe_html")

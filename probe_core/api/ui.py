@@ -98,6 +98,7 @@ from probe_core.defuse.review import (
     duplicate_groups,
     nearest_misclassified_training,
     review_images,
+    review_provenance,
     review_samples,
     review_sources,
 )

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from probe_core.bayestrex.queries import nearest_training_images
 from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingResult
 from probe_core.bayestrex.summary import best_samples, summary_rows
 from probe_core.defuse.cluster import embed_2d
@@ -104,11 +105,13 @@ def latent_map_figure(mapped: dict, descriptions: list[str]) -> str:
     return scatter_svg(groups)
 
 
-def sampling_report(store, run_id: int, target_index: int | None = None, with_map: bool = True) -> str:
+def sampling_report(store, run_id: int, target_index: int | None = None, with_map: bool = True,
+                    dataset=None) -> str:
     """The one-page HTML report of a finished sampling run (the Probe page's download, ``probe report``).
 
-    Settings, the Table 2 summary, the hits (or closest samples) of one target or of each, and the
-    latent map when it has been computed (``with_map``; see :func:`latent_map`).
+    Settings, the Table 2 summary (with the share of hits that are near copies of a training image), the hits (or
+    closest samples) of one target or of each, with ``dataset`` (the run's, loaded) each beside its nearest training
+    image, and the latent map when it has been computed (``with_map``; see :func:`latent_map`).
     """
     import torch
 
@@ -125,6 +128,12 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
             shown = best_samples(rows, hits_limit=40, misses_limit=16)
             kind = "hits" if any(s["hit"] for s in rows) else "closest samples"
             galleries.append((f"{descriptions[index]}: {kind}", torch.tensor(np.stack([s["image"] for s in shown]))))
+            if dataset is not None:
+                nearest = nearest_training_images(dataset, shown, run.config.get("class_names") or dataset.class_names)
+                placed = nearest["provenance"]
+                galleries.append((f"{descriptions[index]}: the nearest training image of each, in the same order "
+                                  f"({int(placed.near_copy.sum())} of {len(placed)} are near copies)",
+                                  nearest["images"]))
     mapped = store.get_arrays(run_id, ARRAYS) if with_map else None
     figures = [] if mapped is None else [(
         "Where the hits are among draws of the prior (UMAP of latent codes, Bayes-Probe Fig. 5)",
@@ -132,5 +141,7 @@ def sampling_report(store, run_id: int, target_index: int | None = None, with_ma
     notes = POOR_MIXING_NOTE if any(not mixing_ok(e["summary"]) for e in result.targets) else ""
     if result.generator_weak:  # a result the tool cannot vouch for says so wherever it is shown
         notes = f"Warning: {result.generator_warning} {notes}".strip()
+    for line in result.provenance_warnings:
+        notes = f"Warning: {line}. {notes}".strip()
     return html_report(f"Bayes-TrEx run {run_id}: {run.config.get('target', run.config.get('recipe', ''))}",
                        dict(run.config), summary_rows(result.targets), galleries, notes=notes, figures=figures)

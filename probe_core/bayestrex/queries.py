@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import torch
+
+from probe_core.data.provenance import ProvenanceMeter, training_index
 from probe_core.defuse.labels import HUMAN
 from probe_core.store import SampleRecord, TestImageLabelRecord
 from probe_core.team.accounts import Actor, Permission, local_owner, require
@@ -33,3 +37,29 @@ def test_image_verdicts(store, dataset: str) -> dict[int, list[TestImageLabelRec
     for verdict in store.get_test_image_labels(dataset):
         verdicts.setdefault(verdict["test_index"], []).append(verdict)
     return verdicts
+
+
+def nearest_training_images(dataset, stored: list[SampleRecord], class_names) -> dict:
+    """Each stored sample beside its nearest training image, as generative models' memorisation checks show them.
+
+    Parameters
+    ----------
+    dataset : ImageDataset
+        The run's data set (its training images are the index, :func:`~probe_core.data.provenance.training_index`).
+    stored : list of SampleRecord
+        Samples with ``image`` (C, H, W) and ``confidences`` (K,).
+    class_names : sequence of str
+        The classifier's K names (each sample is compared as the class it gives most probability).
+
+    Returns
+    -------
+    dict
+        ``images`` (S, C, H, W) the nearest training images, ``labels`` (S,) their class names and ``provenance``
+        (:class:`~probe_core.data.provenance.Provenance`: index, distance, percentile, near copy).
+    """
+    images = torch.from_numpy(np.stack([sample["image"] for sample in stored]))
+    probs = torch.from_numpy(np.stack([sample["confidences"] for sample in stored]))
+    placed = ProvenanceMeter.for_classes(training_index(dataset), class_names).place(images, probs)
+    return {"images": dataset.train_images[placed.nearest],
+            "labels": [dataset.class_names[int(label)] for label in dataset.train_labels[placed.nearest]],
+            "provenance": placed}

@@ -40,7 +40,9 @@ def _report(args: argparse.Namespace) -> int:
     if args.latent_map:
         mapped = latent_map(workspace.store, args.run)
         print(f"latent map: {len(mapped['hits_xy'])} hits among {len(mapped['prior_xy'])} prior draws (cached)")
-    write_file(args.out, sampling_report(workspace.store, args.run).encode())
+    run = workspace.store.get_run(args.run)
+    dataset = workspace.registry.dataset(run.config["dataset"]) if run is not None and run.config.get("dataset") else None
+    write_file(args.out, sampling_report(workspace.store, args.run, dataset=dataset).encode())
     print(f"report of run {args.run} written to {args.out}")
     return 0
 

@@ -297,12 +297,12 @@ def memorisation_reasons(summary: dict) -> list[str]:
         return []
     reasons = []
     if summary["near_copy_share"] > MEMORISATION_LIMITS["near_copy_share"]:
-        reasons.append(f"{summary['near_copy_share']:.0%} of them are near copies of a training image (nearer it than "
+        reasons.append(f"{summary['near_copy_share']:.0%} are near copies of a training image (nearer it than "
                        f"half a real test image's distance to its nearest training image; median distance "
                        f"{summary['median_ratio']:.2f}x a test image's)")
     few = count * MEMORISATION_LIMITS["distinct_share"]
     if count >= 20 and summary["distinct_nearest"] < few:
-        reasons.append(f"{count:,} of them have only {summary['distinct_nearest']} distinct nearest training images "
+        reasons.append(f"they have only {summary['distinct_nearest']} distinct nearest training images among them "
                        f"(fewer than 1 in {round(1 / MEMORISATION_LIMITS['distinct_share'])})")
     return reasons
 

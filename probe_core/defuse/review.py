@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from probe_core.data import clean_dataset_name
+from probe_core.data.provenance import summarise_provenance, training_index
 from probe_core.defuse.cluster import (
     decode_and_classify,
     embed_2d,
@@ -282,3 +283,25 @@ def auto_label(registry, store, distill_run: int, oracle_ref: str, rho: float = 
         written.append({"cluster_id": cluster["id"],
                         **cluster_labels(store, cluster, dataset.class_names, source, rho)})
     return source, written
+
+
+def review_provenance(dataset, images: torch.Tensor) -> dict:
+    """A cluster's review images placed against the training images: are they new failures, or copies?
+
+    Parameters
+    ----------
+    dataset : ImageDataset
+        The run's data set.
+    images : torch.Tensor
+        Shape (S, C, H, W), the review images.
+
+    Returns
+    -------
+    dict
+        ``images`` (S, C, H, W) the nearest training image of each (ℓ2, pixels), ``provenance``
+        (:class:`~probe_core.data.provenance.Provenance`, against all test images' nearest-training distances) and
+        ``summary`` (:func:`~probe_core.data.provenance.summarise_provenance`).
+    """
+    placed = training_index(dataset).provenance(torch.as_tensor(images))
+    return {"images": dataset.train_images[placed.nearest], "provenance": placed,
+            "summary": summarise_provenance(placed)}
