@@ -21,7 +21,9 @@ the share of held-out images whose reconstructions keep their class, against the
 training images, then ``high:C`` chains (``SamplerConfig`` at the real-size defaults) started from prior draws or
 from the target class's part of the density (``init="classes"``), and, with ``--size``, ``ambiguous:A,B`` for the
 pair ``benchmarks/real_size.py`` chooses (also from tempered SMC, the start for it without a density) (the classes the classifier confuses most among those it knows): chains
-that hit, the share of hits the judge calls the class (for a pair: either of the two), and seconds.
+that hit, the share of hits the judge calls the class (for a pair: either of the two), the hits' provenance (the
+share that are near copies of a training image, their median distance to the nearest training image over a real
+test image's, distinct nearest training images and per chain: :mod:`probe_core.data.provenance`), and seconds.
 Run:
 
     .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 [--train-images N] | --dataset digits]
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_core.catalog import canonical_dataset_name  # noqa: E402
+from probe_core.data.provenance import ProvenanceMeter, training_index  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
 from probe_core.models.density import (  # noqa: E402
@@ -139,8 +142,10 @@ def main() -> int:
           f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
           f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
     print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
-          "class kept training | target | chains hit | judge agrees with hits | chain s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "class kept training | target | chains hit | judge agrees with hits | hits near copies | hits' distance "
+          "vs test | distinct nearest (per chain) | chain s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    meter = ProvenanceMeter.for_classes(training_index(data), names)
     bandwidths = [float(value) for value in args.bandwidths.split(",")]
     for recipe in args.recipes.split(","):
         if recipe not in RECIPES:
@@ -182,11 +187,19 @@ def main() -> int:
                                             for s in range(0, len(positions), 256)]) if len(positions) else None
                     agree, total = judge_agreement(judge.module, images, probed)
                     share = f"{agree / total:.0%} of {total}" if total else "no hits"
+                    placed = {"measured": 0}
+                    if total:  # every hit against its nearest training image (probe_core.data.provenance)
+                        hit_chains = hit.nonzero()[:, 0].numpy()
+                        placed = meter.measure(images, probs.reshape(-1, count)[hit.reshape(-1)], hit_chains)
+                    novelty = (f"{placed['near_copy_share']:.0%} | {placed['median_ratio']:.2f} | "
+                               f"{placed['distinct_nearest']} ({placed['distinct_per_chain']:.1f})"
+                               if placed["measured"] else "- | - | -")
                     verdict = f"{check.verdict} ({figures['judge_agreement'] or 0:.0%} of {figures['judge_hits']})"
                     print(f"| {recipe} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
                           f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
                           f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
-                          f"{probe} | {int(hit.any(1).sum())} of {chains} | {share} | {chain_seconds:.0f} |",
+                          f"{probe} | {int(hit.any(1).sum())} of {chains} | {share} | {novelty} | "
+                          f"{chain_seconds:.0f} |",
                           flush=True)
     print(f"({time.perf_counter() - began:.0f} s in all)")
     return 0

@@ -71,6 +71,12 @@ def test_probe_runs_a_small_target_live_and_shows_hits(app_env):
     assert result["hit_rate"] > 0.5, result["summary"]
     assert any(s.value.startswith("Hits (") for s in at.subheader)
     assert len(at.image) >= 2
+    # each hit beside its nearest training image; the digits VAE's hits are new, not copies (issue 98)
+    placed = result["provenance"]
+    assert placed["measured"] > 40 and not placed["copying"] and placed["near_copy_share"] < 0.3
+    assert summary["near copies"].iloc[0] == f"{placed['near_copy_share']:.0%}"
+    [beside] = [e for e in at.expander if "beside its nearest training image" in e.label]
+    assert len(beside.image) >= 2
     # the inspector reaches every stored hit, not only the 40 in the gallery (over 120 hits here)
     stored_hits = sum(s["hit"] for s in app_env.store.get_samples(run.id))
     assert stored_hits > 40

@@ -166,6 +166,8 @@ def test_sampling_run_shows_samples_then_a_cluster_is_labelled(page, server, tra
     run = store.list_runs(kind="sample")[0]
     assert run.id > before and run.status == "done" and store.count_samples(run.id) > 0, (run.id, run.status)
     page.get_by_text("Hits (").first.wait_for(timeout=60_000)
+    # every shown hit beside its nearest training image, and how many of them are near copies (issue 98)
+    page.get_by_text("beside its nearest training image (").first.wait_for(timeout=30_000)
     assert f":{os.getpid()}:" not in run.owner  # it ran in a worker process, not in the server or here
     status = f"run {run.id} · sample · done"  # the run's status line shows its current state, not "queued"
     try:
