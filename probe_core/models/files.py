@@ -62,6 +62,22 @@ def _digest(path: Path) -> str:
     return sha.hexdigest()
 
 
+def model_file_pin(reference: str) -> tuple[str, str]:
+    """What a model file reference resolves to now, without loading it: ``(real path, sha256 of the file and its
+    sidecar)``; pinned at an admin's use and compared at an annotator's (as :func:`~probe_core.models.plugins.plugin_pin`).
+
+    Raises
+    ------
+    PluginError
+        If the file is gone.
+    """
+    body = reference[len(MODEL_FILE_PREFIX):] if reference.startswith(MODEL_FILE_PREFIX) else reference
+    path = Path(body.partition(_DIGEST_MARK)[0]).expanduser().resolve()
+    if not path.is_file():
+        raise PluginError(f"model file {path} not found")
+    return str(path), _digest(path)
+
+
 def model_file_reference(path: str | Path) -> str:
     """``modelfile:/absolute/path#sha256=HEX`` of a model file and its sidecar."""
     path = Path(path).expanduser().resolve()

@@ -86,6 +86,42 @@ def parse_plugin_reference(reference: str) -> tuple[Path, str | None]:
     return Path(path_text).expanduser().resolve(), (digest or None)
 
 
+# How deep below a plugin's folder its pin reads the .py files it may import (packages beside it).
+PIN_DEPTH = 3
+
+
+def plugin_pin(reference: str) -> tuple[str, str]:
+    """What a plugin reference resolves to now, without importing it: ``(real path, fingerprint)``.
+
+    The real path follows symlinks. The fingerprint covers the file and what it can load from its folder: the
+    sha256 of every ``.py`` file in the folder and its packages (:data:`PIN_DEPTH` levels) and the name, size and
+    modification time of every other file beside it (its weights). An admin's use pins it
+    (:meth:`~probe_core.store.Store.pin_reference`); an annotator's resolution compares the pin with this, so a
+    plugin re-pointed, edited or given new neighbours since is refused before it is imported.
+
+    Raises
+    ------
+    PluginError
+        If the file is gone.
+    """
+    path, _ = parse_plugin_reference(reference)
+    if not path.is_file():
+        raise PluginError(f"plugin file {path} not found")
+    folder = path.parent
+    manifest = hashlib.sha256(str(path).encode())
+    for item in sorted(folder.rglob("*")):
+        relative = item.relative_to(folder)
+        if (len(relative.parts) > PIN_DEPTH or "__pycache__" in relative.parts
+                or any(part.startswith(".") for part in relative.parts) or not item.is_file()):
+            continue
+        if item.suffix == ".py":
+            manifest.update(f"{relative}\0{file_sha256(item)}\n".encode())
+        elif len(relative.parts) == 1:
+            stat = item.stat()
+            manifest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return str(path), manifest.hexdigest()
+
+
 def load_plugin_reference(reference: str, image_shape: tuple[int, int, int] | None = None) -> Plugin:
     """Load the plugin a reference names, checking that it is still the same file.
 

@@ -49,8 +49,14 @@ from probe_core.models.architectures import (
 from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES, spatial_code_fits, train_autoencoder
 from probe_core.models.density import has_codes_enough
 from probe_core.models.devices import resolve_device
-from probe_core.models.files import is_model_file_reference, load_model_file
-from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference, validate_classifier
+from probe_core.models.files import is_model_file_reference, load_model_file, model_file_pin
+from probe_core.models.plugins import (
+    PluginError,
+    is_plugin_reference,
+    load_plugin_reference,
+    plugin_pin,
+    validate_classifier,
+)
 from probe_core.models.resized import seen_at
 from probe_core.models.training import (
     FEATURE_NETWORK_SEED_OFFSET,
@@ -629,6 +635,21 @@ def align_classifier(loaded: LoadedModel, dataset: ImageDataset, class_map: dict
 TrainingAnnouncer = Callable[["ModelSpec", str], "Reporter | None"]
 
 
+def _names_model_file(reference: str | None) -> bool:
+    """Whether a reference names a plugin or a model file (what the registry would import or load from a path)."""
+    if not reference:
+        return False
+    return is_model_file_reference(reference) or is_plugin_reference(reference) or Path(reference).is_file()
+
+
+def _model_pin_now(reference: str) -> tuple[str, str] | None:
+    """``(real path, fingerprint)`` of a plugin or model file reference now; None when its file is gone."""
+    try:
+        return model_file_pin(reference) if is_model_file_reference(reference) else plugin_pin(reference)
+    except (PluginError, OSError):
+        return None
+
+
 class ModelRegistry:
     """The trained models of one workspace.
 
@@ -730,6 +751,31 @@ class ModelRegistry:
         known = self.store.known_references()
         if self.store.get_model(reference) is None and reference not in known | {split_class_map(k)[0] for k in known}:
             refuse_unlisted(self.actor, "the default models, stored models and built generators")
+        self._require_pinned(reference)
+
+    def _require_pinned(self, reference: str) -> None:
+        """For an actor who may not load files: a plugin or model file reference must resolve to what it was pinned
+        to when an admin last used it (:func:`~probe_core.models.plugins.plugin_pin`,
+        :func:`~probe_core.models.files.model_file_pin`); one re-pointed, edited or never pinned is refused, and
+        the refusal is in the account log (``probe users log``), before anything is imported."""
+        if not _names_model_file(reference) or self.store.get_model(reference) is not None:
+            return
+        now = _model_pin_now(reference)
+        if now is None or now != self.store.reference_pin(reference):
+            self.store.log_account_event("reference-refused", self.actor.name,
+                                         detail=f"{reference}: {'gone' if now is None else 'changed or re-pointed'} "
+                                                f"since an admin used it" if self.store.reference_pin(reference)
+                                         else f"{reference}: never pinned by an admin's use")
+            refuse_unlisted(self.actor, "the plugins and model files an admin has used, as they were when used")
+
+    def _pin_model_reference(self, *references: str) -> None:
+        """An admin's (or the local owner's) use of a plugin or model file pins what it resolves to now, under each
+        name it is recorded by (as typed, and the loaded model's ``plugin:``/``modelfile:`` reference)."""
+        for reference in references:
+            if reference and _names_model_file(reference) and self.store.get_model(reference) is None:
+                pin = _model_pin_now(reference)
+                if pin is not None and pin != self.store.reference_pin(reference):
+                    self.store.pin_reference(reference, *pin)
 
     def announcing(self, on_training: TrainingAnnouncer) -> "ModelRegistry":
         """This registry (same store, files, data folder and remembered models) with another training announcer."""
@@ -788,6 +834,10 @@ class ModelRegistry:
             # a finetuned plugin or model-file classifier: its own module, our weights
             shape = tuple(record["spec"]["image_shape"]) if record["spec"].get("image_shape") else None
             reference = arch["args"]["reference"]
+            if self._trusted():
+                self._pin_model_reference(reference)
+            else:
+                self._require_pinned(reference)
             if arch["class"] == MODEL_FILE_ARCHITECTURE:
                 module = load_model_file(reference, record["kind"], shape).module
             else:
@@ -1013,11 +1063,15 @@ class ModelRegistry:
                 base = self.feature_network_id(base[len(FEATURES_PREFIX):] or "default", dataset, device)
             self._check_model_reference(base)
             loaded = self._resolve_unmatched(base, kind, dataset, device)
+            if self._trusted():
+                self._pin_model_reference(base, loaded.id)
             aligned = align_classifier(loaded, data, class_map)
             loaded = replace(aligned, id=with_class_map(aligned.id, class_map))
         else:
             self._check_model_reference(reference)
             loaded = self._resolve_unmatched(reference, kind, dataset, device)
+            if self._trusted():
+                self._pin_model_reference(reference, loaded.id)
             served = seen_at(loaded.module, data.image_shape)  # a smaller generator, resized to the data's size
             if served is not loaded.module:
                 loaded = replace(loaded, module=served, capabilities=None)
