@@ -33,6 +33,7 @@ from probe_core.reporting import figures
 from probe_core.runs import history
 
 NO_JUDGE = "none"
+DEFAULT_JUDGE = "default (chosen from the image size)"
 ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Failures")
@@ -75,13 +76,15 @@ with st.form("defuse-find", enter_to_submit=False):
     j1, j2 = st.columns([4, 1])
     # stored classifiers only: a plugin path typed here would make the server run its code (the Models page
     # loads files, for those who may)
-    judges = [NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name) if m != classifier.id]
+    judges = [DEFAULT_JUDGE, NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name)
+                                          if m != classifier.id]
     judge = j1.selectbox("Judge", judges, key=f"defuse_judge_{dataset.name}",
                          help="a classifier other than the probed one, trained on data you trust: a misclassified "
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
                               "classifier's failures. A judge trained on the same flawed data may hide the flaw (a "
-                              "mislabelled class, for one)")
+                              "mislabelled class, for one). The default: from 32×32 up, the generator's own feature "
+                              "network (no training), below that none")
     advice = judge_advice(dataset.image_shape)
     if judge == NO_JUDGE and advice:
         j1.caption(advice)
@@ -122,7 +125,7 @@ if start:
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
-            judge=None if judge == NO_JUDGE else judge, judge_sure=float(judge_sure), **_ui.scaleout())
+            judge=None if judge == DEFAULT_JUDGE else judge, judge_sure=float(judge_sure), **_ui.scaleout())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:
@@ -153,6 +156,10 @@ identified = result_of(identify_run) if identify_run is not None else None
 if identified is not None:
     if identified.generator_weak:
         st.warning(f"Found with a weak VAE: {identified.generator_warning}")
+    if identified.judge_reason:
+        st.caption(f"Judge: {identified.judge_reason}."
+                   + (f" {identified.confirmed_words[0].upper()}{identified.confirmed_words[1:]}."
+                      if identified.confirmed_words else ""))
     if identified.judge_warning:
         st.warning(f"Judged by a classifier that may share the flaws: {identified.judge_warning}")
     _ui.shards_not_done(identified.not_done)

@@ -124,6 +124,11 @@ for key, title in (("before", "before"), ("defuse", "Defuse"), ("baseline", base
 percent = {k: st.column_config.ProgressColumn(k, min_value=0.0, max_value=1.0, format="percent")
            for k in ("test accuracy", "failure-region accuracy")}
 st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=percent)
+recognised = result.recognisable_words
+if recognised and recognised.startswith("warning: "):
+    st.warning(recognised[len("warning: "):].capitalize())
+elif recognised:
+    st.caption(recognised[0].upper() + recognised[1:] + ".")
 st.caption(f"Selected: {result.selection['description']}. Baseline: "
            f"{result.results['baseline']['description']}." + (f" Swept: {result.budget}." if result.budget else ""))
 before, after = result.results["before"], result.results["defuse"]

@@ -99,6 +99,12 @@ shown = review_images(ws.store, vae, classifier, cluster, queries.distill_tau(ws
 predictions = [names[int(p)] for p in shown["predictions"]]
 st.caption(f"{cluster['size']} failures in this cluster, weight {cluster['weight']:.3f}. Under each image: what the "
            f"classifier says, and your label.")
+judged = cluster["info"]
+if judged.get("recognisable") is False:
+    st.warning(f"Not recognisable: the judge {judged['recognised_by']} calls no one class in most of these review "
+               f"images ({judged['judge_agreeing']} of {judged['judged_images']} surely one class). They are likely "
+               "blurs the generator made, not the classifier's failures: label what you see, or 'none of the "
+               "above'; an oracle abstains here, and a fix of this region fixes nothing a person could see.")
 mine = labelled_by_me(cluster["id"])
 choices = list(names) + ["none of the above"]
 

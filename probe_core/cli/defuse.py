@@ -68,6 +68,10 @@ def _print_identify(run_id: int, result, class_names: tuple[str, ...]) -> None:
           f"images in {result.seconds:.1f} s (run {run_id}); predicted as {by_class or 'nothing'}")
     if result.judge:
         print(f"each confirmed by the judge {result.judge}: its source class at least {result.judge_sure:g} sure")
+    if result.judge_reason:
+        print(f"judge: {result.judge_reason}")
+    if result.confirmed_words:
+        print(result.confirmed_words)
     if result.judge_warning:
         print(f"warning: {result.judge_warning}")
     for entry in result.not_done:
@@ -89,10 +93,16 @@ def _print_clusters(workspace, distill_run: int, class_names: tuple[str, ...], s
         rows.append([r["id"], r["cluster_index"], f"{r['weight']:.3f}", r["size"],
                      f"{class_names[r['majority_prediction']]} ({r['prediction_share'] * 100:.0f}%)",
                      f"{class_names[r['majority_true_label']]} ({r['true_label_share'] * 100:.0f}%)",
-                     images, failure, r["label"] or "-", agreement, r["annotators"]])
+                     images, failure, r["label"] or "-", agreement, r["annotators"],
+                     {True: "yes", False: "NOT RECOGNISABLE"}.get(r.get("recognisable"), "-")])
 
     print(format_table(rows, ["id", "#", "weight", "size", "predicted", "true label", "images wrong/decided",
-                              "failure", "label", "agreement", "annotators"]))
+                              "failure", "label", "agreement", "annotators", "recognisable"]))
+    unrecognised = [r for r in table if r.get("recognisable") is False]
+    if unrecognised:
+        print(f"{len(unrecognised)} of {len(table)} regions are not recognisable: their judge "
+              f"{unrecognised[0]['recognised_by']} calls no one class in most of their review images (blurs the "
+              "generator made); an oracle abstains on them, and a fix of them is a fix of nothing a person could see")
     summary = label_tools.agreement_summary(table)
     if summary["clusters_labelled"]:
         def shown(part: dict) -> str:
@@ -118,6 +128,8 @@ def _print_results(result) -> None:
         print(f"swept: {result.budget}")
     print(f"corrected classifier registered as {result.corrected_model} (the original "
           f"{result.original_model} is kept); {len(result.regions)} failure regions, {result.seconds:.1f} s")
+    if result.recognisable_words:
+        print(result.recognisable_words)
 
 
 def _identify(args) -> int:
@@ -396,7 +408,8 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file; "
                         "'features:default', the generator's own feature network, where it keeps one): a "
                         "misclassified decoding counts as a failure only if the judge still sees its source class in "
-                        "it, so the generator's own blurs are not kept (default: no judge)")
+                        "it, so the generator's own blurs are not kept; 'none': no judge (default: from 32x32 up "
+                        "the generator's feature network where it has one, below that none)")
     parser.add_argument("--judge-sure", type=float, default=DEFAULT_JUDGE_SURE, metavar="P",
                         help="with --judge: the judge's least probability of the source class (default: %(default)s)")
 

@@ -263,7 +263,9 @@ def correct_job(registry, settings: CorrectRequest, device: str = "cpu") -> JobF
                           corrected_id)
         return CorrectionResult(
             distill_run=settings.distill_run, source=settings.source,
-            regions=[{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label]} for r in regions],
+            regions=[{"cluster_id": r.cluster_id, "label": dataset.class_names[r.label],
+                      **({"recognisable": clusters[r.cluster_id]["info"]["recognisable"]}
+                         if "recognisable" in clusters[r.cluster_id]["info"] else {})} for r in regions],
             results={"before": before, "defuse": {**after, **selected},
                      "baseline": {**baseline, **baseline_selected, "kind": settings.baseline,
                                   "description": BASELINES[settings.baseline]}},

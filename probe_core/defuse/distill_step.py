@@ -9,7 +9,9 @@ from typing import ClassVar
 
 from probe_core.defuse.cluster import FailureClusterer, describe_clusters, projection_for, review_tau
 from probe_core.defuse.queries import failures_of, run_models
+from probe_core.defuse.identification import DEFAULT_JUDGE_SURE
 from probe_core.defuse.results import DISTILL, IDENTIFY, DistillationResult
+from probe_core.defuse.review import judge_regions
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind
 from probe_core.runs.requests import BuiltFromSettings
@@ -72,7 +74,15 @@ def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobF
             for d in described
         ])
         store.put_arrays(context.run_id, "assignments", {"cluster_index": clusterer.labels_})
+        identified = store.get_run(settings.identify_run).result or {}
+        recognisable = None
+        if identified.get("judge"):  # can a person tell what each region shows? its judge looks first
+            context.report(0.9, "the judge looks at each region's review images", force=True)
+            recognisable = judge_regions(registry, store, context.run_id, store.get_clusters(context.run_id), tau,
+                                         identified["judge"], identified.get("judge_sure") or DEFAULT_JUDGE_SURE,
+                                         device)
         return DistillationResult(
+            recognisable_clusters=recognisable,
             **run_models(store, settings.identify_run), identify_run=settings.identify_run,
             failures=len(failures), clusters=len(described), converged=bool(clusterer.converged_),
             failures_in_kept_clusters=int((clusterer.labels_ >= 0).sum()),

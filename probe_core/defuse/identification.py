@@ -66,6 +66,10 @@ class FailureSet:
         (N,) float32, ‖δ‖.
     images : np.ndarray
         (N, C, H, W) uint8, the decodings (0-255), for display and export.
+    misclassified : int
+        Decodings the classifier got wrong among all perturbations, before a judge confirmed any.
+    confirmed : int
+        Of those, the ones the judge confirmed (with no judge, all): the failures before M per image are kept.
     """
 
     latents: np.ndarray
@@ -75,6 +79,8 @@ class FailureSet:
     confidences: np.ndarray
     noise_norms: np.ndarray
     images: np.ndarray
+    misclassified: int = 0
+    confirmed: int = 0
 
     FIELDS = ("latents", "source_index", "true_labels", "predictions", "confidences", "noise_norms", "images")
 
@@ -232,6 +238,7 @@ def identify_failures(
         probs = classifier(decoded).float().cpu()
         predictions = probs.argmax(1).reshape(count, samples_per_image)
         wrong = predictions != batch_labels[:, None]
+        misclassified = int(wrong.sum())
         if judge is not None and wrong.any():  # the judge sees only the misclassified decodings
             rows = wrong.reshape(-1).nonzero().squeeze(1)
             source_class = batch_labels.repeat_interleave(samples_per_image)[rows, None].to(decoded.device)
@@ -239,6 +246,7 @@ def identify_failures(
             confirmed = torch.zeros(count * samples_per_image, dtype=torch.bool)
             confirmed[rows] = judged >= judge_sure
             wrong = confirmed.reshape(count, samples_per_image)
+        confirmed_count = int(wrong.sum())
         norms = delta.norm(dim=2)
         order = torch.where(wrong, norms, torch.full_like(norms, math.inf)).argsort(dim=1)[:, :keep]
         chosen = torch.gather(wrong, 1, order)
@@ -252,6 +260,7 @@ def identify_failures(
             confidences=probs[flat].numpy().astype(np.float32),
             noise_norms=norms.reshape(-1)[flat].numpy().astype(np.float32),
             images=(decoded[flat.to(decoded.device)].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy(),
+            misclassified=misclassified, confirmed=confirmed_count,
         )
         parts.append(found)
         failures_so_far += len(found)
@@ -272,4 +281,5 @@ def concatenate_failures(parts: list[FailureSet], latent_dim: int, image_shape: 
         return FailureSet(np.zeros((0, latent_dim), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64),
                           np.zeros(0, np.int64), np.zeros((0, 0), np.float32), np.zeros(0, np.float32),
                           np.zeros((0, *image_shape), np.uint8))
-    return FailureSet(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in FailureSet.FIELDS})
+    return FailureSet(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in FailureSet.FIELDS},
+                      misclassified=sum(p.misclassified for p in parts), confirmed=sum(p.confirmed for p in parts))

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from probe_core.catalog import load_dataset
-from probe_core.data import DEFAULT_DATASET, ImageDataset, is_real_size
+from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL, ImageDataset, is_real_size
 from probe_core.defuse.distill_step import DistillRequest, distill_job
 from probe_core.defuse.identification import (
     DEFAULT_JUDGE_SURE,
@@ -25,6 +25,7 @@ from probe_core.defuse.identification import (
 )
 from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.models.registry import FEATURES_PREFIX
 from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
 from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, mapped_classifier, record
@@ -40,6 +41,9 @@ from probe_core.runs.validation import checked_judge, checked_models, judge_warn
 
 
 log = logging.getLogger(__name__)
+
+
+NO_JUDGE = "none"  # IdentifyRequest.judge: no judge, whatever the data's size
 
 
 @run_kind(IdentificationResult)
@@ -74,8 +78,11 @@ class IdentifyRequest(BuiltFromSettings):
     allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
     # a classifier other than the probed one (a reference, as classifier): a misclassified decoding is a failure
     # only if the judge gives its source label at least judge_sure (identify_failures); None: every one is
+    # None: chosen from the data's size when the request is built (default_judge); "none": no judge at any size
     judge: str | None = None
     judge_sure: float = DEFAULT_JUDGE_SURE
+    # why the judge is the one it is (given, chosen from the data's size, or none), set when the request is built
+    judge_reason: str | None = None
     # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
     # distillation run of its own (the Failures page's one button); None: identification only
     distill_after: dict | None = None
@@ -125,12 +132,53 @@ class IdentifyRequest(BuiltFromSettings):
             raise ProbeError(f"Defuse needs a generator with an encoder (a VAE); {vae.id} has no encode()")
         data = load_dataset(request.dataset, registry.data_dir)
         checked_models(classifier, data, allow_weak_classifier=request.allow_weak_classifier)  # refused: see there
-        judge = None if request.judge is None else _checked_judge(registry, lookup, request, classifier, data, device)
+        judge_reference, reason = _judge_choice(request, vae, data.image_shape)
+        judge = (None if judge_reference is None else
+                 _checked_judge(registry, lookup, judge_reference, request.dataset, classifier, data, device))
         request, note = sized_identification(request, data, vae.capabilities)
         for advice in (note, None if judge else judge_advice(data.image_shape)):
             if advice:
                 log.warning(advice)
-        return replace(request, classifier=classifier.id, vae=vae.id, judge=judge)
+        return replace(request, classifier=classifier.id, vae=vae.id, judge=judge, judge_reason=reason)
+
+
+def _judge_choice(request: IdentifyRequest, vae, image_shape) -> tuple[str | None, str]:
+    """The judge's reference (None: no judge) and why: the user's, :data:`NO_JUDGE`, or :func:`default_judge`."""
+    if request.judge == NO_JUDGE:
+        return None, "no judge (asked for): every misclassified decoding counts as a failure"
+    if request.judge is not None:
+        return request.judge, (f"the judge given ({request.judge}); if it learned the same labels as the probed "
+                               "classifier it may share a flaw of them (a mislabelled class) and hide it")
+    return default_judge(vae, image_shape)
+
+
+def default_judge(vae, image_shape: tuple[int, int, int]) -> tuple[str | None, str]:
+    """The judge identification uses when none is named, and why, in words.
+
+    From real size up (32x32, :func:`~probe_core.data.is_real_size`) the generator's own feature network
+    (``features:GENERATOR``; :attr:`~probe_core.models.registry.LoadedModel.feature_network`), where it has one: a
+    classifier of the generator's data of another seed, stored with it, so it costs no training. Without a judge
+    at that size most misclassified decodings are the generator's blurs, images that lost their class, and Defuse
+    "fixed" regions of them while a planted flaw went unfound (issue 100); with it the 64x64 stand-in's mislabelled
+    class was found and fixed. Below real size, and for a generator without one, no judge.
+
+    Parameters
+    ----------
+    vae : LoadedModel
+        The identification's generator.
+    image_shape : tuple of int
+        (C, H, W) of the data.
+    """
+    if not is_real_size(tuple(image_shape)):
+        return None, f"no judge: below {REAL_SIZE_LABEL} a misclassified decoding still shows its class"
+    if not getattr(vae, "feature_network", None):
+        return None, (f"no judge: the generator {vae.id} has no feature network of its own to judge with; give "
+                      "--judge MODEL (a classifier trained on data you trust)")
+    return f"{FEATURES_PREFIX}{vae.id}", (
+        f"the generator's own feature network, chosen at {image_shape[1]}x{image_shape[2]} (a classifier of the "
+        "generator's data of another seed, no training): a misclassified decoding is a failure only if it still "
+        "shows its source class to it. It learned the generator's data's labels, so a flaw of those labels (a "
+        "mislabelled class) may be its flaw too: give --judge MODEL trained on data you trust, or --judge none")
 
 
 def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
@@ -150,13 +198,14 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
             "training) to keep only failures that still show their class (docs/defuse.md)")
 
 
-def _checked_judge(registry, lookup, request: IdentifyRequest, classifier, data: ImageDataset, device: str) -> str:
+def _checked_judge(registry, lookup, reference: str, dataset: str, classifier, data: ImageDataset,
+                   device: str) -> str:
     """The judge's stored reference, after :func:`~probe_core.runs.validation.checked_judge` (its classes are
     matched before it is loaded, so a judge of other classes trains nothing)."""
-    names = classifier_class_names(registry, request.judge, request.dataset)
+    names = classifier_class_names(registry, reference, dataset)
     if tuple(names) != tuple(data.class_names):
         raise ProbeError(f"the judge's classes {list(names)} are not the data's {list(data.class_names)}")
-    return checked_judge(lookup(request.judge, "classifier", request.dataset, device=device), classifier, data).id
+    return checked_judge(lookup(reference, "classifier", dataset, device=device), classifier, data).id
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
@@ -246,7 +295,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         models = registry.announcing(training_announcer(context))
         classifier = models.get_or_train_reference(settings.classifier, "classifier", settings.dataset, device=device)
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
-        judge = (None if settings.judge is None else
+        judge = (None if settings.judge in (None, NO_JUDGE) else
                  models.get_or_train_reference(settings.judge, "classifier", settings.dataset, device=device))
         # a request stored unchecked leaves the noise open
         resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities)
@@ -258,6 +307,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
                "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
                          "noise_scale": resolved.noise_scale},
                "judge": None if judge is None else judge.id, "judge_sure": settings.judge_sure,
+               "judge_reason": settings.judge_reason,
                "judge_warning": None if judge is None else judge_warning(judge, classifier)}
         if vae_check.weak:
             context.report(0.0, f"warning: {vae_check.warning}", force=True)
@@ -300,7 +350,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
 def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset, started: float,
                      not_done: list[dict] | None = None) -> IdentificationResult:
     return IdentificationResult(
-        **ids, images=len(images), failures=len(found),
+        **ids, images=len(images), failures=len(found), misclassified=found.misclassified, confirmed=found.confirmed,
         images_with_failures=int(len(np.unique(found.source_index))),
         failures_by_prediction=np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
         seconds=round(time.perf_counter() - started, 2), not_done=not_done or [])
@@ -316,7 +366,7 @@ def identify_shard(models: dict, reporter: Reporter, *, images: torch.Tensor, la
     found = identify_failures(models["classifier"], models["vae"], images, labels, judge=models.get("judge"),
                               reporter=reporter, **settings)
     found.source_index = found.source_index + start
-    return found.as_arrays()
+    return {**found.as_arrays(), "misclassified": found.misclassified, "confirmed": found.confirmed}
 
 
 def _identify_in_shards(context: JobContext, executor, shards: int, settings: IdentifyRequest, classifier, vae,
@@ -336,9 +386,10 @@ def _identify_in_shards(context: JobContext, executor, shards: int, settings: Id
     parts: dict[int, FailureSet] = {}
 
     def on_result(index: int, arrays: dict) -> None:
+        counts = {name: int(arrays.pop(name, 0)) for name in ("misclassified", "confirmed")}
         if len(arrays["source_index"]):
             context.store.put_arrays(context.run_id, f"failures/{index:04d}-000000", arrays)
-        parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS})
+        parts[index] = FailureSet(**{name: arrays[name] for name in FailureSet.FIELDS}, **counts)
 
     def with_failures_so_far(fraction, message, shards, force):
         failures = sum(len(p) for p in parts.values())

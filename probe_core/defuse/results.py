@@ -50,6 +50,14 @@ class IdentificationResult(StoredResult):
         The judge's least probability of the source label for a failure to count.
     judge_warning : str or None
         Set when the judge was trained on the same data as the classifier: it may share, and hide, its flaws.
+    judge_reason : str or None
+        Why this judge ran (given by the user, or chosen from the data's size) and what it may share.
+    misclassified : int or None
+        Decodings the classifier got wrong, before the judge confirmed any (None in runs stored before it was
+        counted).
+    confirmed : int or None
+        Of those, the decodings the judge confirmed still show their source class (the failures before the M per
+        image are kept); without a judge, all of them.
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -72,6 +80,17 @@ class IdentificationResult(StoredResult):
     judge: str | None = None
     judge_sure: float | None = None
     judge_warning: str | None = None
+    judge_reason: str | None = None
+    misclassified: int | None = None
+    confirmed: int | None = None
+
+    @property
+    def confirmed_words(self) -> str | None:
+        """With a judge: how many misclassified decodings it confirmed still show their source class, in words."""
+        if self.judge is None or not self.misclassified or self.confirmed is None:
+            return None
+        return (f"the judge {self.judge} confirmed {self.confirmed:,} of {self.misclassified:,} misclassified "
+                f"decodings ({self.confirmed / self.misclassified:.1%}) still show their source class")
 
 
 @dataclass(frozen=True)
@@ -94,6 +113,9 @@ class DistillationResult(StoredResult):
         The principal components the mixture was fitted in (0: the codes themselves).
     class_share : float
         Light clusters holding this share of one class's failures were kept too (0: the weight threshold alone).
+    recognisable_clusters : int or None
+        With the identification's judge: the clusters whose review images it calls one class (each cluster's
+        ``info`` says, :func:`~probe_core.defuse.review.recognisability`); None without a judge.
     """
 
     kind: ClassVar[str] = DISTILL
@@ -110,6 +132,7 @@ class DistillationResult(StoredResult):
     tau: float = 0.5
     projection_dim: int = 0
     class_share: float = 0.0
+    recognisable_clusters: int | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +145,7 @@ class CorrectionResult(StoredResult):
     source : str
         The labels used (``human`` or ``oracle:MODEL``).
     regions : list of dict
-        The labelled failure regions (``cluster_id``, ``label``).
+        The labelled failure regions (``cluster_id``, ``label`` and, where a judge looked, ``recognisable``).
     results : dict
         ``before``, ``defuse`` and ``baseline``: ``test_accuracy`` and ``failure_accuracy`` (fractions); the
         chosen ``lambda``; the baseline's ``kind`` and ``description``.
@@ -159,6 +182,20 @@ class CorrectionResult(StoredResult):
     seconds: float
     steps_per_epoch: int | None = None
     budget: str = ""
+
+    @property
+    def recognisable_words(self) -> str | None:
+        """How many corrected regions their judge recognised as one class, in words, with a warning when most were
+        not (a fix of blurs nobody could label); None where no judge looked (each region's ``recognisable``)."""
+        judged = [region for region in self.regions if region.get("recognisable") is not None]
+        if not judged:
+            return None
+        recognised = sum(bool(region["recognisable"]) for region in judged)
+        words = f"{recognised} of {len(judged)} corrected regions were recognisable to their judge"
+        if recognised * 2 < len(judged):
+            words = (f"warning: only {words}: most corrected regions are blurs nobody could label, so failure-region "
+                     "accuracy measures a finetune on the generator's artefacts, not a fixed flaw")
+        return words
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,15 @@ class ResultTables(Database):
                 ids.append(int(cursor.lastrowid))
         return ids
 
+    def update_cluster_info(self, cluster_id: int, fields: dict) -> None:
+        """Add ``fields`` to a cluster's ``info`` (what distillation learns of it after storing it)."""
+        with self.transaction() as connection:
+            row = connection.execute("SELECT info FROM clusters WHERE id=?", (cluster_id,)).fetchone()
+            if row is None:
+                return
+            info = {**json.loads(row["info"]), **fields}
+            connection.execute("UPDATE clusters SET info=? WHERE id=?", (json.dumps(info, default=float), cluster_id))
+
     def get_clusters(self, run_id: int) -> list[ClusterRecord]:
         """A run's clusters in index order, arrays decoded."""
         return [self._cluster_row(r)
