@@ -133,8 +133,14 @@ class IdentifyRequest(BuiltFromSettings):
         data = load_dataset(request.dataset, registry.data_dir)
         checked_models(classifier, data, allow_weak_classifier=request.allow_weak_classifier)  # refused: see there
         judge_reference, reason = _judge_choice(request, vae, data.image_shape)
-        judge = (None if judge_reference is None else
-                 _checked_judge(registry, lookup, judge_reference, request.dataset, classifier, data, device))
+        try:
+            judge = (None if judge_reference is None else
+                     _checked_judge(registry, lookup, judge_reference, request.dataset, classifier, data, device))
+        except ProbeError as exc:
+            if request.judge is not None:  # the user's judge: refused, with its reason
+                raise
+            # the default judge cannot vouch (its feature network near chance, say): no judge, and the result says so
+            judge, reason = None, f"no judge: the default one ({judge_reference}) cannot judge this data ({exc})"
         request, note = sized_identification(request, data, vae.capabilities)
         for advice in (note, None if judge else judge_advice(data.image_shape)):
             if advice:

@@ -180,8 +180,10 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
     probed = next(re.search(r"Classifier `([^`]+)`", c.value).group(1) for c in at.caption
                   if c.value.startswith("Classifier `"))
     judges = next(s for s in at.selectbox if s.label == "Judge")
-    assert judges.options[0] == "none" and judges.value == "none" and probed not in judges.options
-    assert set(judges.options[1:]) == set(app_env.registry.classifier_choices("digits")) - {probed}
+    # the default first (from 32x32 up the generator's feature network, below that none), then none
+    assert judges.options[:2] == ["default (chosen from the image size)", "none"] and judges.index == 0
+    assert probed not in judges.options
+    assert set(judges.options[2:]) == set(app_env.registry.classifier_choices("digits")) - {probed}
     # τ's default comes from the page's data set (small images here), its widget kept per data set
     tau = next(widget for widget in at.number_input if widget.label == "Review spread (τ)")
     assert (tau.min, tau.max, tau.value) == (*steps.DistillRequest.ranges["tau"], REVIEW_TAU)
