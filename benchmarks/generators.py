@@ -12,9 +12,10 @@ independent judge (the same recipe, seed 1001, never probed) and each generator 
 - **rae-spatial**: the same with the spatial code (8 channels of 8x8, a code of 512) at any size, which the
   recipe keeps for 64x64 and up.
 
-Each autoencoder is sampled through both code densities, refitted on its training codes here whatever its stored
-model holds: the kernel density (the default; ``--bandwidths`` lists the kernels' sizes measured) and one Gaussian
-per class with a shared covariance. It prints one row per recipe, density, chain start and target: training seconds,
+Each autoencoder is sampled through each prior (``--priors``), refitted on its training codes here whatever its
+stored model holds: the kernel density (the default; ``--bandwidths`` lists the kernels' sizes measured), manifold
+Parzen windows (kernels spread along each code's same-class neighbours), one Gaussian per class with a shared
+covariance, and a RealNVP flow over the whitened codes whose N(0, I) noise the chains run on (issue 99). It prints one row per recipe, density, chain start and target: training seconds,
 the generator check's verdict with the judge (:func:`probe_core.models.checks.judged_probe`: the share of a short
 high:C probe's hits the judge agrees with) and figures (FD-clf against the data's own train-vs-test, sharpness,
 the share of held-out images whose reconstructions keep their class, against the images), the class kept on
@@ -50,8 +51,10 @@ from probe_core.catalog import canonical_dataset_name  # noqa: E402
 from probe_core.data.provenance import ProvenanceMeter, training_index  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
+from probe_core.models.code_flow import noise_flow_generator  # noqa: E402
 from probe_core.models.density import (  # noqa: E402
     ClassCodeDensity,
+    ManifoldCodeDensity,
     DensityGenerator,
     KernelCodeDensity,
     fit_code_density,
@@ -64,6 +67,9 @@ from probe_core.sampling.targets import TargetBatch, parse_targets  # noqa: E402
 JUDGE_SEED = 1001
 QUICK_EPOCHS = {"classifier": 2, "vae": 4, "rae": 4}
 # A recipe's name -> what its ModelSpec sets beyond the data set (the real-size recipe fills in the rest).
+# The priors over an autoencoder's codes: the kernel density (today's default), manifold Parzen windows, one Gaussian
+# per class, and a flow whose N(0, I) noise the chains run on.
+PRIORS = ("kernel", "manifold", "class", "flow")
 RECIPES = {"vae": {"kind": "vae"}, "rae": {"kind": "rae"},
            "rae-spatial": {"kind": "rae", "architecture": "SpatialDensityAutoencoder", "latent_dim": 512}}
 
@@ -98,6 +104,8 @@ def main() -> int:
                                                                           / "shared" / "data" / "mnist-t10k")))
     parser.add_argument("--bandwidths", default="0.2",
                         help="the kernel density's bandwidths measured, in whitened units (default 0.2, the default)")
+    parser.add_argument("--priors", default="kernel,manifold,class,flow",
+                        help=f"the autoencoder's priors compared, of {', '.join(PRIORS)} (default all)")
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
     parser.add_argument("--train-images", type=int,
                         help="with --size: the stand-in with this many training images (per class at 64x64; the "
@@ -154,9 +162,25 @@ def main() -> int:
         loaded = registry.resolve(model.id, "generator", reference)
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
         network = getattr(loaded.module, "generator", loaded.module)  # an autoencoder's network, without a density
-        densities = [(f"kernel density, bandwidth {bandwidth}", KernelCodeDensity(bandwidth=bandwidth))
-                     for bandwidth in bandwidths] + [("class Gaussians", ClassCodeDensity())]
+        priors = args.priors.split(",")
+        unknown = set(priors) - set(PRIORS)
+        if unknown:
+            parser.error(f"unknown prior(s) {', '.join(sorted(unknown))}; use of {', '.join(PRIORS)}")
+        densities = ([(f"kernel density, bandwidth {bandwidth}", KernelCodeDensity(bandwidth=bandwidth))
+                      for bandwidth in bandwidths] if "kernel" in priors else [])
+        if "manifold" in priors:
+            densities.append(("manifold kernels", ManifoldCodeDensity()))
+        if "class" in priors:
+            densities.append(("class Gaussians", ClassCodeDensity()))
         variants = [] if RECIPES[recipe]["kind"] == "rae" else [("N(0, I)", loaded)]
+        if "flow" in priors:  # a flow over the codes, HMC on its N(0, I) noise (probe_core.models.code_flow)
+            started = time.perf_counter()
+            flowed, fitted = noise_flow_generator(network, data.train_images, data.test_images,
+                                                  **({"max_steps": 20} if args.quick else {}))
+            print(f"flow prior: {time.perf_counter() - started:.0f} s to fit, kept step {fitted['steps']}, held-out "
+                  f"{fitted['held_out_nll']} nats/dim (N(0, I): {fitted['gaussian_nll']})", flush=True)
+            variants.append(("flow (noise)", dataclasses.replace(loaded, id=f"{loaded.id}-flow", module=flowed,
+                                                                 capabilities=None)))
         for prior_name, estimator in densities:
             density = fit_code_density(network, data.train_images, data.train_labels, estimator=estimator,
                                        num_classes=count)
