@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from test_density import _codes
-from test_manifold_density import _Uniform
+from test_manifold_density import _Identity as _IdentityOf, _Uniform
 
 from probe_core.errors import ProbeError
 from probe_core.models.code_flow import CodeFlow, NoiseFlowGenerator, fit_code_flow, noise_flow_generator
@@ -42,17 +42,8 @@ def test_the_flow_inverts_and_its_log_density_is_the_change_of_variables():
 DIM = 4
 
 
-class _Identity(torch.nn.Module):
-    """Codes as 'images' (B, 1, 1, 4), and back."""
-
-    latent_dim = DIM
-
-    def decode(self, z):
-        return z.reshape(len(z), 1, 1, -1)
-
-    def encode(self, x):
-        mean = x.reshape(len(x), -1)
-        return mean, torch.zeros_like(mean)
+def _identity():
+    return _IdentityOf(DIM)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +51,7 @@ def fitted():
     every, every_label = _codes(count_per_class=250)  # three clusters: far from one Gaussian
     held = torch.arange(len(every)) % 5 == 0  # a fifth of the same curves held out
     codes, labels, held_out = every[~held], every_label[~held], every[held]
-    generator, figures = noise_flow_generator(_Identity(), codes.reshape(-1, 1, 1, DIM), held_out.reshape(-1, 1, 1, DIM),
+    generator, figures = noise_flow_generator(_identity(), codes.reshape(-1, 1, 1, DIM), held_out.reshape(-1, 1, 1, DIM),
                                               layers=4, hidden=32, max_steps=150, seed=0)
     return codes, labels, generator, figures
 
@@ -103,4 +94,4 @@ def test_bad_flow_input_is_the_projects_error():
     with pytest.raises(ProbeError, match="encode"):
         noise_flow_generator(torch.nn.Linear(2, 2), torch.zeros(4, 2), torch.zeros(4, 2))
     with pytest.raises(ProbeError, match="dimensions"):
-        NoiseFlowGenerator(_Identity(), CodeFlow(3), torch.zeros(3), torch.eye(3))
+        NoiseFlowGenerator(_identity(), CodeFlow(3), torch.zeros(3), torch.eye(3))

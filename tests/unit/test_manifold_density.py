@@ -39,7 +39,9 @@ def _curves(per_class: int = 60, seed: int = 0) -> tuple[torch.Tensor, torch.Ten
 class _Identity(nn.Module):
     """Codes as 'images' (B, 1, 1, D), and back."""
 
-    latent_dim = DIM
+    def __init__(self, latent_dim: int = DIM) -> None:
+        super().__init__()
+        self.latent_dim = latent_dim
 
     def decode(self, z):
         return z.reshape(len(z), 1, 1, -1)
