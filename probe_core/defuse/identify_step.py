@@ -77,8 +77,8 @@ class IdentifyRequest(BuiltFromSettings):
     shards: int | None = 1  # training images in this many shards, each with its own seed; None: one per worker
     allow_weak_classifier: bool = False  # identify with a classifier near chance (refused otherwise; flagged)
     # a classifier other than the probed one (a reference, as classifier): a misclassified decoding is a failure
-    # only if the judge gives its source label at least judge_sure (identify_failures); None: every one is
-    # None: chosen from the data's size when the request is built (default_judge); "none": no judge at any size
+    # only if the judge gives its source label at least judge_sure (identify_failures). None: chosen from the data's
+    # size when the request is built (default_judge; a stored request's None: no judge); "none": no judge at any size
     judge: str | None = None
     judge_sure: float = DEFAULT_JUDGE_SURE
     # why the judge is the one it is (given, chosen from the data's size, or none), set when the request is built
