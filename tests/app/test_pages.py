@@ -101,8 +101,10 @@ def test_probe_page_trains_what_a_paper_use_case_needs_then_runs_it(trained_work
     at.button(key="probe_uc_train").click().run()  # lookups never train: training is this explicit job
     train = app_env.store.list_runs(kind="train")[0]
     assert any(spec["ambiguous"] for spec in train.config["specs"])
-    rerun_until(at, lambda a: any(b.key == "probe_uc_start" for b in a.button), timeout=180)
-    assert app_env.registry.exists(needed) and app_env.store.get_run(train.id).status == "done"
+    # the model is stored before its run records that it is done: wait for both
+    rerun_until(at, lambda a: any(b.key == "probe_uc_start" for b in a.button)
+                and app_env.store.get_run(train.id).status == "done", timeout=180)
+    assert app_env.registry.exists(needed)
     for key, value in (("probe_chains", 2), ("probe_warmup", 10), ("probe_samples", 10)):
         at.number_input(key=key).set_value(value)
     at.button(key="probe_uc_start").click().run()
