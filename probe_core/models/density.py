@@ -373,13 +373,18 @@ class KernelCodeDensity(WhitenedCodeDensity):
     def sample_for_weights(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """One whitened code per row of ``weights`` (B, K): a kept code of a class drawn with those weights (each
         of its codes equally likely), plus the kernel's noise; (B, D)."""
+        chosen = self._chosen_codes(weights, generator)
+        noise = torch.randn(len(chosen), self.codes_.shape[1], generator=generator).to(self.codes_)
+        return self.codes_[chosen] + float(self.bandwidth_) * noise
+
+    def _chosen_codes(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """One kept code's index per row of ``weights`` (B, K): a class drawn with those weights, then one of its
+        codes, each equally likely; (B,) on the codes' device."""
         self._require_fitted()
         labels = self.labels_.cpu()
         counts = torch.bincount(labels, minlength=len(self.weights_)).float()
         per_code = weights.detach().cpu().float()[:, labels] / counts[labels].clamp_min(1)
-        chosen = torch.multinomial(per_code, 1, generator=generator).squeeze(1).to(self.codes_.device)
-        noise = torch.randn(len(chosen), self.codes_.shape[1], generator=generator).to(self.codes_)
-        return self.codes_[chosen] + float(self.bandwidth_) * noise
+        return torch.multinomial(per_code, 1, generator=generator).squeeze(1).to(self.codes_.device)
 
     def class_log_joint(self, whitened: torch.Tensor) -> torch.Tensor:
         """log p(w, class) for whitened codes (B, D): (B, K), -inf for classes without codes."""
@@ -449,8 +454,12 @@ class LowRankKernelMixture(dist.TorchDistribution):
         count, dim = self.centres.shape
         squared = (value.pow(2).sum(-1, keepdim=True) - 2 * value @ self.centres.T + squared_norms).clamp_min(0)
         along = (value @ flat.T).reshape(*value.shape[:-1], count, -1) - offsets  # G_m^T (x - c_m)
+        return self._gaussian_log_prob(squared, along, log_det)
+
+    def _gaussian_log_prob(self, squared: torch.Tensor, along: torch.Tensor, log_det: torch.Tensor) -> torch.Tensor:
+        """log N from Woodbury's parts: |x − c_m|² (..., M), G_mᵀ(x − c_m) (..., M, k) and log det (..., M)."""
         quadratic = squared / self.bandwidth ** 2 - along.pow(2).sum(-1) / self.bandwidth ** 4
-        return -0.5 * (quadratic.clamp_min(0) + log_det + dim * math.log(2 * math.pi))
+        return -0.5 * (quadratic.clamp_min(0) + log_det + self.centres.shape[1] * math.log(2 * math.pi))
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """log p(value), (..., D) -> (...): over the :data:`NEAREST_COMPONENTS` components nearest each value (in
@@ -467,24 +476,24 @@ class LowRankKernelMixture(dist.TorchDistribution):
         squared, nearest = squared.topk(NEAREST_COMPONENTS, dim=1, largest=False)  # (B, T)
         projections = flat.reshape(count, rank, dim)[nearest]  # (B, T, k, D)
         along = torch.einsum("btkd,bd->btk", projections, rows) - offsets[nearest]
-        quadratic = squared / self.bandwidth ** 2 - along.pow(2).sum(-1) / self.bandwidth ** 4
-        components = -0.5 * (quadratic.clamp_min(0) + log_det[nearest] + dim * math.log(2 * math.pi))
+        components = self._gaussian_log_prob(squared, along, log_det[nearest])
         return (torch.logsumexp(components, -1) - math.log(count)).reshape(value.shape[:-1])
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
         shape = torch.Size(sample_shape) + self.batch_shape
         with torch.no_grad():
-            chosen = torch.randint(len(self.centres), shape, device=self.centres.device)
-            return draw_low_rank(self.centres, self.factors, self.bandwidth, chosen.reshape(-1), None).reshape(
+            chosen = torch.randint(len(self.centres), shape, device=self.centres.device).reshape(-1)
+            return draw_low_rank(self.centres[chosen], self.factors[chosen], self.bandwidth, None).reshape(
                 *shape, self.centres.shape[1])
 
 
-def draw_low_rank(centres: torch.Tensor, factors: torch.Tensor, bandwidth: float, chosen: torch.Tensor,
+def draw_low_rank(centres: torch.Tensor, factors: torch.Tensor, bandwidth: float,
                   generator: torch.Generator | None) -> torch.Tensor:
-    """One draw of N(c_m, σ² I + V_m V_mᵀ) per chosen component index (B,): c_m + σ n + V_m g; (B, D)."""
-    noise = torch.randn(len(chosen), centres.shape[1], generator=generator).to(centres)
-    along = torch.randn(len(chosen), factors.shape[2], generator=generator).to(centres)
-    return centres[chosen] + bandwidth * noise + (factors[chosen] @ along[:, :, None]).squeeze(2)
+    """One draw of N(c, σ² I + V Vᵀ) per row of the chosen components' centres (B, D) and low-rank parts
+    (B, D, k): c + σ n + V g; (B, D)."""
+    noise = torch.randn(len(centres), centres.shape[1], generator=generator).to(centres)
+    along = torch.randn(len(centres), factors.shape[2], generator=generator).to(centres)
+    return centres + bandwidth * noise + (factors @ along[:, :, None]).squeeze(2)
 
 
 class ManifoldCodeDensity(KernelCodeDensity):
@@ -580,12 +589,8 @@ class ManifoldCodeDensity(KernelCodeDensity):
     def sample_for_weights(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """One whitened code per row of ``weights`` (B, K): a kernel of a class drawn with those weights, and a draw
         of it; (B, D)."""
-        self._require_fitted()
-        labels = self.labels_.cpu()
-        counts = torch.bincount(labels, minlength=len(self.weights_)).float()
-        per_code = weights.detach().cpu().float()[:, labels] / counts[labels].clamp_min(1)
-        chosen = torch.multinomial(per_code, 1, generator=generator).squeeze(1).to(self.codes_.device)
-        return draw_low_rank(self.codes_, self._factors(), float(self.bandwidth_), chosen, generator)
+        chosen = self._chosen_codes(weights, generator)
+        return draw_low_rank(self.codes_[chosen], self._factors(chosen), float(self.bandwidth_), generator)
 
 _PREPARED_MIXTURES: dict = {}  # the Woodbury parts of recent mixtures, by fitted arrays and class
 _KEPT_MIXTURES = 4
