@@ -438,9 +438,8 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     if kept is not None:
         fields, grid = kept
         try:
-            copies_only = fields["failed"] and all(line.startswith("it copies") for line in fields["failed"])
-            remedy = (longer_training(generator.id, generator.record)
-                      if fields["verdict"] == "weak" and not copies_only else None)
+            remedy = _generator_remedy(generator, fields["verdict"], fields["failed"],
+                                       fields["figures"]["copies_training_images"])
             _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"],
                                                     fields["failed"], dict(GENERATOR_THRESHOLDS), samples=grid,
                                                     remedy=remedy)
@@ -481,6 +480,7 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     figures.update(draws_placed=placed["measured"], draws_near_copy_share=placed["near_copy_share"],
                    draws_median_ratio=placed["median_ratio"], draws_distinct_nearest=placed["distinct_nearest"])
     memorised = memorisation_reasons(placed)
+    figures["copies_training_images"] = bool(memorised)
     # FD-clf far below the data's own is reported with the copies it comes from; alone it is also what a generator
     # that returns held-out images gives (they are the real images FD-clf is measured against)
     if memorised and figures["fd_ratio"] < GENERATOR_THRESHOLDS["fd_ratio_floor"]:
@@ -533,13 +533,19 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
         verdict = "unjudged"
         failed = [f"the classifier {classifier.id} that would judge its samples scores {judge_check.accuracy:.1%} "
                   f"(chance {judge_check.chance:.1%})", *failed]
-    # training longer does not make a generator that copies its training images generate
-    remedy = (longer_training(generator.id, getattr(generator, "record", None))
-              if verdict == "weak" and len(failed) > bool(memorised) else None)
+    remedy = _generator_remedy(generator, verdict, failed, bool(memorised))
     result = GeneratorCheck(generator.id, verdict, figures, failed, samples=generated[:16].numpy(), remedy=remedy)
     keep(kept_at, result.to_dict(), result.samples)
     _GENERATOR_CHECKS[key] = result
     return result
+
+
+def _generator_remedy(generator, verdict: str, failed: list[str], copies: bool) -> str | None:
+    """Training longer, for a weak generator, unless copying its training images is its only failure (training
+    longer does not make a generator that copies generate)."""
+    if verdict != "weak" or len(failed) <= copies:
+        return None
+    return longer_training(generator.id, getattr(generator, "record", None))
 
 
 def _class_kept(classifier, probabilities_real: torch.Tensor, probabilities_reconstructed: torch.Tensor,
