@@ -760,11 +760,11 @@ class ModelRegistry:
         the refusal is in the account log (``probe users log``), before anything is imported."""
         if not _names_model_file(reference) or self.store.get_model(reference) is not None:
             return
-        now = _model_pin_now(reference)
-        if now is None or now != self.store.reference_pin(reference):
+        now, pinned = _model_pin_now(reference), self.store.reference_pin(reference)
+        if now is None or now != pinned:
             self.store.log_account_event("reference-refused", self.actor.name,
                                          detail=f"{reference}: {'gone' if now is None else 'changed or re-pointed'} "
-                                                f"since an admin used it" if self.store.reference_pin(reference)
+                                                f"since an admin used it" if pinned
                                          else f"{reference}: never pinned by an admin's use")
             refuse_unlisted(self.actor, "the plugins and model files an admin has used, as they were when used")
 
