@@ -21,6 +21,7 @@ from torch import nn
 from probe_core.data import ImageDataset
 from probe_core.errors import ProbeError
 from probe_core.models.architectures import ResNetClassifier, _check_shape
+from probe_core.models.code_flow import NoiseFlowGenerator
 from probe_core.models.density import DensityGenerator
 from probe_core.models.training import (
     FeatureStages,
@@ -148,6 +149,12 @@ class DensityAutoencoder(DensityGenerator):
         super().__init__(ConvAutoencoder(image_shape, latent_dim, spatial=self.spatial), class_names=class_names)
         self.image_shape = tuple(int(v) for v in image_shape)
 
+    def fit_prior(self, images: torch.Tensor, labels: torch.Tensor, seed: int = 0,
+                  reporter: Reporter | None = None) -> "DensityAutoencoder":
+        """Fit the code density on the training images (N, C, H, W) with labels (N,); returns self."""
+        self.prior_figures_ = {"prior": type(self.density).__name__}
+        return self.fit_density(images, labels)
+
 
 class SpatialDensityAutoencoder(DensityAutoencoder):
     """A :class:`DensityAutoencoder` whose code is spatial (``ConvAutoencoder(spatial=True)``): at 64x64 a code of
@@ -156,8 +163,62 @@ class SpatialDensityAutoencoder(DensityAutoencoder):
     spatial = True
 
 
+# The share of the training images a flow prior is stopped on (held out of its fit, never the test split).
+FLOW_HELD_OUT_SHARE = 0.1
+
+
+def flow_fits(train_images: int, latent_dim: int) -> bool:
+    """Whether a flow prior over codes of ``latent_dim`` can be fitted on ``train_images`` training images: two
+    codes per dimension once :data:`FLOW_HELD_OUT_SHARE` is held out."""
+    return train_images - max(1, round(FLOW_HELD_OUT_SHARE * train_images)) >= 2 * latent_dim
+
+
+class FlowAutoencoder(NoiseFlowGenerator):
+    """The zoo's regularized autoencoder seen through a normalizing flow over its codes (issue 99): latents are the
+    flow's N(0, I) noise, so Bayes-TrEx's HMC runs on the papers' prior and chains walk between the training codes
+    instead of staying by the one they start on (:mod:`probe_core.models.code_flow`).
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        (C, H, W).
+    latent_dim : int
+        Size of the code (and of the noise).
+    class_names : sequence of str
+        The data's classes.
+    """
+
+    spatial = False
+
+    def __init__(self, image_shape: tuple[int, int, int], latent_dim: int, class_names) -> None:
+        super().__init__(ConvAutoencoder(image_shape, latent_dim, spatial=self.spatial))
+        self.image_shape = tuple(int(v) for v in image_shape)
+        self.class_names = tuple(class_names)
+
+    def fit_prior(self, images: torch.Tensor, labels: torch.Tensor, seed: int = 0,
+                  reporter: Reporter | None = None) -> "FlowAutoencoder":
+        """Fit the flow on the codes of the training images (N, C, H, W) but a seeded
+        :data:`FLOW_HELD_OUT_SHARE`, stopped where those held-out codes score best; returns self. ``labels``
+        (N,) are not used: the flow is one density over every class's codes."""
+        order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed)).to(images.device)
+        held_out = max(1, round(FLOW_HELD_OUT_SHARE * len(images)))
+        self.fit(images[order[held_out:]], images[order[:held_out]], reporter=reporter, seed=seed)
+        self.prior_figures_ = {"prior": "CodeFlow", **{f"flow_{name}": value
+                                                      for name, value in self.flow_figures_.items()}}
+        return self
+
+
+class SpatialFlowAutoencoder(FlowAutoencoder):
+    """A :class:`FlowAutoencoder` whose code is spatial (``ConvAutoencoder(spatial=True)``): at 32x32 and 64x64 a
+    code of 512 is 8 channels of 8 x 8."""
+
+    spatial = True
+
+
 AUTOENCODER_ARCHITECTURES = {"DensityAutoencoder": DensityAutoencoder,
-                             "SpatialDensityAutoencoder": SpatialDensityAutoencoder}
+                             "SpatialDensityAutoencoder": SpatialDensityAutoencoder,
+                             "FlowAutoencoder": FlowAutoencoder,
+                             "SpatialFlowAutoencoder": SpatialFlowAutoencoder}
 
 
 # The regularized autoencoder's loss (:func:`autoencoder_loss`): pixels + SSIM + features, an L2 penalty on codes
@@ -232,9 +293,11 @@ def train_autoencoder(
     feature network of its feature term as for VAEs (None: pixels and SSIM alone; "trained" is a ResNet trained on
     the data's labels first, never the probed classifier, or ``feature_network``, that network trained already).
     ``augment`` passes batches through
-    :func:`augment_batch`. Afterwards a :class:`~probe_core.models.density.KernelCodeDensity` is fitted on the
-    codes of the (unaugmented) training images: the returned :class:`DensityAutoencoder` samples and encodes in
-    its whitened coordinates. Metrics are :func:`evaluate_autoencoder` on the test split.
+    :func:`augment_batch`. Afterwards the architecture's prior is fitted on the codes of the (unaugmented) training
+    images (``fit_prior``): a :class:`FlowAutoencoder`'s flow, whose noise it samples and encodes in, or a
+    :class:`DensityAutoencoder`'s :class:`~probe_core.models.density.KernelCodeDensity`, whose whitened
+    coordinates it samples and encodes in. Metrics are :func:`evaluate_autoencoder` on the test split and the
+    prior's figures (``prior``, and a flow's ``flow_steps``, ``flow_held_out_nll``...).
     """
     latent_dim = int(latent_dim or dataset.default_latent_dim)
     features, first = None, perceptual_epochs(perceptual, epochs, feature_epochs)
@@ -266,8 +329,8 @@ def train_autoencoder(
             schedule.step()
             report_epoch(reporter, "rae", epoch, epochs, total / count, "train_loss", total / count)
         model.eval()
-        model.fit_density(images.to(device), dataset.train_labels.to(device))
-        metrics = evaluate_autoencoder(model, dataset.test_images)
+        model.fit_prior(images.to(device), dataset.train_labels.to(device), seed=seed, reporter=reporter)
+        metrics = {**evaluate_autoencoder(model, dataset.test_images), **model.prior_figures_}
     return model, metrics
 
 

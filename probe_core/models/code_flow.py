@@ -158,7 +158,8 @@ def fit_code_flow(train: torch.Tensor, held_out: torch.Tensor, *, layers: int = 
             if score < best[0]:
                 best = (score, step, {name: value.clone() for name, value in flow.state_dict().items()})
             if reporter is not None:
-                reporter.report(step / max_steps, f"code flow: step {step}/{max_steps}, held-out {score:.3f} nats/dim")
+                # the message alone: the flow fits after its autoencoder, whose bar is full
+                reporter.report(None, f"code flow: step {step}/{max_steps}, held-out {score:.3f} nats/dim")
     flow.load_state_dict(best[2])
     flow.eval().requires_grad_(False)
     return flow, {"steps": best[1], "held_out_nll": round(best[0], 4), "train_nll": round(nll(train[:2000]), 4),
@@ -170,32 +171,42 @@ class NoiseFlowGenerator(nn.Module):
 
     ``decode(ε)`` decodes m + L T(ε) with the autoencoder (m and L the training codes' mean and Cholesky factor);
     ``encode(x)`` gives T⁻¹(L⁻¹(code − m)), so Defuse perturbs an image's noise. Its prior is N(0, I): Bayes-TrEx's
-    HMC runs on the noise as on a VAE's latents.
+    HMC runs on the noise as on a VAE's latents. The flow and m, L travel in the module's ``state_dict``.
 
     Parameters
     ----------
     generator : nn.Module
         ``latent_dim``, ``decode(codes)`` (B, D) -> (B, C, H, W) and ``encode(images)`` -> (mean, log-variance).
-    flow : CodeFlow
-    code_mean : torch.Tensor
+    flow : CodeFlow, optional
+        Fitted on the whitened codes. None: an identity flow (m = 0, L = I), to be fitted by :meth:`fit` or filled
+        by ``load_state_dict``.
+    code_mean : torch.Tensor, optional
         (D,).
-    code_whitening : torch.Tensor
+    code_whitening : torch.Tensor, optional
         (D, D), lower triangular.
+
+    Attributes
+    ----------
+    flow_figures_ : dict
+        After :meth:`fit`: :func:`fit_code_flow`'s figures.
     """
 
     # Defuse's noise where a run names none: its latents are N(0, I) noise, so centred noise of the run's scale
     # surrounds each image's noise (the papers' Beta noise moves every coordinate by about +0.5).
     perturbation_noise = {"noise": "centered", "a": 50.0, "b": 50.0}
 
-    def __init__(self, generator: nn.Module, flow: CodeFlow, code_mean: torch.Tensor,
-                 code_whitening: torch.Tensor) -> None:
+    def __init__(self, generator: nn.Module, flow: CodeFlow | None = None, code_mean: torch.Tensor | None = None,
+                 code_whitening: torch.Tensor | None = None) -> None:
         super().__init__()
         self.generator = generator
-        self.flow = flow
         self.latent_dim = int(generator.latent_dim)
+        flow = CodeFlow(self.latent_dim) if flow is None else flow
+        code_mean = torch.zeros(self.latent_dim) if code_mean is None else code_mean
+        code_whitening = torch.eye(self.latent_dim) if code_whitening is None else code_whitening
         if flow.dim != self.latent_dim or code_mean.shape != (self.latent_dim,):
             raise ProbeError(f"the flow is over {flow.dim} dimensions and the codes' mean over {tuple(code_mean.shape)}"
                              f"; the generator's codes have {self.latent_dim}")
+        self.flow = flow
         self.register_buffer("code_mean", code_mean.detach().float().clone())
         self.register_buffer("code_whitening", code_whitening.detach().float().clone())
 
@@ -204,39 +215,52 @@ class NoiseFlowGenerator(nn.Module):
         return self.generator.decode(self.code_mean + whitened @ self.code_whitening.T)
 
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_variance = self.generator.encode(images)
+        mean, _ = self.generator.encode(images)
         whitened = torch.linalg.solve_triangular(self.code_whitening, (mean - self.code_mean).T, upper=False).T
         noise, _ = self.flow.inverse(whitened)
         return noise, torch.full_like(noise, -4.0)
+
+    def fit(self, train_images: torch.Tensor, held_out_images: torch.Tensor, batch_size: int = 512,
+            reporter: Reporter | None = None, **flow_settings) -> "NoiseFlowGenerator":
+        """Fit the flow on the generator's codes of training images (N, C, H, W), stopped where held-out images'
+        (M, C, H, W) codes score best (:func:`fit_code_flow`, whose settings ``flow_settings`` pass to); returns
+        self.
+
+        Raises
+        ------
+        ProbeError
+            For a generator without ``encode``, or fewer training codes than two per dimension.
+        """
+        if not callable(getattr(self.generator, "encode", None)):
+            raise ProbeError("a flow prior is fitted on the codes of training images: the generator needs encode()")
+        device = self.code_mean.device
+        with torch.no_grad():
+            def codes(images: torch.Tensor) -> torch.Tensor:
+                return torch.cat([self.generator.encode(images[start:start + batch_size].to(device))[0].double().cpu()
+                                  for start in range(0, len(images), batch_size)])
+            train, held_out = codes(train_images), codes(held_out_images)
+        count, dim = train.shape
+        if count < 2 * dim:
+            raise ProbeError(f"a flow prior over {dim} dimensions needs at least {2 * dim} training codes, got {count}")
+        mean = train.mean(0)
+        covariance = torch.cov((train - mean).T) + 1e-6 * torch.eye(dim, dtype=train.dtype)
+        whitening = torch.linalg.cholesky(covariance)
+
+        def whiten(values: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.solve_triangular(whitening, (values - mean).T, upper=False).T.float()
+
+        flow, self.flow_figures_ = fit_code_flow(whiten(train), whiten(held_out), reporter=reporter, **flow_settings)
+        self.flow = flow.to(device)
+        self.code_mean.copy_(mean.float())
+        self.code_whitening.copy_(whitening.float())
+        return self
 
 
 def noise_flow_generator(generator: nn.Module, train_images: torch.Tensor, held_out_images: torch.Tensor,
                          batch_size: int = 512, reporter: Reporter | None = None,
                          **flow_settings) -> tuple[NoiseFlowGenerator, dict]:
-    """Fit a flow prior on ``generator``'s codes of training images (N, C, H, W), stopped on held-out images'
-    (M, C, H, W), and return the generator seen through it with :func:`fit_code_flow`'s figures.
-
-    Raises
-    ------
-    ProbeError
-        For a generator without ``encode``, or fewer training codes than two per dimension.
-    """
+    """``generator`` seen through a flow prior fitted as :meth:`NoiseFlowGenerator.fit` does, and its figures."""
     if not callable(getattr(generator, "encode", None)):
         raise ProbeError("a flow prior is fitted on the codes of training images: the generator needs encode()")
-    with torch.no_grad():
-        def codes(images: torch.Tensor) -> torch.Tensor:
-            return torch.cat([generator.encode(images[start:start + batch_size])[0].double()
-                              for start in range(0, len(images), batch_size)])
-        train, held_out = codes(train_images), codes(held_out_images)
-    count, dim = train.shape
-    if count < 2 * dim:
-        raise ProbeError(f"a flow prior over {dim} dimensions needs at least {2 * dim} training codes, got {count}")
-    mean = train.mean(0)
-    covariance = torch.cov((train - mean).T) + 1e-6 * torch.eye(dim, dtype=train.dtype)
-    whitening = torch.linalg.cholesky(covariance)
-
-    def whiten(values: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.solve_triangular(whitening, (values - mean).T, upper=False).T.float()
-
-    flow, figures = fit_code_flow(whiten(train), whiten(held_out), reporter=reporter, **flow_settings)
-    return NoiseFlowGenerator(generator, flow, mean.float(), whitening.float()), figures
+    flowed = NoiseFlowGenerator(generator).fit(train_images, held_out_images, batch_size, reporter, **flow_settings)
+    return flowed, flowed.flow_figures_

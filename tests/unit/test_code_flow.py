@@ -95,3 +95,31 @@ def test_bad_flow_input_is_the_projects_error():
         noise_flow_generator(torch.nn.Linear(2, 2), torch.zeros(4, 2), torch.zeros(4, 2))
     with pytest.raises(ProbeError, match="dimensions"):
         NoiseFlowGenerator(_identity(), CodeFlow(3), torch.zeros(3), torch.eye(3))
+
+
+def test_a_flow_autoencoder_trains_stores_and_resolves_again_with_its_flow(tmp_path):
+    """The real-size recipe's autoencoder (issue 99): trained, its flow fitted on nine tenths of the training codes
+    and stopped on the rest, stored as plain tensors and read back in a new registry decoding the same noise to the
+    same images; its prior is N(0, I) noise (no class starts), and an image's noise decodes to its reconstruction."""
+    from probe_core.catalog import load_dataset
+    from probe_core.models import ModelSpec
+    from probe_core.models.autoencoder import FLOW_HELD_OUT_SHARE, FlowAutoencoder, flow_fits
+    from probe_core.runs.workspace import Workspace
+
+    model = Workspace(tmp_path).registry.get_or_train(ModelSpec(dataset="digits", kind="rae", epochs=2,
+                                                                architecture="FlowAutoencoder"))
+    assert isinstance(model.module, FlowAutoencoder) and model.metrics["prior"] == "CodeFlow"
+    assert model.metrics["flow_held_out_nll"] < model.metrics["flow_gaussian_nll"]
+    again = Workspace(tmp_path).registry.resolve(model.id, "generator", "digits")
+    capabilities = again.capabilities
+    assert not capabilities.structured_prior and not capabilities.class_starts and capabilities.encoder
+    assert capabilities.sampler == "hmc" and capabilities.perturbation_noise["noise"] == "centered"
+    noise = torch.randn(6, again.module.latent_dim, generator=torch.Generator().manual_seed(0))
+    images = load_dataset("digits").train_images[:6]
+    with torch.no_grad():
+        assert torch.allclose(again.module.decode(noise), model.module.decode(noise), atol=1e-6)
+        assert again.module.decode(noise).shape == (6, 1, 8, 8)
+        code, _ = again.module.generator.encode(images)
+        reconstruction = again.module.generator.decode(code)
+        assert torch.allclose(again.module.decode(again.module.encode(images)[0]), reconstruction, atol=1e-3)
+    assert flow_fits(100, 45) and not flow_fits(100, 46) and FLOW_HELD_OUT_SHARE == 0.1

@@ -52,16 +52,18 @@ def test_real_size_images_get_a_resnet_with_augmentation_and_a_perceptual_vae(sh
                                                     ((3, 64, 64), 3870, True), ((3, 128, 128), 3870, True),
                                                     ((3, 32, 64), 3870, True), ((1, 40, 40), 3870, False),
                                                     ((3, 32, 32), 2 * REAL_SIZE_SPATIAL_LATENT - 1, False),
-                                                    ((3, 64, 64), 2 * REAL_SIZE_SPATIAL_LATENT - 1, False)])
+                                                    ((3, 64, 64), 2 * REAL_SIZE_SPATIAL_LATENT - 1, False),
+                                                    ((3, 32, 32), 2 * REAL_SIZE_SPATIAL_LATENT + 10, False)])
 def test_the_autoencoder_keeps_a_spatial_code_from_32x32_and_builds_with_it(shape, images, spatial):
     """At 32x32 and up (larger images are resized to 64x64 for the generator) the regularized autoencoder's code is
     8x8 maps (a flat code underfit at 64x64, and the VAE was weak beside it at 32x32: docs/real-size.md) where the
     images halve to 8x8 maps (not 48x48 or 40x40) and there are twice as many images as code dimensions for its
-    density; the recipe's latent builds the architecture."""
+    flow prior, a tenth held out; the recipe's latent builds the architecture."""
     from probe_core.models.autoencoder import AUTOENCODER_ARCHITECTURES
 
     recipe = real_size_recipe("rae", shape, 43, images)
-    assert recipe["architecture"] == ("SpatialDensityAutoencoder" if spatial else "DensityAutoencoder")
+    # a flow prior over the codes wherever there are codes enough for it (issue 99: the kernel density copied)
+    assert recipe["architecture"] == ("SpatialFlowAutoencoder" if spatial else "FlowAutoencoder")
     assert recipe["latent_dim"] == (REAL_SIZE_SPATIAL_LATENT if spatial else REAL_SIZE_VAE_LATENT)
     assert recipe["perceptual"] == REAL_SIZE_PERCEPTUAL and recipe["augment"]
     steps = recipe["epochs"] * math.ceil(images / 64)  # the recipe's batches of 64
