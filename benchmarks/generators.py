@@ -15,7 +15,9 @@ independent judge (the same recipe, seed 1001, never probed) and each generator 
 Each autoencoder is sampled through each prior (``--priors``), refitted on its training codes here whatever its
 stored model holds: the kernel density (the default; ``--bandwidths`` lists the kernels' sizes measured), manifold
 Parzen windows (kernels spread along each code's same-class neighbours), one Gaussian per class with a shared
-covariance, and a RealNVP flow over the whitened codes whose N(0, I) noise the chains run on (issue 99). It prints one row per recipe, density, chain start and target: training seconds,
+covariance, and a RealNVP flow over the whitened codes whose N(0, I) noise the chains run on (issue 99; from 32x32
+up the recipe's own prior, measured as stored). It prints one row per recipe, density, chain start and target:
+training seconds,
 the generator check's verdict with the judge (:func:`probe_core.models.checks.judged_probe`: the share of a short
 high:C probe's hits the judge agrees with) and figures (FD-clf against the data's own train-vs-test, sharpness,
 the share of held-out images whose reconstructions keep their class, against the images), the class kept on
@@ -24,7 +26,10 @@ from the target class's part of the density (``init="classes"``), and, with ``--
 pair ``benchmarks/real_size.py`` chooses (also from tempered SMC, the start for it without a density) (the classes the classifier confuses most among those it knows): chains
 that hit, the share of hits the judge calls the class (for a pair: either of the two), the hits' provenance (the
 share that are near copies of a training image, their median distance to the nearest training image over a real
-test image's, distinct nearest training images and per chain: :mod:`probe_core.data.provenance`), and seconds.
+test image's, distinct nearest training images and per chain: :mod:`probe_core.data.provenance`), a two-sample
+test (:func:`probe_core.models.two_sample.two_sample_accuracy`: a small network told hits from the test images of
+the target's classes; 50 % is indistinguishable), the chains' ESS and seconds. ``auto`` is the product's default
+start (:func:`probe_core.bayestrex.run.auto_init`), named in brackets.
 Run:
 
     .venv/bin/python benchmarks/generators.py --workspace WS [--size 32|64 [--train-images N] | --dataset digits]
@@ -51,7 +56,10 @@ from probe_core.catalog import canonical_dataset_name  # noqa: E402
 from probe_core.data.provenance import ProvenanceMeter, training_index  # noqa: E402
 from probe_core.models import ModelSpec  # noqa: E402
 from probe_core.models.checks import check_generator, judge_agreement  # noqa: E402
-from probe_core.models.code_flow import noise_flow_generator  # noqa: E402
+from probe_core.bayestrex.run import auto_init  # noqa: E402
+from probe_core.mcmc.diagnostics import effective_sample_size  # noqa: E402
+from probe_core.models.code_flow import NoiseFlowGenerator, noise_flow_generator  # noqa: E402
+from probe_core.models.two_sample import MIN_TWO_SAMPLE_IMAGES, two_sample_accuracy  # noqa: E402
 from probe_core.models.density import (  # noqa: E402
     ClassCodeDensity,
     ManifoldCodeDensity,
@@ -149,10 +157,10 @@ def main() -> int:
           f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
           f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
           f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
-    print("| recipe | prior | start | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
-          "class kept training | target | chains hit | judge agrees with hits | hits near copies | hits' distance "
-          "vs test | distinct nearest (per chain) | chain s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| recipe | prior | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
+          "class kept training | target | start | chains hit | judge agrees with hits | two-sample test (50 %: "
+          "like real) | hits near copies | hits' distance vs test | distinct nearest (per chain) | ESS | chain s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     meter = ProvenanceMeter.for_classes(training_index(data), names)
     bandwidths = [float(value) for value in args.bandwidths.split(",")]
     for recipe in args.recipes.split(","):
@@ -173,7 +181,12 @@ def main() -> int:
         if "class" in priors:
             densities.append(("class Gaussians", ClassCodeDensity()))
         variants = [] if RECIPES[recipe]["kind"] == "rae" else [("N(0, I)", loaded)]
-        if "flow" in priors:  # a flow over the codes, HMC on its N(0, I) noise (probe_core.models.code_flow)
+        if isinstance(loaded.module, NoiseFlowGenerator):  # the recipe's own flow prior (the real-size default)
+            fitted = {name[len("flow_"):]: value for name, value in loaded.metrics.items() if name.startswith("flow_")}
+            print(f"flow prior (the recipe's): kept step {fitted.get('steps')}, held-out "
+                  f"{fitted.get('held_out_nll')} nats/dim (N(0, I): {fitted.get('gaussian_nll')})", flush=True)
+            variants.append(("flow (noise), the default", loaded))
+        elif "flow" in priors:  # a flow over the codes, HMC on its N(0, I) noise (probe_core.models.code_flow)
             started = time.perf_counter()
             flowed, fitted = noise_flow_generator(network, data.train_images, data.test_images,
                                                   **({"max_steps": 20} if args.quick else {}))
@@ -192,14 +205,18 @@ def main() -> int:
             generator = variant.module
             check = check_generator(variant, classifier, data, judge=judge)
             figures = check.figures
-            starts = ("prior", "classes", "smc") if isinstance(generator, DensityGenerator) else ("prior", "smc")
+            starts = ("auto", "prior", "classes", "smc") if isinstance(generator, DensityGenerator) else (
+                "auto", "prior", "smc")
             for start in starts:
                 for probe, probed in probes:
                     [target] = parse_targets(probe, names)
                     if start == "smc" and not target.needs_tempered_start:
                         continue  # tempered SMC: the start without a density for ambiguous targets
+                    init = auto_init(generator, target.needs_tempered_start, "hmc") if start == "auto" else start
+                    if start != "auto" and init == auto_init(generator, target.needs_tempered_start, "hmc"):
+                        continue  # measured as the product's default start
                     posterior = BayesTrExPosterior(classifier.module, generator, TargetBatch([target], chains))
-                    config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=probed[0], init=start)
+                    config = SamplerConfig(num_warmup=steps, num_samples=steps, seed=probed[0], init=init)
                     started = time.perf_counter()
                     result = run_hmc(posterior, config)
                     chain_seconds = time.perf_counter() - started
@@ -218,11 +235,16 @@ def main() -> int:
                     novelty = (f"{placed['near_copy_share']:.0%} | {placed['median_ratio']:.2f} | "
                                f"{placed['distinct_nearest']} ({placed['distinct_per_chain']:.1f})"
                                if placed["measured"] else "- | - | -")
+                    real = data.test_images[torch.isin(data.test_labels, torch.tensor(probed))]
+                    told = (f"{two_sample_accuracy(images, real, seed=probed[0])['accuracy']:.0%}"
+                            if total >= MIN_TWO_SAMPLE_IMAGES and len(real) >= MIN_TWO_SAMPLE_IMAGES else "-")
+                    ess = effective_sample_size(result.positions.reshape(chains, steps, -1))
                     verdict = f"{check.verdict} ({figures['judge_agreement'] or 0:.0%} of {figures['judge_hits']})"
-                    print(f"| {recipe} | {prior_name} | {start} | {seconds:.0f} | {verdict} | "
+                    print(f"| {recipe} | {prior_name} | {seconds:.0f} | {verdict} | "
                           f"{figures['fd_ratio']:.1f} | {figures['sharpness_ratio']:.2f} | "
                           f"{figures.get('reconstruction_class_ratio', float('nan')):.2f} | {kept_training:.2f} | "
-                          f"{probe} | {int(hit.any(1).sum())} of {chains} | {share} | {novelty} | "
+                          f"{probe} | {start if start != 'auto' else f'auto ({init})'} | "
+                          f"{int(hit.any(1).sum())} of {chains} | {share} | {told} | {novelty} | {ess:.0f} | "
                           f"{chain_seconds:.0f} |",
                           flush=True)
     print(f"({time.perf_counter() - began:.0f} s in all)")
