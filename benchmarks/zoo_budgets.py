@@ -32,7 +32,7 @@ import torch
 from probe_core.bayestrex import matrix_sampler_defaults, sample
 from probe_core.catalog import load_dataset
 from probe_core.models import ModelSpec
-from probe_core.models.registry import FD_METRIC
+from probe_core.models.spec import FD_METRIC
 from probe_core.runs.workspace import Workspace
 from quick_models import quick_generator_spec
 

@@ -81,7 +81,7 @@ def shipped_scene_classifier():
     or the architecture. Returns a :class:`LoadedModel` (probabilities out).
     """
     from probe_core.models.architectures import CountingClassifier, ProbabilityModel
-    from probe_core.models.registry import LoadedModel
+    from probe_core.models.loaded import LoadedModel
     from probe_core.scenes.generator import CLASS_NAMES
 
     if not SCENE_CLASSIFIER.is_file():

@@ -26,7 +26,7 @@ from probe_core.models import ModelSpec
 from probe_core.models.checks import check_classifier, check_generator
 from probe_core.models.devices import resolve_device
 from probe_core.models.kept import dataset_reference, model_reference, references
-from probe_core.models.registry import align_classifier, in_memory_classifier
+from probe_core.models.loaded import align_classifier, in_memory_classifier
 from probe_core.reporting.export import sample_arrays
 from probe_core.reporting.figures import accuracy_bars, achieved_violin, matrix_figure
 from probe_core.runs.lifecycle import run_now

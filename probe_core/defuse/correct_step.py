@@ -38,7 +38,7 @@ from probe_core.defuse.labels import DEFAULT_RHO, HUMAN, cluster_label_table
 from probe_core.defuse.queries import distill_tau, labelled_failure_set, labelled_review_failures, load_run_models
 from probe_core.defuse.results import CORRECT, DISTILL, CorrectionResult
 from probe_core.errors import ProbeError
-from probe_core.models.registry import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
+from probe_core.models.spec import MODEL_FILE_ARCHITECTURE, PLUGIN_ARCHITECTURE
 from probe_core.progress import stage
 from probe_core.runs.history import require_run
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_kind

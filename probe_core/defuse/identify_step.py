@@ -25,7 +25,7 @@ from probe_core.defuse.identification import (
 )
 from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.models.registry import FEATURES_PREFIX
+from probe_core.models.spec import FEATURES_PREFIX
 from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
 from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, mapped_classifier, record
@@ -162,7 +162,7 @@ def default_judge(vae, image_shape: tuple[int, int, int]) -> tuple[str | None, s
     """The judge identification uses when none is named, and why, in words.
 
     From real size up (32x32, :func:`~probe_core.data.is_real_size`) the generator's own feature network
-    (``features:GENERATOR``; :attr:`~probe_core.models.registry.LoadedModel.feature_network`), where it has one: a
+    (``features:GENERATOR``; :attr:`~probe_core.models.loaded.LoadedModel.feature_network`), where it has one: a
     classifier of the generator's data of another seed, stored with it, so it costs no training. Without a judge
     at that size most misclassified decodings are the generator's blurs, images that lost their class, and Defuse
     "fixed" regions of them while a planted flaw went unfound (issue 100); with it the 64x64 stand-in's mislabelled

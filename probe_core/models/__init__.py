@@ -20,17 +20,10 @@ from probe_core.models.architectures import (
     make_vae,
 )
 from probe_core.models.plugins import Plugin, load_plugin, validate_classifier, validate_generator
-from probe_core.models.registry import (
-    FD_HELP,
-    FD_METRIC,
-    GENERATOR_KINDS,
-    KIND_WORDS,
-    KINDS,
-    LoadedModel,
-    ModelRegistry,
-    ModelSpec,
-    default_epochs,
-)
+from probe_core.models.loaded import LoadedModel
+from probe_core.models.recipes import default_epochs
+from probe_core.models.registry import ModelRegistry
+from probe_core.models.spec import FD_HELP, FD_METRIC, GENERATOR_KINDS, KIND_WORDS, KINDS, ModelSpec
 from probe_core.models.training import (
     ambiguous_soft_targets,
     classifier_accuracy,

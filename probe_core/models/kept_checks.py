@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from probe_core.models.remedies import FOREIGN_ARCHITECTURES
-from probe_core.models.registry import KINDS
+from probe_core.models.spec import KINDS
 
 # Raise whenever what a check measures or how it judges changes: every kept check is then measured again.
 KEPT_CHECK_VERSION = 1

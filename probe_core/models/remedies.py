@@ -3,7 +3,7 @@
 The advice a check gives (a weak generator, a classifier near chance) names a command that runs as written (no
 placeholders), and the dashboard's fix button trains the same :class:`~probe_core.models.ModelSpec`, so both make
 the same model id. Longer training is the one change that helped every generator recipe measured here (the notes
-at :data:`~probe_core.models.registry.REAL_SIZE_STEPS`: on the 32x32 SVHN-like stand-in the real-size VAE's
+at :data:`~probe_core.models.recipes.REAL_SIZE_STEPS`: on the 32x32 SVHN-like stand-in the real-size VAE's
 reconstructions kept the class of 0.62x as many held-out images after 2,400 steps, 0.78x after 5,000 and 0.82x
 after 7,500; at 64x64, 0.20x after 2,400 steps and 0.40x after 4,900). Whether the longer-trained model passes is
 for its own check to say: the advice promises a better-trained model, not an 'ok'.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from probe_core.models.registry import KINDS, MODEL_FILE_ARCHITECTURE, MODEL_RANGES, PLUGIN_ARCHITECTURE, ModelSpec
+from probe_core.models.spec import KINDS, MODEL_FILE_ARCHITECTURE, MODEL_RANGES, PLUGIN_ARCHITECTURE, ModelSpec
 
 # Models whose module the tool did not build: it has no recipe to train longer.
 FOREIGN_ARCHITECTURES = (PLUGIN_ARCHITECTURE, MODEL_FILE_ARCHITECTURE)

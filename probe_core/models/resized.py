@@ -2,7 +2,7 @@
 
 The Defuse authors probed their 128x128 German-signs classifier through a 64x64 autoencoder. On 2 CPU cores a
 generator's cost grows with its pixels, so the real-size recipe trains generators of images above
-:data:`~probe_core.models.registry.REAL_SIZE_GENERATOR_SIDE` on a resized copy of the data
+:data:`~probe_core.models.recipes.REAL_SIZE_GENERATOR_SIDE` on a resized copy of the data
 (:meth:`~probe_core.data.datasets.ImageDataset.resized`), and :class:`ResizedGenerator` puts a differentiable
 resize between it and the classifier, so HMC's gradients flow through it.
 """

@@ -321,7 +321,7 @@ def perceptual_network(dataset: ImageDataset, kind: str, seed: int = 0, device: 
     ``"trained"``: a :class:`ResNetClassifier` trained on the data's labels for ``epochs`` with augmentation
     (its own seed, the generator's plus :data:`FEATURE_NETWORK_SEED_OFFSET`: it is never the classifier being
     probed), or ``trained``, that network trained already (the registry stores it as a classifier of its own:
-    :meth:`~probe_core.models.registry.ModelSpec.feature_network_spec`); ``"random"``: one with random weights.
+    :meth:`~probe_core.models.spec.ModelSpec.feature_network_spec`); ``"random"``: one with random weights.
     """
     if kind not in PERCEPTUAL_NETWORKS:
         raise ProbeError(f"perceptual network {kind!r}: choose one of {', '.join(PERCEPTUAL_NETWORKS)}")

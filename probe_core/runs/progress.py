@@ -10,7 +10,7 @@ import sys
 
 from probe_core.data import split_view
 from probe_core.data.files import is_file_reference
-from probe_core.models.registry import MIN_TRAINING_STEPS
+from probe_core.models.recipes import MIN_TRAINING_STEPS
 
 
 def _tqdm():

@@ -18,7 +18,7 @@ from probe_core.data import is_real_size
 from probe_core.data.classes import split_class_map, with_class_map
 from probe_core.errors import ProbeError, check_number_ranges
 from probe_core.models.checks import check_classifier, require_usable
-from probe_core.models.registry import SEED_RANGE
+from probe_core.models.spec import SEED_RANGE
 from probe_core.runs.history import require_run
 from probe_core.runs.scaleout import check_executor, check_shards
 from probe_core.sampling.runner import DEFAULT_CHAINS, DEFAULT_SAMPLES, DEFAULT_WARMUP, INIT_MODES

@@ -9,7 +9,9 @@ from typing import Callable, ClassVar
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET, ImageDataset
 from probe_core.errors import CancelledError, ProbeError
-from probe_core.models.registry import LoadedModel, ModelSpec, train_spec
+from probe_core.models.loaded import LoadedModel
+from probe_core.models.recipes import train_spec
+from probe_core.models.spec import ModelSpec
 from probe_core.models.training import EPOCH_DETAILS
 from probe_core.progress import Reporter, rewritten, stage
 from probe_core.runs.lifecycle import JobContext, JobFunction, StoredResult, job_of, run_kind, submit
@@ -150,7 +152,7 @@ def training_job(registry, request: TrainRequest, device: str | None = None) -> 
 def train_shard(models: dict, reporter: Reporter, *, spec: dict, dataset: ImageDataset,
                 device: str = "auto", feature_network=None) -> tuple:
     """A shard of :func:`train_models`: one zoo model trained, not stored, in whichever process the executor runs
-    it (on its GPU where Ray gave it one); returns :func:`~probe_core.models.registry.train_spec`'s module (on the
+    it (on its GPU where Ray gave it one); returns :func:`~probe_core.models.recipes.train_spec`'s module (on the
     CPU), record and metrics for the run's own process to store. ``models`` is unused (a training shard brings its
     data and a generator's stored feature network, not models)."""
     module, record, metrics = train_spec(ModelSpec(**spec), dataset, reporter, device, feature_network)

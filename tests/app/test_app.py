@@ -31,7 +31,7 @@ def test_home_trains_a_model_from_the_form(app_env):
     at.selectbox(key="train_kind").select("classifier")
     assert at.multiselect(key="train_classes").label == "Classes to leave out"
     at.multiselect(key="train_classes").select("7")
-    from probe_core.models.registry import MODEL_RANGES
+    from probe_core.models.spec import MODEL_RANGES
     from probe_core.runs.scaleout import SHARDS_RANGE
 
     # the widgets' bounds are the model spec's and the scale-out ranges, not the page's (0: the default)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from make_scene_classifier import _code_digest  # noqa: E402
 
-from probe_core.models.registry import ModelSpec  # noqa: E402
+from probe_core.models.spec import ModelSpec
 from probe_core.runs.workspace import Workspace  # noqa: E402
 from probe_core.progress import SILENT  # noqa: E402
 

@@ -13,7 +13,7 @@ from sklearn.datasets import load_digits
 
 from probe_core.cli import main
 from probe_core.data.synthetic import SVHN_CLASSES, svhn_like, write_npz
-from probe_core.models.registry import REAL_SIZE_PERCEPTUAL, REAL_SIZE_VAE_LATENT
+from probe_core.models.recipes import REAL_SIZE_PERCEPTUAL, REAL_SIZE_VAE_LATENT
 
 pytestmark = pytest.mark.slow  # trains models or runs long steps: left out of make test-fast
 
@@ -103,13 +103,13 @@ def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_siz
     """At 32x32 and up the weak GAN is left out of the defaults: with codes enough for its density the spatial
     autoencoder is trained, with fewer images the VAE; smaller user data keeps the VAE and the GAN."""
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.models.registry import (
+    from probe_core.models.recipes import (
         REAL_SIZE_SPATIAL_LATENT,
         REAL_SIZE_ZOO_GENERATORS,
         SPATIAL_SIZE_ZOO_GENERATORS,
-        ModelRegistry,
         default_generator_kind,
     )
+    from probe_core.models.registry import ModelRegistry
     from probe_core.models.density import MIN_CODES_PER_DIMENSION
 
     reference = canonical_dataset_name(str(colour_npz))

@@ -172,7 +172,7 @@ def test_a_one_epoch_vae_is_weak_and_the_default_ok(trained_workspace):
     fixed = remedy.spec.resolved(data).model_id()
     assert done.stdout.startswith(f"{fixed}: ") and registry.load(fixed).record["spec"]["epochs"] == 2
     # a generator the tool did not train (no stored recipe) gets no made-up command
-    from probe_core.models.registry import LoadedModel
+    from probe_core.models.loaded import LoadedModel
 
     foreign = LoadedModel("in-memory-vae", "vae", weak_vae.module, (), {"metrics": {}})
     foreign_check = check_generator(foreign, classifier, data)
@@ -291,7 +291,7 @@ def test_the_bring_your_own_model_guide_runs_as_written(trained_workspace, tmp_p
 
 
 def test_an_in_memory_module_with_class_names_is_matched_and_checked(trained_workspace):
-    from probe_core.models.registry import align_classifier, in_memory_classifier
+    from probe_core.models.loaded import align_classifier, in_memory_classifier
 
     data = load_dataset("digits")
     default = trained_workspace.registry.resolve("default", "classifier", "digits")

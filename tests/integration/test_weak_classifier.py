@@ -9,7 +9,7 @@ from torch import nn
 from probe_core.catalog import load_dataset
 from probe_core.models.architectures import make_vae
 from probe_core.models.checks import ModelCheckError, check_classifier, check_generator
-from probe_core.models.registry import LoadedModel, align_classifier, in_memory_classifier
+from probe_core.models.loaded import align_classifier, in_memory_classifier, LoadedModel
 from probe_core.runs.validation import check_record, checked_models
 
 

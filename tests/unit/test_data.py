@@ -204,7 +204,7 @@ def test_a_view_is_shown_in_the_class_names_it_was_written_in_and_stored_by_inde
 def test_declared_ranges_refuse_out_of_range_settings_with_one_message(tmp_path):
     from probe_core.data.files import IMAGE_SIZE_RANGE, reference_for
     from probe_core.errors import ProbeError
-    from probe_core.models.registry import MODEL_RANGES, ModelSpec
+    from probe_core.models.spec import MODEL_RANGES, ModelSpec
     from probe_core.runs.scaleout import SHARDS_RANGE, check_shards
 
     low, high = IMAGE_SIZE_RANGE

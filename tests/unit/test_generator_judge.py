@@ -9,7 +9,7 @@ from torch import nn
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.models.checks import check_generator
-from probe_core.models.registry import LoadedModel, align_classifier, in_memory_classifier
+from probe_core.models.loaded import align_classifier, in_memory_classifier, LoadedModel
 
 CORNERS = {2: (0, 0), 7: (0, 7)}  # the trigger pixels and the classes they force (the judged probe's classes)
 

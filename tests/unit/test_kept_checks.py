@@ -12,7 +12,7 @@ import torch
 from probe_core.catalog import load_dataset
 from probe_core.models import checks
 from probe_core.models.kept_checks import CHECKS_FOLDER
-from probe_core.models.registry import in_memory_classifier
+from probe_core.models.loaded import in_memory_classifier
 from probe_core.runs.workspace import Workspace
 
 

@@ -18,7 +18,7 @@ from probe_core.data.provenance import (
 )
 from probe_core.errors import ProbeError
 from probe_core.models.checks import check_generator
-from probe_core.models.registry import LoadedModel
+from probe_core.models.loaded import LoadedModel
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from probe_core.data import ImageDataset
 from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models.architectures import VAE, ResNetClassifier
-from probe_core.models.registry import (
+from probe_core.models.recipes import (
     REAL_SIZE_EPOCHS,
     REAL_SIZE_FEATURE_STEPS,
     REAL_SIZE_MIN_VAE_STEPS,
@@ -22,9 +22,9 @@ from probe_core.models.registry import (
     REAL_SIZE_SPATIAL_MIN_STEPS,
     REAL_SIZE_STEPS,
     REAL_SIZE_VAE_LATENT,
-    ModelSpec,
     real_size_recipe,
 )
+from probe_core.models.spec import ModelSpec
 from probe_core.models.training import (
     PERCEPTUAL_NETWORKS,
     PERCEPTUAL_PIXEL_WEIGHT,
@@ -283,7 +283,7 @@ def test_a_generators_feature_network_is_a_stored_classifier_that_later_generato
     than the data's default classifier), so it serves as a judge at no cost; the generator's weights are those it
     had when it trained its own, and a second generator with the same feature network does not train it again."""
     from probe_core.catalog import load_dataset
-    from probe_core.models.registry import train_spec
+    from probe_core.models.recipes import train_spec
     from probe_core.runs.workspace import Workspace
 
     path = tmp_path / "colour.npz"

@@ -7,7 +7,7 @@ import torch
 from probe_core.catalog import load_dataset
 from probe_core.models import ModelSpec
 from probe_core.models.autoencoder import DensityAutoencoder
-from probe_core.models.registry import REAL_SIZE_GENERATOR_SIDE, real_size_recipe
+from probe_core.models.recipes import REAL_SIZE_GENERATOR_SIDE, real_size_recipe
 from probe_core.models.resized import ResizedEncodingGenerator, ResizedGenerator, seen_at
 from probe_core.sampling.protocols import ClassConditionalPrior, generator_capabilities
 

@@ -12,7 +12,7 @@ from probe_core.defuse.embedding_step import EmbeddingRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
-from probe_core.models.registry import SEED_RANGE
+from probe_core.models.spec import SEED_RANGE
 from probe_core.runs.lifecycle import JobSpec, job_spec
 from probe_core.runs.requests import SampleRequest, SamplerSettings, from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of

@@ -139,7 +139,7 @@ def test_the_cli_takes_a_plain_path_and_says_what_is_wrong_in_one_line(tmp_path,
 
 
 def test_default_epochs_on_a_users_data_grow_as_the_data_shrinks():
-    from probe_core.models.registry import MIN_TRAINING_STEPS, default_epochs, epochs_for_size
+    from probe_core.models.recipes import MIN_TRAINING_STEPS, default_epochs, epochs_for_size
 
     shape = (3, 32, 32)
     for kind in ("classifier", "vae", "gan"):
