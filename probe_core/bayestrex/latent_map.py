@@ -15,7 +15,7 @@ import numpy as np
 from probe_core.bayestrex.queries import nearest_training_images
 from probe_core.bayestrex.results import LATENT_MAP, LatentMapResult, SamplingResult
 from probe_core.bayestrex.summary import best_samples, summary_rows
-from probe_core.defuse.cluster import embed_2d
+from probe_core.reporting.embedding import embed_2d
 from probe_core.errors import ProbeError
 from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.reporting.reports import MAP_COLOURS, html_report, scatter_svg

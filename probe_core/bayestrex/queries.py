@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from probe_core.data.provenance import ProvenanceMeter, training_index
-from probe_core.defuse.labels import HUMAN
 from probe_core.store import SampleRecord, TestImageLabelRecord
+from probe_core.store.labels import HUMAN
 from probe_core.team.accounts import Actor, Permission, local_owner, require
 
 

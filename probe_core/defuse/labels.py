@@ -33,10 +33,10 @@ import numpy as np
 from probe_core.data.classes import class_index
 from probe_core.errors import ProbeError, excerpt
 from probe_core.reporting.export import spreadsheet_safe
+from probe_core.store.labels import HUMAN
 from probe_core.team.accounts import Actor, Permission, PermissionDenied, local_owner, require
 
 NONE_OF_THE_ABOVE = "none"
-HUMAN = "human"
 DEFAULT_RHO = 0.5
 REVIEW_IMAGES = 10  # the paper samples 10 images per cluster for its annotators
 # Up to this many classes, labelling a cluster's images all at once is a button (and a digit key) per class; above

@@ -11,7 +11,6 @@ from probe_core.data import clean_dataset_name
 from probe_core.data.provenance import summarise_provenance, training_index
 from probe_core.defuse.cluster import (
     decode_and_classify,
-    embed_2d,
     sample_cluster_latents,
 )
 from probe_core.defuse.identification import encode_means
@@ -32,6 +31,7 @@ from probe_core.defuse.queries import (
     stored_embedding,
 )
 from probe_core.errors import ProbeError
+from probe_core.reporting.embedding import embed_2d
 from probe_core.team.accounts import Permission, require
 
 

@@ -12,6 +12,9 @@ from probe_core.errors import ProbeError
 from probe_core.store.connection import Database
 from probe_core.store.records import LabelChange, LabelRecord, TestImageLabelRecord
 
+# The source of a label a person gave (others: an oracle's name, an auto-labeller's).
+HUMAN = "human"
+
 
 def _checked_annotator(annotator: str | None) -> str:
     annotator = (annotator or "").strip()

@@ -23,12 +23,12 @@ from probe_core.defuse.cluster import (
     REAL_SIZE_REVIEW_TAU,
     REVIEW_TAU,
     decode_and_classify,
-    embed_2d,
     review_tau,
     sample_cluster_latents,
 )
 from probe_core.defuse.identification import FailureSet, identify_failures
 from probe_core.errors import CancelledError, ProbeError
+from probe_core.reporting.embedding import embed_2d
 from probe_core.runs.requests import record
 
 # --- identification ---------------------------------------------------------------------------

@@ -330,3 +330,38 @@ def test_the_protocol_finder_finds_planted_ones():
     tree = ast.parse("def run(x, hook=None):\n    pass\nclass TrainingProgress:\n    pass\n"
                      "def fine(reporter=None):\n    pass\n")
     assert _other_progress_protocols(tree) == [(1, "run(hook=...)"), (3, "class TrainingProgress")]
+
+
+def test_bayes_trex_does_not_import_defuse():
+    """The two methods share their floor (the 2-D embedding in reporting, label sources in the store), not each
+    other (issue 101)."""
+    crossing = sorted(f"{module} -> {target}" for module, targets in _graph().items()
+                      if module.startswith("probe_core.bayestrex") for target in targets
+                      if target.startswith("probe_core.defuse"))
+    assert not crossing, crossing
+
+
+REGISTRY_NAMES = {"ModelRegistry", "TrainingAnnouncer"}
+REGISTRY_MAX_LINES = 400
+
+
+def _registry_constant_imports(tree: ast.AST) -> list[str]:
+    return [alias.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "probe_core.models.registry"
+            for alias in node.names if alias.name not in REGISTRY_NAMES]
+
+
+def test_the_registry_is_one_job_and_nothing_imports_it_for_a_constant():
+    """models/registry.py stores, loads, trains on request and remembers; specs, recipes, loaded models, access and
+    references live beside it (issue 101), so a module that wants a kind or a range does not import the registry
+    (and every trainer behind it)."""
+    registry = PACKAGE / "models" / "registry.py"
+    assert len(registry.read_text().splitlines()) <= REGISTRY_MAX_LINES
+    found = {str(path.relative_to(ROOT)): names for path in PACKAGE.rglob("*.py")
+             if (names := _registry_constant_imports(ast.parse(path.read_text())))}
+    assert not found, found
+
+
+def test_the_registry_import_finder_finds_a_planted_one():
+    planted = ast.parse("from probe_core.models.registry import ModelRegistry, SEED_RANGE\n")
+    assert _registry_constant_imports(planted) == ["SEED_RANGE"]
