@@ -434,18 +434,10 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
                                "margins": [NEAR_CHANCE_MARGIN, PERMUTATION_GAIN], "judge_probe": JUDGE_PROBE,
                                "memorisation": [MEMORISATION_LIMITS, NEAR_COPY_RATIO]},
                               (real, train, dataset.test_images, dataset.test_labels, dataset.train_images.mean(0)))
-    kept = read_kept(kept_at)
+    kept = _kept_generator_check(kept_at, generator)
     if kept is not None:
-        fields, grid = kept
-        try:
-            remedy = _generator_remedy(generator, fields["verdict"], fields["failed"],
-                                       fields["figures"]["copies_training_images"])
-            _GENERATOR_CHECKS[key] = GeneratorCheck(generator.id, fields["verdict"], fields["figures"],
-                                                    fields["failed"], dict(GENERATOR_THRESHOLDS), samples=grid,
-                                                    remedy=remedy)
-            return _GENERATOR_CHECKS[key]
-        except (KeyError, TypeError):  # kept with other fields (KEPT_CHECK_VERSION not raised): measured again
-            pass
+        _GENERATOR_CHECKS[key] = kept
+        return kept
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         z = prior_draws(module, len(real), torch.Generator().manual_seed(seed))
@@ -453,78 +445,11 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     if generated.shape[1:] != real.shape[1:]:
         raise ModelCheckError(f"generator {generator.id} makes images of shape {tuple(generated.shape[1:])}, but "
                               f"{dataset.name}'s are {tuple(real.shape[1:])}")
-    features_real = _features(classifier.module, real)
-    fd_clf = frechet_distance(features_real, _features(classifier.module, generated))
-    fd_train_test = frechet_distance(features_real, _features(classifier.module, train))
-    p_real, p_generated = _probabilities(classifier.module, real), _probabilities(classifier.module, generated)
-    real_confidence = float(p_real.max(1).values.mean())
-    sample_confidence = float(p_generated.max(1).values.mean())
-    sharpness = _sharpness(generated) / max(_sharpness(sharpness_reference(module, real)), 1e-12)
-    figures = {"sharpness_ratio": round(sharpness, 3), "fd_clf": round(fd_clf, 3), "fd_train_test": round(fd_train_test, 3),
-               "fd_ratio": round(fd_clf / max(fd_train_test, 1e-6), 2),
-               "sample_confidence": round(sample_confidence, 4), "real_confidence": round(real_confidence, 4),
-               "confidence_ratio": round(sample_confidence / max(real_confidence, 1e-6), 3),
-               "sample_entropy": round(_entropy(p_generated), 4), "real_entropy": round(_entropy(p_real), 4)}
-    if callable(getattr(module, "encode", None)):
-        held_out = real.to(device)
-        mean, _ = module.encode(held_out)
-        reconstruction = torch.cat([module.decode(mean[s:s + 256]) for s in range(0, len(mean), 256)]).cpu()
-        error = float(((reconstruction - real) ** 2).mean())
-        baseline = float(((real - dataset.train_images.mean(0, keepdim=True)) ** 2).mean())
-        figures.update(reconstruction_mse=round(error, 5), mean_image_mse=round(baseline, 5),
-                       reconstruction_ratio=round(error / max(baseline, 1e-12), 3))
-        figures.update(_class_kept(classifier, p_real, _probabilities(classifier.module, reconstruction),
-                                   dataset.test_labels[real_index].numpy()))
-    # its draws placed against the training images, as every hit is: does it make new images or return its own?
-    placed = summarise_provenance(training_index(dataset).provenance(generated))
-    figures.update(draws_placed=placed["measured"], draws_near_copy_share=placed["near_copy_share"],
-                   draws_median_ratio=placed["median_ratio"], draws_distinct_nearest=placed["distinct_nearest"])
-    memorised = memorisation_reasons(placed)
-    figures["copies_training_images"] = bool(memorised)
-    # FD-clf far below the data's own is reported with the copies it comes from; alone it is also what a generator
-    # that returns held-out images gives (they are the real images FD-clf is measured against)
-    if memorised and figures["fd_ratio"] < GENERATOR_THRESHOLDS["fd_ratio_floor"]:
-        memorised.append(f"FD-clf {figures['fd_clf']:.3g} is only {figures['fd_ratio']:.2g}x the data's own "
-                         f"train-vs-test {figures['fd_train_test']:.3g} (a floor of "
-                         f"{GENERATOR_THRESHOLDS['fd_ratio_floor']:g}x): samples nearer the real images than the "
-                         f"training images are is what a generator that returns its training images gives")
-    failed = []
-    if memorised:
-        failed.append(f"it copies its training images rather than making new ones: of {placed['measured']:,} prior "
-                      f"draws, {'; '.join(memorised)}")
-    if figures["fd_ratio"] > GENERATOR_THRESHOLDS["fd_ratio"]:
-        failed.append(f"FD-clf {figures['fd_clf']:.3g} is {figures['fd_ratio']:.0f}x the data's own train-vs-test "
-                      f"{figures['fd_train_test']:.3g} (limit {GENERATOR_THRESHOLDS['fd_ratio']:g}x)")
-    if figures["confidence_ratio"] < GENERATOR_THRESHOLDS["confidence_ratio"]:
-        failed.append(f"the classifier's confidence on its samples is {sample_confidence:.2f} against "
-                      f"{real_confidence:.2f} on real images")
-    low, high = GENERATOR_THRESHOLDS["sharpness_ratio"]
-    if not low <= sharpness <= high:
-        failed.append(f"its samples are {'blurrier' if sharpness < low else 'noisier'} than the data (sharpness "
-                      f"{sharpness:.2f}x the real images', limits {low:g}-{high:g}x)")
-    ratio = figures.get("reconstruction_ratio")
-    if ratio is not None and ratio > GENERATOR_THRESHOLDS["reconstruction_ratio"]:
-        failed.append(f"it reconstructs held-out images with {ratio:.0%} of the error of the mean image")
-    kept = figures.get("reconstruction_class_ratio")
-    if kept is not None and kept < GENERATOR_THRESHOLDS["reconstruction_class_ratio"]:
-        failed.append(f"its reconstructions lose the class: the classifier gets "
-                      f"{figures['reconstruction_accuracy']:.0%} of held-out images' reconstructions right against "
-                      f"{figures['real_accuracy']:.0%} of the "
-                      f"images ({kept:.2f}x, limit {GENERATOR_THRESHOLDS['reconstruction_class_ratio']:g}x), so "
-                      f"Defuse's failures near an image would be the generator's")
+    figures = _generator_figures(module, classifier, dataset, generated, real, real_index, train)
+    memorised = _memorisation_failure(figures, generated, dataset)
+    failed = memorised + _quality_failures(figures)
     if judge is not None:
-        with torch.enable_grad():  # the probe's HMC differentiates through the generator
-            probe = judged_probe(module, classifier.module, judge.module, len(classifier.class_names), seed)
-        figures.update(probe, judge=judge.id)
-        agreement = figures["judge_agreement"]
-        if agreement is None:
-            probed = ", ".join(classifier.class_names[index] for index in figures["judge_classes"])
-            failed.append(f"no chain of a short high:C probe (classes {probed}) reached its class")
-        elif agreement < GENERATOR_THRESHOLDS["judge_agreement"]:
-            failed.append(f"an independent classifier ({judge.id}) calls only {agreement:.0%} of a short high:C "
-                          f"probe's {figures['judge_hits']} hits their class (limit "
-                          f"{GENERATOR_THRESHOLDS['judge_agreement']:.0%}): they fool the probed classifier "
-                          f"without looking like the class")
+        failed += _judge_failures(module, classifier, judge, figures, seed)
     verdict = "weak" if failed else "ok"
     judge_check = check_classifier(classifier, dataset)
     if judge_check.near_chance or not judge_check.usable:
@@ -538,6 +463,116 @@ def check_generator(generator, classifier, dataset, samples: int = 1000, seed: i
     keep(kept_at, result.to_dict(), result.samples)
     _GENERATOR_CHECKS[key] = result
     return result
+
+
+def _kept_generator_check(kept_at, generator) -> "GeneratorCheck | None":
+    """The check kept on disk for these inputs, or None (none kept, or kept with other fields: measured again)."""
+    kept = read_kept(kept_at)
+    if kept is None:
+        return None
+    fields, grid = kept
+    try:
+        remedy = _generator_remedy(generator, fields["verdict"], fields["failed"],
+                                   fields["figures"]["copies_training_images"])
+        return GeneratorCheck(generator.id, fields["verdict"], fields["figures"], fields["failed"],
+                              dict(GENERATOR_THRESHOLDS), samples=grid, remedy=remedy)
+    except (KeyError, TypeError):  # kept with other fields (KEPT_CHECK_VERSION not raised)
+        return None
+
+
+def _generator_figures(module, classifier, dataset, generated: torch.Tensor, real: torch.Tensor,
+                       real_index: torch.Tensor, train: torch.Tensor) -> dict:
+    """FD-clf against the data's own train-vs-test, confidence, entropy and sharpness of the prior draws
+    ``generated`` (N, C, H, W) beside the held-out images ``real``; with an encoder, how its reconstructions keep
+    the held-out images' pixels and classes."""
+    features_real = _features(classifier.module, real)
+    fd_clf = frechet_distance(features_real, _features(classifier.module, generated))
+    fd_train_test = frechet_distance(features_real, _features(classifier.module, train))
+    p_real, p_generated = _probabilities(classifier.module, real), _probabilities(classifier.module, generated)
+    real_confidence = float(p_real.max(1).values.mean())
+    sample_confidence = float(p_generated.max(1).values.mean())
+    sharpness = _sharpness(generated) / max(_sharpness(sharpness_reference(module, real)), 1e-12)
+    figures = {"sharpness_ratio": round(sharpness, 3), "fd_clf": round(fd_clf, 3), "fd_train_test": round(fd_train_test, 3),
+               "fd_ratio": round(fd_clf / max(fd_train_test, 1e-6), 2),
+               "sample_confidence": round(sample_confidence, 4), "real_confidence": round(real_confidence, 4),
+               "confidence_ratio": round(sample_confidence / max(real_confidence, 1e-6), 3),
+               "sample_entropy": round(_entropy(p_generated), 4), "real_entropy": round(_entropy(p_real), 4)}
+    if callable(getattr(module, "encode", None)):
+        device = next(iter(module.parameters()), torch.empty(0)).device
+        mean, _ = module.encode(real.to(device))
+        reconstruction = torch.cat([module.decode(mean[s:s + 256]) for s in range(0, len(mean), 256)]).cpu()
+        error = float(((reconstruction - real) ** 2).mean())
+        baseline = float(((real - dataset.train_images.mean(0, keepdim=True)) ** 2).mean())
+        figures.update(reconstruction_mse=round(error, 5), mean_image_mse=round(baseline, 5),
+                       reconstruction_ratio=round(error / max(baseline, 1e-12), 3))
+        figures.update(_class_kept(classifier, p_real, _probabilities(classifier.module, reconstruction),
+                                   dataset.test_labels[real_index].numpy()))
+    return figures
+
+
+def _memorisation_failure(figures: dict, generated: torch.Tensor, dataset) -> list[str]:
+    """The prior draws placed against the training images, as every hit is (adds the ``draws_*`` figures and
+    ``copies_training_images``): one failure line when they copy their training images, else none."""
+    placed = summarise_provenance(training_index(dataset).provenance(generated))
+    figures.update(draws_placed=placed["measured"], draws_near_copy_share=placed["near_copy_share"],
+                   draws_median_ratio=placed["median_ratio"], draws_distinct_nearest=placed["distinct_nearest"])
+    memorised = memorisation_reasons(placed)
+    figures["copies_training_images"] = bool(memorised)
+    if not memorised:
+        return []
+    # FD-clf far below the data's own is reported with the copies it comes from; alone it is also what a generator
+    # that returns held-out images gives (they are the real images FD-clf is measured against)
+    if figures["fd_ratio"] < GENERATOR_THRESHOLDS["fd_ratio_floor"]:
+        memorised.append(f"FD-clf {figures['fd_clf']:.3g} is only {figures['fd_ratio']:.2g}x the data's own "
+                         f"train-vs-test {figures['fd_train_test']:.3g} (a floor of "
+                         f"{GENERATOR_THRESHOLDS['fd_ratio_floor']:g}x): samples nearer the real images than the "
+                         f"training images are is what a generator that returns its training images gives")
+    return [f"it copies its training images rather than making new ones: of {placed['measured']:,} prior draws, "
+            f"{'; '.join(memorised)}"]
+
+
+def _quality_failures(figures: dict) -> list[str]:
+    """The figures of :func:`_generator_figures` beyond :data:`GENERATOR_THRESHOLDS`, in words."""
+    failed = []
+    if figures["fd_ratio"] > GENERATOR_THRESHOLDS["fd_ratio"]:
+        failed.append(f"FD-clf {figures['fd_clf']:.3g} is {figures['fd_ratio']:.0f}x the data's own train-vs-test "
+                      f"{figures['fd_train_test']:.3g} (limit {GENERATOR_THRESHOLDS['fd_ratio']:g}x)")
+    if figures["confidence_ratio"] < GENERATOR_THRESHOLDS["confidence_ratio"]:
+        failed.append(f"the classifier's confidence on its samples is {figures['sample_confidence']:.2f} against "
+                      f"{figures['real_confidence']:.2f} on real images")
+    low, high = GENERATOR_THRESHOLDS["sharpness_ratio"]
+    sharpness = figures["sharpness_ratio"]
+    if not low <= sharpness <= high:
+        failed.append(f"its samples are {'blurrier' if sharpness < low else 'noisier'} than the data (sharpness "
+                      f"{sharpness:.2f}x the real images', limits {low:g}-{high:g}x)")
+    ratio = figures.get("reconstruction_ratio")
+    if ratio is not None and ratio > GENERATOR_THRESHOLDS["reconstruction_ratio"]:
+        failed.append(f"it reconstructs held-out images with {ratio:.0%} of the error of the mean image")
+    kept = figures.get("reconstruction_class_ratio")
+    if kept is not None and kept < GENERATOR_THRESHOLDS["reconstruction_class_ratio"]:
+        failed.append(f"its reconstructions lose the class: the classifier gets "
+                      f"{figures['reconstruction_accuracy']:.0%} of held-out images' reconstructions right against "
+                      f"{figures['real_accuracy']:.0%} of the "
+                      f"images ({kept:.2f}x, limit {GENERATOR_THRESHOLDS['reconstruction_class_ratio']:g}x), so "
+                      f"Defuse's failures near an image would be the generator's")
+    return failed
+
+
+def _judge_failures(module, classifier, judge, figures: dict, seed: int) -> list[str]:
+    """A short high:C probe's hits judged by ``judge`` (:func:`judged_probe`, its figures added): a failure line
+    when no chain hit or the judge calls too few of the hits their class."""
+    with torch.enable_grad():  # the probe's HMC differentiates through the generator
+        probe = judged_probe(module, classifier.module, judge.module, len(classifier.class_names), seed)
+    figures.update(probe, judge=judge.id)
+    agreement = figures["judge_agreement"]
+    if agreement is None:
+        probed = ", ".join(classifier.class_names[index] for index in figures["judge_classes"])
+        return [f"no chain of a short high:C probe (classes {probed}) reached its class"]
+    if agreement < GENERATOR_THRESHOLDS["judge_agreement"]:
+        return [f"an independent classifier ({judge.id}) calls only {agreement:.0%} of a short high:C probe's "
+                f"{figures['judge_hits']} hits their class (limit {GENERATOR_THRESHOLDS['judge_agreement']:.0%}): "
+                f"they fool the probed classifier without looking like the class"]
+    return []
 
 
 def _generator_remedy(generator, verdict: str, failed: list[str], copies: bool) -> str | None:
