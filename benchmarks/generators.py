@@ -114,6 +114,10 @@ def main() -> int:
                         help="the kernel density's bandwidths measured, in whitened units (default 0.2, the default)")
     parser.add_argument("--priors", default="kernel,manifold,class,flow",
                         help=f"the autoencoder's priors compared, of {', '.join(PRIORS)} (default all)")
+    parser.add_argument("--judge", choices=("seed", "features"), default="seed",
+                        help="the independent judge: a classifier of seed 1001 (default), or the first recipe's "
+                             "feature network (a ResNet of another seed trained with the generator: one classifier "
+                             "less to train)")
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
     parser.add_argument("--train-images", type=int,
                         help="with --size: the stand-in with this many training images (per class at 64x64; the "
@@ -131,7 +135,9 @@ def main() -> int:
         reference = canonical_dataset_name(str(path))
     data = registry.dataset(reference)
     classifier, classifier_seconds = trained(registry, ModelSpec(dataset=reference, kind="classifier"), args.quick)
-    judge, _ = trained(registry, ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED), args.quick)
+    judge = None
+    if args.judge == "seed":
+        judge, _ = trained(registry, ModelSpec(dataset=reference, kind="classifier", seed=JUDGE_SEED), args.quick)
     names = tuple(classifier.class_names)
     count = len(names)
     pair = None
@@ -153,9 +159,11 @@ def main() -> int:
     if pair is not None:
         probes.append((f"ambiguous:{names[pair[0]]},{names[pair[1]]}", pair))
     chains, steps = (4, 5) if args.quick else (16, 100)
+    judged_by = (f"judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%})" if judge is not None
+                 else "judge: the first recipe's feature network")
     print(f"{data.name}: {len(data.train_labels):,} training and {len(data.test_labels):,} test images of "
           f"{data.image_shape}; classifier {classifier.id} ({classifier.metrics.get('test_accuracy', 0):.1%}, "
-          f"{classifier_seconds:.0f} s), judge {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}); "
+          f"{classifier_seconds:.0f} s), {judged_by}; "
           f"{chains} chains of {steps} + {steps} per target; torch threads {torch.get_num_threads()}")
     print("| recipe | prior | train s | check (judged) | FD-clf ratio | sharpness | class kept held-out | "
           "class kept training | target | start | chains hit | judge agrees with hits | two-sample test (50 %: "
@@ -168,6 +176,10 @@ def main() -> int:
             parser.error(f"unknown recipe {recipe!r}; use of {', '.join(RECIPES)}")
         model, seconds = trained(registry, ModelSpec(dataset=reference, **RECIPES[recipe]), args.quick)
         loaded = registry.resolve(model.id, "generator", reference)
+        if judge is None:  # --judge features
+            judge = registry.resolve(f"features:{model.id}", "classifier", reference)
+            print(f"judge: {judge.id} ({judge.metrics.get('test_accuracy', 0):.1%}), the feature network of "
+                  f"{model.id}", flush=True)
         kept_training = kept_on_training_images(classifier.module, loaded.module, data)
         network = getattr(loaded.module, "generator", loaded.module)  # an autoencoder's network, without a density
         priors = args.priors.split(",")

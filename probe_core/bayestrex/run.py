@@ -70,16 +70,12 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         The targets (:mod:`probe_core.sampling.targets`); text is parsed in ``class_names``.
     settings : SamplerSettings, optional
         Chains per target (all targets' chains run in one batch; ``nuts`` runs one chain per target), warm-up,
-        samples, σ, the sampler, the seed, where chains start ("auto" chooses with :func:`auto_init`), σ
-        annealing ("auto" anneals from 0.5 unless the batch has an ambiguous target: annealing lifts
-        high-confidence hit rates but sends ambiguous chains into the trap where other classes share the mass),
-        the storage stride (``keep_every``: every n-th kept sample is stored; summaries use all) and HMC's
-        independence Metropolis-Hastings jumps after each transition once warm-up is over (``independence_moves``,
-        from a Gaussian mixture fitted to each target's warm-up draws; 0 by default: they let chains move between
-        the posterior's modes; README, "Real MNIST: the sampler at 28×28", for what they buy).
+        samples, σ, the sampler, the seed, chain starts ("auto": :func:`auto_init`), σ annealing ("auto" anneals
+        from 0.5 unless the batch has an ambiguous target, whose chains annealing sends into the trap where other
+        classes share the mass), the storage stride and independence jumps (see its fields).
     store, run_id : optional
-        When given, kept samples (z, image, confidences, distance, hit) are streamed to the
-        workspace database as they are produced, so a stopped run keeps them.
+        Kept samples (z, image, confidences, distance, hit) are streamed there as they are made (a stopped run
+        keeps them).
     reporter : Reporter, optional
         Told the progress every few iterations, with the chains (a :class:`~probe_core.mcmc.driver.ChainsSnapshot`) as
         ``details["chains"]``; from shards, their progress (:func:`~probe_core.runs.scaleout.report_shards`)
@@ -105,9 +101,48 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
     settings = _settings_of(settings, keywords)
     sampler, init, anneal_sigma_from = settings.sampler, settings.init, settings.anneal_sigma_from
     chains, warmup, samples, sigma = settings.chains, settings.warmup, settings.samples, settings.sigma
-    seed, keep_every = settings.seed, settings.keep_every
+    seed = settings.seed
     if not is_differentiable(generator):
         sampler = "rwm"  # a renderer has no gradients: random-walk Metropolis is the valid choice
+    targets = _targets_of(spec, class_names)
+    hard = any(t.needs_tempered_start for t in targets)
+    if init == "auto":
+        init = auto_init(generator, hard, sampler)
+    if anneal_sigma_from == "auto":
+        anneal_sigma_from = None if hard or init == "smc" else 0.5
+    executor, shards = _shard_plan(executor, shards)
+    chosen = settings.derived(sampler=sampler, init=init, anneal_sigma_from=anneal_sigma_from)
+    if sampler != "nuts" and (shards > 1 or (executor is not None and executor.distributed)):
+        return _sample_in_shards(classifier, generator, targets, class_names=class_names, settings=chosen,
+                                 dataset=dataset, store=store, run_id=run_id, reporter=reporter,
+                                 target_index_offset=target_index_offset,
+                                 executor=executor, shards=shards, judge=judge, provenance=provenance)
+    started = time.perf_counter()
+    run_here = _nuts_per_target if sampler == "nuts" else _batched_per_target
+    per_target = run_here(classifier, generator, targets, chosen, store if run_id is not None else None, run_id,
+                          reporter, target_index_offset)
+    wall = time.perf_counter() - started
+    report_targets = [_target_entry(target, result, classifier, generator, class_names, dataset, judge, provenance)
+                      for target, result in per_target]
+    return {"sampler": sampler, "seed": seed, "sigma": sigma, "chains_per_target": chains,
+            "warmup": warmup, "samples_per_chain": samples, "wall_seconds": wall,
+            "cancelled": any(r.cancelled for _, r in per_target), "targets": report_targets}
+
+
+def _shard_plan(executor, shards: int | None):
+    """The executor (parsed where named) and the shard count (None: :func:`~probe_core.runs.scaleout.shard_count`),
+    refused unless a whole number >= 1."""
+    if isinstance(executor, str) or shards is None:
+        executor = parse_executor(executor) if isinstance(executor, str) else executor
+        shards = shard_count(executor, shards)
+    if not isinstance(shards, int) or shards < 1:
+        raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
+    return executor, shards
+
+
+def _targets_of(spec: TargetSpec | str | list[Target], class_names: tuple[str, ...]) -> list[Target]:
+    """The targets of a spec (text parsed in ``class_names``), refused when there are none or their class count is
+    not the classifier's."""
     if isinstance(spec, str):
         spec = TargetSpec.parse(spec, class_names)
     targets = list(spec.targets if isinstance(spec, TargetSpec) else spec)
@@ -115,85 +150,83 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         raise ProbeError("no targets given")
     if targets[0].num_classes != len(class_names):
         raise ProbeError("the targets' class count does not match the classifier")
-    hard = any(t.needs_tempered_start for t in targets)
-    if init == "auto":
-        init = auto_init(generator, hard, sampler)
-    if anneal_sigma_from == "auto":
-        anneal_sigma_from = None if hard or init == "smc" else 0.5
-    if isinstance(executor, str) or shards is None:
-        executor = parse_executor(executor) if isinstance(executor, str) else executor
-        shards = shard_count(executor, shards)
-    if not isinstance(shards, int) or shards < 1:
-        raise ProbeError(f"shards must be a whole number >= 1, got {shards!r}")
-    if sampler != "nuts" and (shards > 1 or (executor is not None and executor.distributed)):
-        chosen = settings.derived(sampler=sampler, init=init, anneal_sigma_from=anneal_sigma_from)
-        return _sample_in_shards(classifier, generator, targets, class_names=class_names, settings=chosen,
-                                 dataset=dataset, store=store, run_id=run_id, reporter=reporter,
-                                 target_index_offset=target_index_offset,
-                                 executor=executor, shards=shards, judge=judge, provenance=provenance)
-    started = time.perf_counter()
-    if sampler == "nuts":
-        per_target = []
-        for index, target in enumerate(targets):
-            posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], 1), sigma)
-            chain = run_pyro_nuts(posterior, warmup, samples, seed + index)
-            per_target.append((target, chain))
-            if store is not None and run_id is not None:
-                _store_chunk(store, run_id, posterior, 0, chain.positions, chain.probs,
-                             index_offset=index + target_index_offset, keep_every=keep_every)
-            try:
-                if reporter is not None:
-                    reporter.report((index + 1) / len(targets), f"NUTS: target {index + 1} of {len(targets)}")
-            except CancelledError:  # asked to stop: the targets sampled so far
-                break
-    else:
-        batch = TargetBatch(targets, chains)
-        posterior = BayesTrExPosterior(classifier, generator, batch, sigma)
-        config = SamplerConfig(num_warmup=warmup, num_samples=samples, seed=seed, init=init,
-                               anneal_sigma_from=anneal_sigma_from, independence_moves=settings.independence_moves)
-        sink = None
-        if store is not None and run_id is not None:
-            def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
-                _store_chunk(store, run_id, posterior, first, z, p, target_index_offset, keep_every)
-        runner = run_hmc if sampler == "hmc" else run_rwm
-        result = runner(posterior, config, reporter=reporter, sink=sink)
-        per_target = []
-        for index, target in enumerate(targets):
-            chain_ids = (batch.target_index == index).nonzero().squeeze(1)
-            per_target.append((target, ChainResult(
-                result.positions[chain_ids], result.probs[chain_ids], result.logdensity[chain_ids],
-                result.acceptance[chain_ids], result.divergent[chain_ids], result.step_size[chain_ids],
-                result.wall_seconds, result.gradient_evaluations, result.cancelled,
-                independence_acceptance=None if result.independence_acceptance is None
-                else result.independence_acceptance[chain_ids])))
-    wall = time.perf_counter() - started
-    report_targets = []
-    for target, result in per_target:
-        summary = summarise_target(target, result.positions, result.probs, result.acceptance, result.divergent,
-                                   class_names, structured_prior=isinstance(generator, StructuredPrior))
-        entry = {
-            "spec": target.spec,
-            "classes": list(target.classes),
-            "description": target.describe(class_names),
-            "failed": summary["hits"] == 0,
-            "hit_rate": summary["hits"] / summary["kept"] if summary["kept"] else 0.0,
-            "summary": summary,
-            "samples": _sample_records(target, result, describe=generator.describe if isinstance(generator, StructuredPrior) else None),
-        }
-        if result.independence_acceptance is not None:
-            entry["independence_acceptance"] = round(float(result.independence_acceptance.mean()), 4)
-        if dataset is not None:
-            entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
-        if (judge is not None and target.judged_classes) or provenance is not None:
-            decoded = decoded_hits(generator, target, result)
-            if judge is not None and target.judged_classes:
-                entry["judge_agreement"] = judged_hits(judge, generator, target, result, decoded=decoded)
-            if provenance is not None:
-                entry["provenance"] = provenance.measure(decoded.images, decoded.probs, decoded.chains)
-        report_targets.append(entry)
-    return {"sampler": sampler, "seed": seed, "sigma": sigma, "chains_per_target": chains,
-            "warmup": warmup, "samples_per_chain": samples, "wall_seconds": wall,
-            "cancelled": any(r.cancelled for _, r in per_target), "targets": report_targets}
+    return targets
+
+
+def _nuts_per_target(classifier, generator, targets: list[Target], settings: SamplerSettings, store, run_id,
+                     reporter: Reporter | None, target_index_offset: int) -> list[tuple[Target, ChainResult]]:
+    """Pyro's NUTS (the reference sampler), one chain per target, each stored as it ends (``store`` given); a stop
+    keeps the targets sampled so far."""
+    per_target = []
+    for index, target in enumerate(targets):
+        posterior = BayesTrExPosterior(classifier, generator, TargetBatch([target], 1), settings.sigma)
+        chain = run_pyro_nuts(posterior, settings.warmup, settings.samples, settings.seed + index)
+        per_target.append((target, chain))
+        if store is not None:
+            _store_chunk(store, run_id, posterior, 0, chain.positions, chain.probs,
+                         index_offset=index + target_index_offset, keep_every=settings.keep_every)
+        try:
+            if reporter is not None:
+                reporter.report((index + 1) / len(targets), f"NUTS: target {index + 1} of {len(targets)}")
+        except CancelledError:  # asked to stop: the targets sampled so far
+            break
+    return per_target
+
+
+def _batched_per_target(classifier, generator, targets: list[Target], settings: SamplerSettings, store, run_id,
+                        reporter: Reporter | None, target_index_offset: int) -> list[tuple[Target, ChainResult]]:
+    """Every target's chains in one batch (HMC or random-walk Metropolis, ``settings.sampler``, with its chosen
+    start and annealing), streamed to ``store`` as they are kept; then each target's share of the chains."""
+    batch = TargetBatch(targets, settings.chains)
+    posterior = BayesTrExPosterior(classifier, generator, batch, settings.sigma)
+    config = SamplerConfig(num_warmup=settings.warmup, num_samples=settings.samples, seed=settings.seed,
+                           init=settings.init, anneal_sigma_from=settings.anneal_sigma_from,
+                           independence_moves=settings.independence_moves)
+    sink = None
+    if store is not None:
+        def sink(first: int, z: torch.Tensor, p: torch.Tensor) -> None:
+            _store_chunk(store, run_id, posterior, first, z, p, target_index_offset, settings.keep_every)
+    runner = run_hmc if settings.sampler == "hmc" else run_rwm
+    result = runner(posterior, config, reporter=reporter, sink=sink)
+    per_target = []
+    for index, target in enumerate(targets):
+        chain_ids = (batch.target_index == index).nonzero().squeeze(1)
+        per_target.append((target, ChainResult(
+            result.positions[chain_ids], result.probs[chain_ids], result.logdensity[chain_ids],
+            result.acceptance[chain_ids], result.divergent[chain_ids], result.step_size[chain_ids],
+            result.wall_seconds, result.gradient_evaluations, result.cancelled,
+            independence_acceptance=None if result.independence_acceptance is None
+            else result.independence_acceptance[chain_ids])))
+    return per_target
+
+
+def _target_entry(target: Target, result: ChainResult, classifier, generator, class_names: tuple[str, ...],
+                  dataset: ImageDataset | None, judge, provenance) -> dict:
+    """One target's entry of the result: its summary and sample records, and where asked its test-set baseline,
+    the judge's agreement and the hits' provenance (hits decoded once for both)."""
+    structured = isinstance(generator, StructuredPrior)
+    summary = summarise_target(target, result.positions, result.probs, result.acceptance, result.divergent,
+                               class_names, structured_prior=structured)
+    entry = {
+        "spec": target.spec,
+        "classes": list(target.classes),
+        "description": target.describe(class_names),
+        "failed": summary["hits"] == 0,
+        "hit_rate": summary["hits"] / summary["kept"] if summary["kept"] else 0.0,
+        "summary": summary,
+        "samples": _sample_records(target, result, describe=generator.describe if structured else None),
+    }
+    if result.independence_acceptance is not None:
+        entry["independence_acceptance"] = round(float(result.independence_acceptance.mean()), 4)
+    if dataset is not None:
+        entry["test_set_baseline"] = test_set_baseline(target, classifier, dataset)
+    if (judge is not None and target.judged_classes) or provenance is not None:
+        decoded = decoded_hits(generator, target, result)
+        if judge is not None and target.judged_classes:
+            entry["judge_agreement"] = judged_hits(judge, generator, target, result, decoded=decoded)
+        if provenance is not None:
+            entry["provenance"] = provenance.measure(decoded.images, decoded.probs, decoded.chains)
+    return entry
 
 
 # The most hits of one target decoded for the judge (evenly spaced over the chains' kept samples).

@@ -218,16 +218,7 @@ def finetune_sweep(
         Per λ: ``lambda``, best ``epoch``, ``score``, ``validation_accuracy``,
         ``failure_validation_accuracy``, ``test_accuracy``, ``failure_accuracy``.
     """
-    if not lambdas:
-        raise ProbeError("give at least one λ")
-    if any(lam < 0 for lam in lambdas):
-        raise ProbeError(f"λ must be non-negative, got {lambdas}")
-    if len(failures) == 0:
-        raise ProbeError("no failure samples to finetune on")
-    if selection not in SELECTION_RULES:
-        raise ProbeError(f"unknown selection rule {selection!r}; choose one of {', '.join(SELECTION_RULES)}")
-    if steps_per_epoch is not None and steps_per_epoch < 1:
-        raise ProbeError(f"steps per epoch must be at least 1, got {steps_per_epoch}")
+    _check_sweep(lambdas, len(failures), selection, steps_per_epoch)
     options = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
                "selection": selection, "steps_per_epoch": steps_per_epoch,
                "keep_batch_statistics": keep_batch_statistics}
@@ -249,6 +240,20 @@ def finetune_sweep(
     for entry in sweep:
         entry.pop("state")
     return model, {"lambda": best["lambda"], "epoch": best["epoch"], "score": best["score"]}, sweep
+
+
+def _check_sweep(lambdas: tuple[float, ...], failures: int, selection: str, steps_per_epoch: int | None) -> None:
+    """Refuse a sweep with no λ, a negative one, no failure samples, an unknown selection rule or no steps."""
+    if not lambdas:
+        raise ProbeError("give at least one λ")
+    if any(lam < 0 for lam in lambdas):
+        raise ProbeError(f"λ must be non-negative, got {lambdas}")
+    if failures == 0:
+        raise ProbeError("no failure samples to finetune on")
+    if selection not in SELECTION_RULES:
+        raise ProbeError(f"unknown selection rule {selection!r}; choose one of {', '.join(SELECTION_RULES)}")
+    if steps_per_epoch is not None and steps_per_epoch < 1:
+        raise ProbeError(f"steps per epoch must be at least 1, got {steps_per_epoch}")
 
 
 def finetune_one_lambda(classifier: torch.nn.Module, lam: float, *, train: LabelledImages,

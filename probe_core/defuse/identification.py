@@ -194,12 +194,10 @@ def identify_failures(
     images_per_batch : int
         Images whose Q decodings are classified in one forward pass.
     reporter : Reporter, optional
-        Told after each batch the fraction of images done, with details ``images_done``, ``images_total``,
-        ``failures`` and ``images_with_failures``; a stop (its ``report`` raising) ends the run, and the failures
-        given to ``on_batch`` stay.
+        Told the fraction of images done after each batch (details ``images_done``, ``images_total``, ``failures``,
+        ``images_with_failures``); a stop (its ``report`` raising) ends the run; what ``on_batch`` got stays.
     on_batch : callable, optional
-        ``on_batch(batch_index, failures)`` with each batch's failures, for streaming
-        them to a store as they are found.
+        ``on_batch(batch_index, failures)`` with each batch's failures, to store them as they are found.
     judge : nn.Module, optional
         A classifier other than ``classifier`` (images (B, C, H, W) -> probabilities (B, K), the same classes).
         With one, a misclassified decoding counts as a failure only if the judge gives its source image's label
@@ -214,65 +212,81 @@ def identify_failures(
         All kept failures, in image order.
     """
     _require_encoder(vae)
-    if len(images) != len(labels):
-        raise ProbeError(f"{len(images)} images but {len(labels)} labels")
+    _check_identification(len(images), len(labels), samples_per_image, max_per_image, images_per_batch, judge_sure)
+    rng, device = np.random.default_rng(seed), next(vae.parameters()).device
+    means = encode_means(vae, images)
+    latent_dim, keep = means.shape[1], min(max_per_image, samples_per_image)
+    parts: list[FailureSet] = []
+    failures_so_far, images_with_failures = 0, 0
+    for batch_index, start in enumerate(range(0, len(images), images_per_batch)):
+        mu = means[start:start + images_per_batch]
+        batch_labels = labels[start:start + images_per_batch]
+        delta = torch.from_numpy(perturbation_noise((len(mu), samples_per_image, latent_dim), noise, a, b,
+                                                    noise_scale, rng))
+        found, with_failures = _batch_failures(classifier, vae, judge, judge_sure, mu, delta, batch_labels, start,
+                                               keep, device)
+        parts.append(found)
+        failures_so_far += len(found)
+        images_with_failures += with_failures
+        if on_batch is not None and len(found):
+            on_batch(batch_index, found)
+        if reporter is not None:
+            _report_images_done(reporter, start + len(mu), len(images), failures_so_far, images_with_failures)
+    return concatenate_failures(parts, latent_dim, tuple(images.shape[1:]))
+
+
+def _report_images_done(reporter: Reporter, done: int, total: int, failures: int, images_with_failures: int) -> None:
+    reporter.report(done / max(total, 1), f"{done}/{total} images, {failures} failures",
+                    {"images_done": done, "images_total": total, "failures": failures,
+                     "images_with_failures": images_with_failures}, force=done == total)
+
+
+def _check_identification(images: int, labels: int, samples_per_image: int, max_per_image: int,
+                          images_per_batch: int, judge_sure: float) -> None:
+    """Refuse images and labels of different counts, counts below 1 and a judge's threshold outside (0, 1]."""
+    if images != labels:
+        raise ProbeError(f"{images} images but {labels} labels")
     if samples_per_image < 1 or max_per_image < 1 or images_per_batch < 1:
         raise ProbeError("samples_per_image, max_per_image and images_per_batch must be at least 1")
     if not 0 < judge_sure <= 1:
         raise ProbeError(f"judge_sure must be in (0, 1], got {judge_sure}")
-    rng = np.random.default_rng(seed)
-    device = next(vae.parameters()).device
-    means = encode_means(vae, images)
-    latent_dim = means.shape[1]
-    parts: list[FailureSet] = []
-    failures_so_far, images_with_failures = 0, 0
-    keep = min(max_per_image, samples_per_image)
-    for batch_index, start in enumerate(range(0, len(images), images_per_batch)):
-        mu = means[start:start + images_per_batch]
-        batch_labels = labels[start:start + images_per_batch]
-        count = len(mu)
-        delta = torch.from_numpy(perturbation_noise((count, samples_per_image, latent_dim), noise, a, b,
-                                                    noise_scale, rng))
-        codes = (mu[:, None, :] + delta).reshape(-1, latent_dim)
-        decoded = vae.decode(codes.to(device))
-        probs = classifier(decoded).float().cpu()
-        predictions = probs.argmax(1).reshape(count, samples_per_image)
-        wrong = predictions != batch_labels[:, None]
-        misclassified = int(wrong.sum())
-        if judge is not None and wrong.any():  # the judge sees only the misclassified decodings
-            rows = wrong.reshape(-1).nonzero().squeeze(1)
-            source_class = batch_labels.repeat_interleave(samples_per_image)[rows, None].to(decoded.device)
-            judged = judge(decoded[rows.to(decoded.device)]).float().gather(1, source_class).squeeze(1).cpu()
-            confirmed = torch.zeros(count * samples_per_image, dtype=torch.bool)
-            confirmed[rows] = judged >= judge_sure
-            wrong = confirmed.reshape(count, samples_per_image)
-        confirmed_count = int(wrong.sum())
-        norms = delta.norm(dim=2)
-        order = torch.where(wrong, norms, torch.full_like(norms, math.inf)).argsort(dim=1)[:, :keep]
-        chosen = torch.gather(wrong, 1, order)
-        image_rows, ranks = chosen.nonzero(as_tuple=True)
-        flat = image_rows * samples_per_image + order[image_rows, ranks]
-        found = FailureSet(
-            latents=codes[flat].numpy().astype(np.float32),
-            source_index=(start + image_rows).numpy().astype(np.int64),
-            true_labels=batch_labels[image_rows].numpy().astype(np.int64),
-            predictions=predictions.reshape(-1)[flat].numpy().astype(np.int64),
-            confidences=probs[flat].numpy().astype(np.float32),
-            noise_norms=norms.reshape(-1)[flat].numpy().astype(np.float32),
-            images=(decoded[flat.to(decoded.device)].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy(),
-            misclassified=misclassified, confirmed=confirmed_count,
-        )
-        parts.append(found)
-        failures_so_far += len(found)
-        images_with_failures += int(chosen.any(dim=1).sum())
-        if on_batch is not None and len(found):
-            on_batch(batch_index, found)
-        if reporter is not None:
-            done = start + count
-            reporter.report(done / max(len(images), 1), f"{done}/{len(images)} images, {failures_so_far} failures",
-                            {"images_done": done, "images_total": len(images), "failures": failures_so_far,
-                             "images_with_failures": images_with_failures}, force=done == len(images))
-    return concatenate_failures(parts, latent_dim, tuple(images.shape[1:]))
+
+
+def _batch_failures(classifier, vae, judge, judge_sure: float, mu: torch.Tensor, delta: torch.Tensor,
+                    batch_labels: torch.Tensor, start: int, keep: int, device) -> tuple[FailureSet, int]:
+    """One batch of identification: the codes ``mu`` (B, D) perturbed by ``delta`` (B, Q, D), decoded and
+    classified; the misclassified decodings the judge confirms (all of them without a judge), at most ``keep`` per
+    image, smallest ‖δ‖ first. Returns them (source indices offset by ``start``) and how many images had any."""
+    count, samples_per_image, latent_dim = delta.shape
+    codes = (mu[:, None, :] + delta).reshape(-1, latent_dim)
+    decoded = vae.decode(codes.to(device))
+    probs = classifier(decoded).float().cpu()
+    predictions = probs.argmax(1).reshape(count, samples_per_image)
+    wrong = predictions != batch_labels[:, None]
+    misclassified = int(wrong.sum())
+    if judge is not None and wrong.any():  # the judge sees only the misclassified decodings
+        rows = wrong.reshape(-1).nonzero().squeeze(1)
+        source_class = batch_labels.repeat_interleave(samples_per_image)[rows, None].to(decoded.device)
+        judged = judge(decoded[rows.to(decoded.device)]).float().gather(1, source_class).squeeze(1).cpu()
+        confirmed = torch.zeros(count * samples_per_image, dtype=torch.bool)
+        confirmed[rows] = judged >= judge_sure
+        wrong = confirmed.reshape(count, samples_per_image)
+    norms = delta.norm(dim=2)
+    order = torch.where(wrong, norms, torch.full_like(norms, math.inf)).argsort(dim=1)[:, :keep]
+    chosen = torch.gather(wrong, 1, order)
+    image_rows, ranks = chosen.nonzero(as_tuple=True)
+    flat = image_rows * samples_per_image + order[image_rows, ranks]
+    found = FailureSet(
+        latents=codes[flat].numpy().astype(np.float32),
+        source_index=(start + image_rows).numpy().astype(np.int64),
+        true_labels=batch_labels[image_rows].numpy().astype(np.int64),
+        predictions=predictions.reshape(-1)[flat].numpy().astype(np.int64),
+        confidences=probs[flat].numpy().astype(np.float32),
+        noise_norms=norms.reshape(-1)[flat].numpy().astype(np.float32),
+        images=(decoded[flat.to(decoded.device)].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy(),
+        misclassified=misclassified, confirmed=int(wrong.sum()),
+    )
+    return found, int(chosen.any(dim=1).sum())
 
 
 def concatenate_failures(parts: list[FailureSet], latent_dim: int, image_shape: tuple[int, ...]) -> FailureSet:

@@ -222,6 +222,20 @@ def _model_key(model) -> str:
     return f"{model.id}@{id(model.module)}" if model.kind.startswith("memory") else model.id
 
 
+def _best_reassignment(covered: list[int], truth: np.ndarray, predicted: np.ndarray,
+                       names) -> tuple[float, dict]:
+    """The accuracy under the best one-to-one reassignment of predicted classes (the Hungarian method on the
+    confusion matrix of ``truth`` and ``predicted``, both (N,) over ``covered``), and that reassignment by name."""
+    from scipy.optimize import linear_sum_assignment
+
+    position = {c: i for i, c in enumerate(covered)}
+    confusion = np.zeros((len(covered), len(covered)))
+    np.add.at(confusion, ([position[t] for t in truth], [position[p] for p in predicted]), 1)
+    rows, columns = linear_sum_assignment(-confusion)
+    moved = {names[covered[c]]: names[covered[r]] for r, c in zip(rows, columns) if r != c}
+    return float(confusion[rows, columns].sum() / len(truth)), moved
+
+
 def check_classifier(classifier, dataset) -> ClassifierCheck:
     """Check a resolved classifier (:meth:`ModelRegistry.resolve`) on the data set's labelled test images.
 
@@ -265,15 +279,8 @@ def check_classifier(classifier, dataset) -> ClassifierCheck:
     predicted = np.asarray(covered)[_probabilities(classifier.module, images).argmax(1).numpy()]
     truth = labels[chosen]
     accuracy = float((predicted == truth).mean())
-    position = {c: i for i, c in enumerate(covered)}
-    confusion = np.zeros((len(covered), len(covered)))
-    np.add.at(confusion, ([position[t] for t in truth], [position[p] for p in predicted]), 1)
-    from scipy.optimize import linear_sum_assignment
-
-    rows, columns = linear_sum_assignment(-confusion)
-    permutation_accuracy = float(confusion[rows, columns].sum() / len(chosen))
+    permutation_accuracy, moved = _best_reassignment(covered, truth, predicted, dataset.class_names)
     names = dataset.class_names
-    moved = {names[covered[c]]: names[covered[r]] for r, c in zip(rows, columns) if r != c}
     per_class = {names[c]: float((predicted[truth == c] == c).mean()) for c in covered if (truth == c).any()}
     chance = 1.0 / len(covered)
     near_chance = len(covered) > 1 and accuracy <= chance + NEAR_CHANCE_MARGIN

@@ -142,32 +142,13 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
     stages = 0
     while bool((tau < 2).any()) and stages < config.max_stages:
         stages += 1
-        # Choose each island's next τ by bisection on the ESS of the incremental weights.
-        s_g, l_g = surrogate.view(groups, n), likelihood.view(groups, n)
-        in_first = tau < 1
-        slope = torch.where(in_first.unsqueeze(1), s_g, l_g - s_g)
-        limit = torch.where(in_first, 1 - tau, 2 - tau)
-        low, high = torch.zeros_like(tau), limit.clone()
-        ok_full = _ess_fraction(high.unsqueeze(1) * slope) >= config.ess_fraction
-        for _ in range(30):
-            middle = (low + high) / 2
-            good = _ess_fraction(middle.unsqueeze(1) * slope) >= config.ess_fraction
-            low, high = torch.where(good, middle, low), torch.where(good, high, middle)
-        delta = torch.where(ok_full, limit, torch.clamp(low, min=1e-6))
-        delta = torch.where(tau >= 2, torch.zeros_like(delta), torch.minimum(delta, limit))
-        log_weights = delta.unsqueeze(1) * slope
-        tau = torch.where(tau >= 2, tau, tau + delta)
-        tau = torch.where((tau - 1).abs() < 1e-9, torch.ones_like(tau), tau)
-        tau = torch.where(tau > 2 - 1e-9, torch.full_like(tau, 2.0), tau)
+        tau, log_weights = _next_temperatures(tau, surrogate.view(groups, n), likelihood.view(groups, n),
+                                              config.ess_fraction)
         # Resample within islands.
         index = _systematic_resample(log_weights, generator)
         flat_index = (index + torch.arange(groups).unsqueeze(1) * n).reshape(-1).to(device)
         position = position[flat_index]
-        # Mass matrix from the spread of each target's particles.
-        # (a single chain per target has no spread: unit mass)
-        spread = position.view(len(batch.targets), per_target, dim).var(1, correction=0)
-        spread = torch.where(torch.tensor(per_target > 1), spread, torch.ones_like(spread)).clamp(1e-3, 10.0)
-        inverse_mass = spread.repeat_interleave(per_target, 0)
+        inverse_mass = _mass_from_spread(position, len(batch.targets), per_target)
         state = hmc.init(position, logdensity_and_grad)
         accepted = torch.zeros(groups, device=device)
         for _ in range(config.moves_per_stage):
@@ -189,3 +170,33 @@ def run_smc(posterior: BayesTrExPosterior, config: SMCConfig = SMCConfig(),
         _, _, _, probs = terms(position)
     return SMCResult(position, probs.detach(), step_size.repeat_interleave(n), inverse_mass, stages,
                      time.perf_counter() - started, evaluations[0])
+
+
+def _next_temperatures(tau: torch.Tensor, surrogate: torch.Tensor, likelihood: torch.Tensor,
+                       ess_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each island's next τ (G,), chosen by bisection so that the incremental weights keep ``ess_fraction`` of
+    the particles' ESS, and those log weights (G, n): τ in [0, 1) moves along the surrogate (G, n), in [1, 2)
+    from the surrogate to the likelihood (G, n); an island at 2 stays."""
+    in_first = tau < 1
+    slope = torch.where(in_first.unsqueeze(1), surrogate, likelihood - surrogate)
+    limit = torch.where(in_first, 1 - tau, 2 - tau)
+    low, high = torch.zeros_like(tau), limit.clone()
+    ok_full = _ess_fraction(high.unsqueeze(1) * slope) >= ess_fraction
+    for _ in range(30):
+        middle = (low + high) / 2
+        good = _ess_fraction(middle.unsqueeze(1) * slope) >= ess_fraction
+        low, high = torch.where(good, middle, low), torch.where(good, high, middle)
+    delta = torch.where(ok_full, limit, torch.clamp(low, min=1e-6))
+    delta = torch.where(tau >= 2, torch.zeros_like(delta), torch.minimum(delta, limit))
+    tau = torch.where(tau >= 2, tau, tau + delta)
+    tau = torch.where((tau - 1).abs() < 1e-9, torch.ones_like(tau), tau)
+    tau = torch.where(tau > 2 - 1e-9, torch.full_like(tau, 2.0), tau)
+    return tau, delta.unsqueeze(1) * slope
+
+
+def _mass_from_spread(position: torch.Tensor, targets: int, per_target: int) -> torch.Tensor:
+    """The inverse mass matrix (diagonal) of each chain (B, D) from the spread of its target's particles; a single
+    chain per target has no spread, so unit mass."""
+    spread = position.view(targets, per_target, position.shape[1]).var(1, correction=0)
+    spread = torch.where(torch.tensor(per_target > 1), spread, torch.ones_like(spread)).clamp(1e-3, 10.0)
+    return spread.repeat_interleave(per_target, 0)

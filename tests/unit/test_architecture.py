@@ -365,3 +365,23 @@ def test_the_registry_is_one_job_and_nothing_imports_it_for_a_constant():
 def test_the_registry_import_finder_finds_a_planted_one():
     planted = ast.parse("from probe_core.models.registry import ModelRegistry, SEED_RANGE\n")
     assert _registry_constant_imports(planted) == ["SEED_RANGE"]
+
+
+FUNCTION_MAX_LINES = 80
+
+
+def _long_functions(tree: ast.AST, limit: int = FUNCTION_MAX_LINES) -> list[str]:
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_in_probe_core_is_over_eighty_lines():
+    """Long steps are split into named ones (issue 101): a reader sees the run as its steps."""
+    found = {str(path.relative_to(ROOT)): long for path in PACKAGE.rglob("*.py")
+             if (long := _long_functions(ast.parse(path.read_text())))}
+    assert not found, found
+
+
+def test_the_long_function_finder_finds_a_planted_one():
+    planted = ast.parse("def long():\n" + "    x = 1\n" * 85)
+    assert _long_functions(planted) == ["long (86 lines)"]
