@@ -38,11 +38,9 @@ def auto_init(generator, hard: bool, sampler: str) -> str:
     draws from the parts of each target's classes (a ``high:C`` chain starts near codes of C, an ambiguous one
     near codes of either class); else tempered SMC when the batch has an ambiguous or vector target (``hard``)
     and the sampler is HMC; else an optimised start (docs/bayes-trex.md, "How it samples"). Class starts depart
-    from the paper, whose chains start from the prior: on the 64x64 sign-like stand-in, under the autoencoder's
-    kernel density, 16 of 16 ``high:triangle-red-bar`` chains hit from class starts against 5 of 16 from prior
-    draws, and 12 of 16 chains of the ambiguous pair the classifier confuses most against 1 of 16 (and none from
-    tempered SMC, whose particles start from prior draws; docs/real-size.md, ``benchmarks/generators.py --size
-    64``).
+    from the paper, whose chains start from the prior; under the kernel density they pinned each chain to the
+    training code it started on (its hits were blurred copies of one training image, docs/real-size.md), so the
+    real-size default (a flow prior over the codes, N(0, I) noise) has none: its chains start as a VAE's.
     """
     if isinstance(generator, ClassConditionalPrior):
         return "classes"

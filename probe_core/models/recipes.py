@@ -90,13 +90,12 @@ REAL_SIZE_SPATIAL_LATENT = 512
 # generator's training cost grows with its pixels, a classifier's far less.
 REAL_SIZE_GENERATOR_SIDE = 64
 # The generator trained by default at real size: where the spatial code applies (32x32 and up, with images enough
-# for its density), the regularized autoencoder with its fitted density; otherwise the VAE. On the 64x64 sign-like
-# stand-in the VAE's high:C reached 0 of 16 chains and its reconstructions kept the class of 0.64x as many held-out
-# images as the images; the spatial autoencoder's reached 16 of 16, an independent judge agreeing with 63 % of the
-# hits from class starts, and kept 0.91x (docs/real-size.md, benchmarks/real_size.py --sizes 64). On the 32x32
-# SVHN-like stand-in the VAE was weak beside it (above). The GAN's check is 'weak' at real size (its samples
-# are not like the data: benchmarks/real_size.py) and it took a fifth of the defaults' training time;
-# ``probe models train --kind gan`` still trains one.
+# for its flow prior), the regularized autoencoder seen through a flow over its codes (rae_architecture); otherwise
+# the VAE. On the 64x64 sign-like stand-in the VAE's high:C reached 0 of 16 chains and its reconstructions kept the
+# class of 0.64x as many held-out images as the images; the spatial autoencoder's reconstructions kept 0.91x
+# (docs/real-size.md, benchmarks/real_size.py --sizes 64). On the 32x32 SVHN-like stand-in the VAE was weak beside
+# it (above). The GAN's check is 'weak' at real size (its samples are not like the data: benchmarks/real_size.py)
+# and it took a fifth of the defaults' training time; ``probe models train --kind gan`` still trains one.
 REAL_SIZE_ZOO_GENERATORS = ("vae",)
 SPATIAL_SIZE_ZOO_GENERATORS = ("rae",)
 
@@ -114,7 +113,7 @@ def real_size_recipe(kind: str, image_shape: tuple[int, int, int], num_classes: 
     augmented batches, as the classifier does: trained longer without them on 8,000 SVHN-like images, its
     reconstructions kept the class of far more training images than held-out ones (it learnt the images, not
     the digits; ``benchmarks/real_size.py`` prints both). The regularized autoencoder (``rae``) trains as the VAE
-    does, with a spatial code at 32x32 and up where there are images enough for its density
+    does, with a spatial code at 32x32 and up where there are images enough for its flow prior
     (:data:`REAL_SIZE_SPATIAL_LATENT`). The GAN keeps the papers' latent sizes. Epochs are chosen for
     :data:`REAL_SIZE_STEPS` optimisation steps (the VAE's scaled down by the image's pixels beyond 32x32, to at
     least :data:`REAL_SIZE_MIN_VAE_STEPS`; its feature network's for :data:`REAL_SIZE_FEATURE_STEPS`), within

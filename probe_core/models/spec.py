@@ -28,7 +28,7 @@ MODEL_SEED_ENV = "PROBE_MODEL_SEED"
 GENERATOR_KINDS = ("vae", "gan", "rae")
 # Each zoo kind in words, for buttons and messages.
 KIND_WORDS = {"classifier": "classifier", "vae": "VAE", "gan": "GAN",
-              "rae": "autoencoder with a fitted code density"}
+              "rae": "autoencoder with a prior fitted on its codes"}
 # Seeds of models and runs: what torch, numpy and Python's random all take.
 SEED_RANGE = (0, 2**31 - 1)
 # A model spec's whole-number settings, inclusive (the Home page's training widgets take their bounds from here).

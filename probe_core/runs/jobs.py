@@ -73,11 +73,12 @@ class JobManager:
         require(self.actor, Permission.RUN)
         limits = ServerLimits.from_environment()
         if self.actor.signed_in:
-            limits.check_request(_normalise(config))
+            limits.check_request(config)
         with self._guard:
             if dedupe:
+                asked = _canonical(config)
                 for run in self.store.list_runs(kind=kind, active_only=True):
-                    if run.config == _normalise(config):
+                    if _canonical(run.config) == asked:
                         return run.id
             if self.actor.signed_in:
                 waiting = self.store.count_queued_runs(self.actor.recorded_name)
@@ -108,6 +109,7 @@ class JobManager:
         return run
 
 
-def _normalise(config: dict) -> dict:
-    """A config as it reads back from the database (JSON round trip), for comparisons."""
-    return json.loads(json.dumps(config, sort_keys=True, default=str))
+def _canonical(config: dict) -> str:
+    """A config as the text the database stores it as, for comparing a new request with stored ones (a tuple and
+    the list it reads back as compare equal)."""
+    return json.dumps(config, sort_keys=True, default=str)
