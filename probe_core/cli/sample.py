@@ -178,7 +178,7 @@ def add_sample_command(commands: argparse._SubParsersAction) -> None:
                              "(e.g. ambiguous:4,9;high:7)")
     parser.add_argument("--classifier", default="default", help="model id, 'default' or a plugin .py")
     parser.add_argument("--generator", default="default", help="model id, 'default' (the data's: the VAE; on your own "
-                        "data of 32x32 and up, 1,024 images or more, the spatial autoencoder) or a plugin .py")
+                        "data of 32x32 and up, 1,138 images or more, the spatial autoencoder with its flow prior) or a plugin .py")
     parser.add_argument("--class-map", help="MODEL_CLASS=DATA_CLASS,... where the classifier's class names differ "
                         "from the data set's (classes are matched by name, never by position)")
     parser.add_argument("--judge", metavar="MODEL",
