@@ -110,12 +110,15 @@ def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_siz
         default_generator_kind,
     )
     from probe_core.models.registry import ModelRegistry
-    from probe_core.models.density import MIN_CODES_PER_DIMENSION
+    from probe_core.models.autoencoder import flow_fits
+    from probe_core.models.density import has_codes_enough
 
     reference = canonical_dataset_name(str(colour_npz))
     assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]
     assert default_generator_kind(reference) == "vae"
-    enough = MIN_CODES_PER_DIMENSION * REAL_SIZE_SPATIAL_LATENT
+    enough = next(count for count in range(1, 10 * REAL_SIZE_SPATIAL_LATENT)  # codes for the density and the flow
+                  if has_codes_enough(count, REAL_SIZE_SPATIAL_LATENT) and flow_fits(count, REAL_SIZE_SPATIAL_LATENT))
+    assert enough == 1138  # the count README, docs and the CLI's help name
     for side, count, kinds in ((64, enough, SPATIAL_SIZE_ZOO_GENERATORS), (64, enough - 1, REAL_SIZE_ZOO_GENERATORS),
                                (32, enough, SPATIAL_SIZE_ZOO_GENERATORS)):
         images = np.zeros((count, side, side, 3), dtype=np.uint8)  # only the shape and count are read
