@@ -180,7 +180,7 @@ def run_size(size: int, args, workspace) -> None:
     from probe_core.models import ModelSpec
     from probe_core.models.checks import check_classifier, check_generator
     from probe_core.models.recipes import default_generator_kind
-    from probe_core.runs.requests import SampleRequest
+    from probe_core.bayestrex.request import SampleRequest
 
     path, names = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
     reference = canonical_dataset_name(str(path))

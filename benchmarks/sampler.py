@@ -29,7 +29,7 @@ import time
 import torch
 
 from probe_core.bayestrex import SMALL_IMAGE_VALUES, sample
-from probe_core.runs.requests import SampleRequest
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.runs.workspace import Workspace
 from quick_models import quick_models
 from probe_core.mcmc.diagnostics import effective_sample_size

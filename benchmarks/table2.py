@@ -19,7 +19,7 @@ import math
 import time
 
 from probe_core.bayestrex import recipes
-from probe_core.runs.requests import SampleRequest
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.runs.workspace import Workspace
 from quick_models import quick_models
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from probe_core.runs.jobs import JobManager  # noqa: E402
 from probe_core.runs.launchers import ProcessLauncher, worker_threads  # noqa: E402
 from probe_core.runs.lifecycle import submit  # noqa: E402
-from probe_core.runs.requests import SampleRequest  # noqa: E402
+from probe_core.bayestrex.request import SampleRequest  # noqa: E402
 from probe_core.runs.workspace import Workspace  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

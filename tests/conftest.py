@@ -219,10 +219,10 @@ def regression_suite(trained_workspace, flawed_run, tmp_path_factory):
     import numpy as np
 
     from probe_core import suites
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.defuse import review, steps
     from probe_core.defuse.labels import cluster_label_table as label_table
     from probe_core.runs.lifecycle import run_now
-    from probe_core.runs.requests import SampleRequest
 
     registry, store = trained_workspace.registry, trained_workspace.store
     distill_run, names = flawed_run["distill_run"], tuple(str(c) for c in range(10))

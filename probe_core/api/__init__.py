@@ -16,6 +16,7 @@ import numpy as np
 from probe_core import suites
 from probe_core.bayestrex import best_hit_per_target, table2
 from probe_core.bayestrex.recipes import prepare_sample
+from probe_core.bayestrex.request import SAMPLE_SETTINGS, SampleRequest
 from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET
 from probe_core.data.classes import parse_class_map, with_class_map
@@ -31,7 +32,6 @@ from probe_core.reporting.export import sample_arrays
 from probe_core.reporting.figures import accuracy_bars, achieved_violin, matrix_figure
 from probe_core.runs.lifecycle import run_now
 from probe_core.runs.progress import progress_bar
-from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
 from probe_core.runs.runconfig import config_of, result_of
 from probe_core.runs.workspace import Workspace, open_workspace
 from probe_core.sampling.targets import MATRIX_SPEC, TargetSpec, report_classes
@@ -195,7 +195,7 @@ def sample(target, classifier="default", generator="default", *, dataset=DEFAULT
         are judged (``targets[i]["judge_agreement"]``), and a target whose hits it mostly puts elsewhere is
         flagged (``judge_warnings``, also warned).
     **settings
-        The request's settings, with these defaults (:class:`~probe_core.runs.requests.SampleRequest`; the
+        The request's settings, with these defaults (:class:`~probe_core.bayestrex.request.SampleRequest`; the
         ambiguity matrix has its own): {settings}.
 
     Returns
@@ -312,7 +312,7 @@ def matrix(classifier="default", generator="default", *, dataset=DEFAULT_DATASET
     """The ambiguity matrix: ``ambiguous:i,j`` for every class pair in one batched run (as the Ambiguity page).
 
     Takes :func:`sample`'s arguments without the target; the settings default to the matrix's own, which
-    depend on the image size (:func:`~probe_core.runs.requests.matrix_sampler_defaults`).
+    depend on the image size (:func:`~probe_core.bayestrex.request.matrix_sampler_defaults`).
 
     Returns
     -------

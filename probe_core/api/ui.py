@@ -37,7 +37,7 @@ from probe_core.sampling.protocols import prior_draws
 # -- runs: start them (each in a worker process), read their requests and results --------------------------------
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.lifecycle import submit as submit_run
-from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE, SampleRequest, field_defaults
+from probe_core.runs.requests import SAMPLE_RANGES, SIGMA_RANGE, field_defaults
 from probe_core.runs.runconfig import config_of, result_of
 from probe_core.runs.scaleout import SHARDS_RANGE, check_executor
 from probe_core.runs.training import start_default_training, submit_training
@@ -62,6 +62,7 @@ from probe_core.bayestrex.recipes import (
     plan_use_case,
     samples_to_label,
 )
+from probe_core.bayestrex.request import PATH_PAGE_DEFAULTS, SampleRequest
 from probe_core.mcmc.diagnostics import POOR_MIXING_NOTE, mixing_ok
 from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.sampling.targets import DEFAULT_SIGMA, SPEC_KINDS, PathKind, TargetSpec, report_classes, spec_help

@@ -20,21 +20,7 @@ from probe_core.bayestrex.recipes import (
     probe_target,
     samples_to_label,
 )
-from probe_core.bayestrex.run import sample
-from probe_core.bayestrex.summary import (
-    MISTAKE_CONFIDENCE,
-    TEST_IMAGE_VERDICTS,
-    best_hit_per_target,
-    best_samples,
-    label_test_image,
-    prior_norm_interval,
-    summarise_target,
-    summary_rows,
-    table2,
-    target_status,
-    test_set_baseline,
-)
-from probe_core.runs.requests import (  # the sample request's defaults and checks, offered here with the sampler
+from probe_core.bayestrex.request import (
     LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
     MATRIX_SAMPLER_DEFAULTS,
     MAX_CHAINS,
@@ -48,6 +34,20 @@ from probe_core.runs.requests import (  # the sample request's defaults and chec
     matrix_sampler_defaults,
     page_sampler_defaults,
     sampler_defaults,
+)
+from probe_core.bayestrex.run import sample
+from probe_core.bayestrex.summary import (
+    MISTAKE_CONFIDENCE,
+    TEST_IMAGE_VERDICTS,
+    best_hit_per_target,
+    best_samples,
+    label_test_image,
+    prior_norm_interval,
+    summarise_target,
+    summary_rows,
+    table2,
+    target_status,
+    test_set_baseline,
 )
 
 __all__ = [

@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from probe_core.bayestrex.request import SamplerSettings
 from probe_core.bayestrex.results import COMPARE, ComparisonResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
 from probe_core.errors import ProbeError
 from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
-from probe_core.runs.requests import BuiltFromSettings, SamplerSettings, refuse_unknown
+from probe_core.runs.requests import BuiltFromSettings, refuse_unknown
 from probe_core.runs.validation import check_record, checked_models
 from probe_core.sampling.targets import DEFAULT_SIGMA, TargetSpec
 

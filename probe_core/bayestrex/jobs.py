@@ -1,4 +1,4 @@
-"""Bayes-TrEx sampling as a run kind: a :class:`~probe_core.runs.requests.SampleRequest` runs as a job that streams
+"""Bayes-TrEx sampling as a run kind: a :class:`~probe_core.bayestrex.request.SampleRequest` runs as a job that streams
 samples and the live trace the Probe page draws. (The comparison's run kind is in
 :mod:`probe_core.bayestrex.compare`.)
 """
@@ -6,13 +6,13 @@ samples and the live trace the Probe page draws. (The comparison's run kind is i
 from __future__ import annotations
 
 from probe_core.bayestrex.recipes import prepare_sample, probe_target
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.bayestrex.results import SamplingResult
 from probe_core.mcmc.diagnostics import effective_sample_size, split_rhat
 from probe_core.progress import rewritten
 from probe_core.runs.lifecycle import job_of, run_kind, training_announcer
-from probe_core.runs.requests import SampleRequest
 
-run_kind(SamplingResult)(SampleRequest)  # the request type lives in probe_core.runs.requests, below the domains
+run_kind(SamplingResult)(SampleRequest)
 
 
 class LiveTrace:
@@ -80,7 +80,7 @@ class LiveTrace:
 
 @job_of(SampleRequest)
 def sampling_job(registry, request: SampleRequest, device: str = "cpu"):
-    """:func:`probe_target` of a :class:`~probe_core.runs.requests.SampleRequest` as a background job that streams
+    """:func:`probe_target` of a :class:`~probe_core.bayestrex.request.SampleRequest` as a background job that streams
     samples and a :class:`LiveTrace` to its run.
 
     Returns a :class:`~probe_core.bayestrex.results.SamplingResult`; the run stores it without the

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from probe_core.bayestrex.compare import CompareRequest
+from probe_core.bayestrex.request import SAMPLE_SETTINGS, SampleRequest
 from probe_core.bayestrex.results import ComparisonResult, SamplingResult
 from probe_core.bayestrex.run import sample
 from probe_core.catalog import load_dataset
@@ -20,7 +21,6 @@ from probe_core.data.provenance import ProvenanceMeter, training_index
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import SAMPLE_SETTINGS, SampleRequest
 from probe_core.runs.validation import better_generator, check_record, checked_judge, checked_models, judge_warning
 from probe_core.sampling.targets import TargetSpec
 
@@ -226,9 +226,9 @@ def _generator(registry, dataset: str, data, classes: tuple[int, ...], reference
 def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "cpu", **settings) -> PreparedSample:
     """Train what the plan names and is missing (explicitly, with progress announced), then prepare the
     sample request of its targets on those models: a use case runs as the same
-    :class:`~probe_core.runs.requests.SampleRequest` as ``probe sample`` and the Probe page.
+    :class:`~probe_core.bayestrex.request.SampleRequest` as ``probe sample`` and the Probe page.
 
-    ``settings``: the request's settings (:data:`~probe_core.runs.requests.SAMPLE_SETTINGS`; None or left out
+    ``settings``: the request's settings (:data:`~probe_core.bayestrex.request.SAMPLE_SETTINGS`; None or left out
     takes the target's default).
     """
     registry = registry.remembering()  # the models trained or loaded here are the ones sampled
@@ -244,7 +244,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
 def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> SamplingResult:
     """:func:`prepare_use_case`, then sample; the result names the use case (``use_case``).
 
-    ``settings``: the sample request's settings (:data:`~probe_core.runs.requests.SAMPLE_SETTINGS`) and
+    ``settings``: the sample request's settings (:data:`~probe_core.bayestrex.request.SAMPLE_SETTINGS`) and
     :func:`probe_target`'s runtime arguments.
     """
     prepared = prepare_use_case(registry, plan, dataset,

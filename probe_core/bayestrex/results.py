@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, TypedDict
 
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.data.provenance import memorisation_reasons
 from probe_core.runs.lifecycle import StoredResult
-from probe_core.runs.requests import SampleRequest
 
 COMPARE, LATENT_MAP = "compare", "latent-map"  # run kinds whose requests live above this module
 

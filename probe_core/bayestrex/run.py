@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from probe_core.bayestrex.request import SAMPLER_SETTING_NAMES, SamplerSettings
 from probe_core.bayestrex.summary import summarise_target, test_set_baseline
 from probe_core.data import ImageDataset
 from probe_core.errors import CancelledError, ProbeError
 from probe_core.mcmc.driver import ChainResult
 from probe_core.models.checks import GENERATOR_THRESHOLDS, judge_agreement
 from probe_core.progress import Reporter
-from probe_core.runs.requests import SAMPLER_SETTING_NAMES, SamplerSettings
 from probe_core.runs.scaleout import (
     LocalShards,
     ShardTask,
@@ -53,8 +53,8 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
            executor=None, shards: int | None = 1, judge=None, provenance=None, **keywords) -> dict:
     """Sample every target of ``spec`` and return the result (the CLI's ``result.json`` shape).
 
-    The sampler's settings are a :class:`~probe_core.runs.requests.SamplerSettings`, checked when it was made
-    (a :class:`~probe_core.runs.requests.SampleRequest` carries one) and trusted here; or, instead, its fields
+    The sampler's settings are a :class:`~probe_core.bayestrex.request.SamplerSettings`, checked when it was made
+    (a :class:`~probe_core.bayestrex.request.SampleRequest` carries one) and trusted here; or, instead, its fields
     as keywords (``chains=16, warmup=300``), made into one here, so a bad value is one clear error before any
     work.
 
@@ -94,7 +94,7 @@ def sample(classifier, generator, spec: TargetSpec | str | list[Target], *, clas
         (:class:`~probe_core.data.provenance.ProvenanceMeter`): its entry gets ``provenance``, the figures of
         :func:`~probe_core.data.provenance.summarise_provenance` (``copying`` where they look copied).
     **keywords
-        The fields of :class:`~probe_core.runs.requests.SamplerSettings`, where ``settings`` is not given.
+        The fields of :class:`~probe_core.bayestrex.request.SamplerSettings`, where ``settings`` is not given.
     """
     settings = _settings_of(settings, keywords)
     sampler, init, anneal_sigma_from = settings.sampler, settings.init, settings.anneal_sigma_from

@@ -18,6 +18,7 @@ from probe_core.bayestrex import (
 )
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.recipes import prepare_sample
+from probe_core.bayestrex.request import CHAIN_STARTS, SampleRequest
 from probe_core.catalog import load_dataset
 from probe_core.cli.common import workspace_from_args
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL
@@ -25,7 +26,7 @@ from probe_core.errors import ProbeError
 from probe_core.mcmc.driver import DEFAULT_INTEGRATION_STEPS, JUMPING_INTEGRATION_STEPS
 from probe_core.reporting.export import npz_bytes, sample_arrays, write_file
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import CHAIN_STARTS, SampleRequest, field_defaults
+from probe_core.runs.requests import field_defaults
 from probe_core.sampling.targets import spec_help
 from probe_core.team.accounts import shell_annotator
 

@@ -39,7 +39,6 @@ from probe_core.runs.scaleout import (
 )
 from probe_core.runs.validation import checked_judge, checked_models, judge_warning
 
-
 log = logging.getLogger(__name__)
 
 
@@ -106,7 +105,7 @@ class IdentifyRequest(BuiltFromSettings):
               **settings) -> "IdentifyRequest":
         """The request made from ``settings`` (:meth:`from_settings`) and checked against the workspace in one step,
         before a run is stored: ``class_map`` (``MODEL=DATA,...``) applied to the classifier's reference as
-        :class:`~probe_core.runs.requests.SampleRequest` does (:func:`~probe_core.runs.requests.mapped_classifier`),
+        :class:`~probe_core.bayestrex.request.SampleRequest` does (:func:`~probe_core.runs.requests.mapped_classifier`),
         the classifier's classes matched to the data's, both models loaded (a plugin that fails or a missing id fails
         here) and the classifier checked on the data, the settings the request leaves open chosen from the data's
         size (:func:`sized_identification`; the note is logged), and the models resolved to stored references that

@@ -1,7 +1,7 @@
 """A run's life in one place: how it starts, its context (progress, cancellation) and how it ends.
 
 Every run kind is declared with :func:`run_kind` next to its domain code: a typed request (:class:`RunRequest`:
-:class:`~probe_core.runs.requests.SampleRequest`, the Defuse steps' requests,
+:class:`~probe_core.bayestrex.request.SampleRequest`, the Defuse steps' requests,
 :class:`~probe_core.bayestrex.compare.CompareRequest`, ...) and the typed result its job returns. A run starts
 one of two ways:
 

@@ -1,6 +1,6 @@
 """The models a run uses prove themselves on its data before any result is shown.
 
-A request's settings are checked once, when it is built (:meth:`~probe_core.runs.requests.SampleRequest.build`
+A request's settings are checked once, when it is built (:meth:`~probe_core.bayestrex.request.SampleRequest.build`
 and the other requests' ``build``), so bad input gets one clear :class:`~probe_core.errors.ProbeError` in
 seconds on an empty workspace; then, inside the run, :func:`checked_models` refuses a classifier whose
 classes look matched wrongly or that has not learned the data and flags a weak generator, and

@@ -9,14 +9,16 @@ from streamlit.testing.v1 import AppTest
 
 from probe_core.api import ui as page_api
 from probe_core.bayestrex.latent_map import latent_map
+from probe_core.bayestrex.request import PATH_PAGE_DEFAULTS
 from probe_core.catalog import load_dataset
+from probe_core.defuse import identify_step
 from probe_core.defuse import labels as label_tools
-from probe_core.defuse import identify_step, queries, review, steps
+from probe_core.defuse import queries, review, steps
 from probe_core.defuse.cluster import REVIEW_TAU
 from probe_core.defuse.correction import PAPER_LAMBDAS
 from probe_core.models import ModelSpec
 from probe_core.progress import SILENT
-from probe_core.runs.requests import PATH_PAGE_DEFAULTS, SAMPLE_RANGES, SIGMA_RANGE
+from probe_core.runs.requests import SAMPLE_RANGES, SIGMA_RANGE
 from probe_core.sampling.targets import DEFAULT_SIGMA, PathKind
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -550,8 +552,8 @@ def test_the_cli_the_probe_page_and_the_api_store_the_same_request(app_env, caps
     import time
 
     import probe_core as mp
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.cli import main
-    from probe_core.runs.requests import SampleRequest
     from probe_core.runs.runconfig import config_of
 
     store = app_env.store

@@ -7,9 +7,9 @@ from helpers import rerun_until
 from streamlit.testing.v1 import AppTest
 
 from probe_core import suites
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.defuse import labels as label_tools
 from probe_core.runs.lifecycle import run_now
-from probe_core.runs.requests import SampleRequest
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 

@@ -281,8 +281,8 @@ def _hover_shows_the_image(page, server, workspace) -> None:
 
 def _a_matrix_cell_click_opens_its_pair(page, server, workspace) -> None:
     """On the Ambiguity matrix, clicking a cell's picture opens that pair below the matrix."""
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.runs.lifecycle import run_now
-    from probe_core.runs.requests import SampleRequest
 
     registry = workspace.registry
     run_now(registry, SampleRequest(

@@ -104,7 +104,7 @@ def test_recipes_and_labels(trained_workspace, tmp_path, capsys):
     assert main(base + ["recipe", "misclassification", "--exclude", "5"] + short + ["--out", str(tmp_path / "m.json")]) == 0
     result = json.loads((tmp_path / "m.json").read_text())
     assert result["use_case"]["excluded_class"] == "5"
-    from probe_core.runs.requests import SampleRequest
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.runs.runconfig import config_of
 
     # a use case runs as the same typed request as `probe sample` and the Probe page

@@ -139,8 +139,8 @@ def test_an_identification_judge_must_be_another_classifier_and_the_run_records_
 def test_a_sampling_judge_is_another_classifier_and_the_run_records_what_it_saw(trained_workspace, flawed_run,
                                                                                  capsys):
     import probe_core.api as mp
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.cli import main
-    from probe_core.runs.requests import SampleRequest
 
     registry, store = trained_workspace.registry, trained_workspace.store
     runs_before = len(store.list_runs())

@@ -10,10 +10,10 @@ import time
 import pytest
 from helpers import write_tiny_plugin
 
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.launchers import ProcessLauncher
 from probe_core.runs.lifecycle import JobSpec, job_spec
-from probe_core.runs.requests import SampleRequest
 
 
 def _sampling_spec(plugin: str, samples: int) -> JobSpec:

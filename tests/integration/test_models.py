@@ -1,7 +1,7 @@
 import pytest
 import torch
-
 from helpers import recording
+
 from probe_core.catalog import load_dataset
 from probe_core.errors import ModelNotFoundError, ProbeError
 from probe_core.models import (
@@ -83,8 +83,8 @@ def test_registry_returns_stored_model_instead_of_retraining(workspace):
 
 def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace, monkeypatch):
     from probe_core.bayestrex.recipes import prepare_sample
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.models.registry import ModelRegistry
-    from probe_core.runs.requests import SampleRequest
 
     loads = []
     original = ModelRegistry.load
@@ -102,10 +102,10 @@ def test_a_remembering_registry_loads_each_model_of_a_run_once(trained_workspace
 
 
 def test_a_sharded_request_is_checked_by_the_request_alone(trained_workspace, monkeypatch):
+    from probe_core.bayestrex import request as requests
     from probe_core.bayestrex import run
     from probe_core.bayestrex.recipes import prepare_sample, probe_target
-    from probe_core.runs import requests
-    from probe_core.runs.requests import SampleRequest
+    from probe_core.bayestrex.request import SampleRequest
 
     checks = {"count": 0}
     original = requests.check_sampler_settings

@@ -31,8 +31,8 @@ def colour_npz(tmp_path_factory):
 
 
 def test_a_colour_npz_gets_the_real_size_recipe_and_runs_sampling_and_identification(colour_npz, tmp_path, capsys):
+    from probe_core.bayestrex.request import REAL_SIZE_SAMPLER_DEFAULTS, SampleRequest
     from probe_core.catalog import canonical_dataset_name
-    from probe_core.runs.requests import REAL_SIZE_SAMPLER_DEFAULTS, SampleRequest
     from probe_core.runs.workspace import Workspace
 
     base = ["--workspace", str(tmp_path / "ws"), "--device", "cpu"]
@@ -103,6 +103,8 @@ def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_siz
     """At 32x32 and up the weak GAN is left out of the defaults: with codes enough for its density the spatial
     autoencoder is trained, with fewer images the VAE; smaller user data keeps the VAE and the GAN."""
     from probe_core.catalog import canonical_dataset_name
+    from probe_core.models.autoencoder import flow_fits
+    from probe_core.models.density import has_codes_enough
     from probe_core.models.recipes import (
         REAL_SIZE_SPATIAL_LATENT,
         REAL_SIZE_ZOO_GENERATORS,
@@ -110,8 +112,6 @@ def test_real_size_defaults_train_the_classifier_and_one_generator_chosen_by_siz
         default_generator_kind,
     )
     from probe_core.models.registry import ModelRegistry
-    from probe_core.models.autoencoder import flow_fits
-    from probe_core.models.density import has_codes_enough
 
     reference = canonical_dataset_name(str(colour_npz))
     assert [spec.kind for spec in ModelRegistry.default_specs(reference)] == ["classifier", *REAL_SIZE_ZOO_GENERATORS]

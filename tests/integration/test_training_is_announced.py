@@ -3,10 +3,10 @@
 from helpers import write_tiny_plugin
 
 from probe_core.bayestrex.jobs import sampling_job
+from probe_core.bayestrex.request import SampleRequest
 from probe_core.cli import main
 from probe_core.progress import CallbackReporter
 from probe_core.runs.lifecycle import run_inline
-from probe_core.runs.requests import SampleRequest
 
 
 def test_probe_sample_says_which_default_model_it_trains_with_a_progress_bar(tmp_path, capsys):

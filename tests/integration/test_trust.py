@@ -234,10 +234,10 @@ def test_defuse_on_a_words_folder_finds_as_few_failures_as_on_digit_names(traine
 
 
 def test_a_plugin_loads_its_weights_and_sibling_module_in_a_worker_process(trained_workspace, tmp_path):
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.runs.jobs import JobManager
     from probe_core.runs.launchers import ProcessLauncher
     from probe_core.runs.lifecycle import submit
-    from probe_core.runs.requests import SampleRequest
 
     plugin = _default_classifier_plugin(tmp_path / "plugin", trained_workspace, WORDS)
     words = _write_folder(tmp_path / "words", WORDS)

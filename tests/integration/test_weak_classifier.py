@@ -9,7 +9,7 @@ from torch import nn
 from probe_core.catalog import load_dataset
 from probe_core.models.architectures import make_vae
 from probe_core.models.checks import ModelCheckError, check_classifier, check_generator
-from probe_core.models.loaded import align_classifier, in_memory_classifier, LoadedModel
+from probe_core.models.loaded import LoadedModel, align_classifier, in_memory_classifier
 from probe_core.runs.validation import check_record, checked_models
 
 
@@ -104,7 +104,7 @@ def test_the_cli_refuses_sampling_with_a_classifier_at_chance_and_stores_nothing
 def test_a_request_made_with_a_classifier_at_chance_is_refused_when_made(digits, trained_workspace):
     """The dashboard holds its models resolved: building the request checks the classifier, so a refused one starts
     nothing, and insisting builds it."""
-    from probe_core.runs.requests import SampleRequest
+    from probe_core.bayestrex.request import SampleRequest
 
     registry = trained_workspace.registry
     runs_before = len(trained_workspace.store.list_runs())

@@ -341,6 +341,22 @@ def test_bayes_trex_does_not_import_defuse():
     assert not crossing, crossing
 
 
+def test_each_run_kind_has_its_request_beside_its_domain():
+    """A run kind's request is defined in the package of its job (SampleRequest in bayestrex/, the Defuse steps'
+    in defuse/), so a domain registers its own request, not one from the floor below (issue 101); the runs layer
+    holds only what every request shares, and training's, whose models sit below it."""
+    from probe_core.runs.lifecycle import all_run_kinds
+
+    misplaced = {}
+    for name, kind in all_run_kinds().items():
+        request_package = kind.request_type.__module__.rsplit(".", 1)[0]
+        job_package = kind.job.__module__.rsplit(".", 1)[0]
+        if request_package != job_package:
+            misplaced[name] = (kind.request_type.__module__, kind.job.__module__)
+    assert not misplaced, misplaced
+    assert all_run_kinds()["sample"].request_type.__module__ == "probe_core.bayestrex.request"
+
+
 REGISTRY_NAMES = {"ModelRegistry", "TrainingAnnouncer"}
 REGISTRY_MAX_LINES = 400
 

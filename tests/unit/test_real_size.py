@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers import recording
+
 from probe_core.data import ImageDataset
 from probe_core.data.synthetic import SIGN_CLASSES, SVHN_CLASSES, signs_like, svhn_like
 from probe_core.errors import ModelNotFoundError, ProbeError
@@ -234,7 +234,7 @@ def test_the_real_size_vae_trains_on_augmented_batches_repeatably():
 
 def test_sampler_defaults_follow_the_image_size():
     """Real-size images take the real-size iterations; the matrix keeps its own; the page halves either."""
-    from probe_core.runs.requests import (
+    from probe_core.bayestrex.request import (
         LARGE_IMAGE_MATRIX_SAMPLER_DEFAULTS,
         PAGE_SAMPLER_DEFAULTS,
         REAL_SIZE_SAMPLER_DEFAULTS,

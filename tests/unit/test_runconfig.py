@@ -8,13 +8,14 @@ import pytest
 
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.latent_map import LatentMapRequest
+from probe_core.bayestrex.request import SampleRequest, SamplerSettings
 from probe_core.defuse.embedding_step import EmbeddingRequest
 from probe_core.defuse.steps import CorrectRequest, DistillRequest, IdentifyRequest
 from probe_core.errors import ProbeError
 from probe_core.models import ModelSpec
 from probe_core.models.spec import SEED_RANGE
 from probe_core.runs.lifecycle import JobSpec, job_spec
-from probe_core.runs.requests import SampleRequest, SamplerSettings, from_record, record, refuse_unknown
+from probe_core.runs.requests import from_record, record, refuse_unknown
 from probe_core.runs.runconfig import config_of
 from probe_core.runs.training import TrainRequest
 from probe_core.runs.workspace import Workspace
@@ -240,9 +241,9 @@ def test_a_run_kind_declared_in_one_module_runs_is_stored_and_reads_back(tmp_pat
 
 def _cli_request(registry, *argv):
     """The request ``probe sample`` builds from ``argv`` (nothing trained: the defaults keep their name)."""
+    from probe_core.bayestrex.request import SampleRequest
     from probe_core.cli import build_parser
     from probe_core.cli.sample import _given_settings
-    from probe_core.runs.requests import SampleRequest
 
     args = build_parser().parse_args(["sample", *argv])
     return SampleRequest.build(registry, dataset=args.dataset, target=args.target, classifier=args.classifier,
@@ -295,7 +296,7 @@ def test_the_matrix_defaults_follow_the_image_size(tmp_path):
 
 def test_the_api_documents_every_sample_setting_with_the_request_types_default():
     import probe_core as mp
-    from probe_core.runs.requests import SAMPLE_SETTINGS
+    from probe_core.bayestrex.request import SAMPLE_SETTINGS
 
     for name in SAMPLE_SETTINGS:
         assert f"{name}={getattr(SampleRequest, name)!r}" in mp.sample.__doc__

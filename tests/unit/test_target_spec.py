@@ -31,7 +31,8 @@ def test_constructors_make_the_spec_that_parsing_its_text_makes():
 def test_high_seven_stays_high_seven_through_a_request_and_its_stored_record():
     from types import SimpleNamespace
 
-    from probe_core.runs.requests import SampleRequest, record
+    from probe_core.bayestrex.request import SampleRequest
+    from probe_core.runs.requests import record
     from probe_core.runs.runconfig import config_of
 
     for typed in ("high:7", "HIGH: Seven", "high:seven"):
