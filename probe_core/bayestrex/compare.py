@@ -39,15 +39,17 @@ class CompareRequest(BuiltFromSettings):
     seed: int = 0
     sigma: float = DEFAULT_SIGMA
 
-    def __post_init__(self) -> None:
-        """Checks the request however it is made (:meth:`build`, read back from a stored run, or directly)."""
+    def convert_values(self) -> None:
+        object.__setattr__(self, "_sampler_settings", SamplerSettings(  # checked with the request; the job trusts it
+            chains=self.chains, warmup=self.warmup, samples=self.samples, keep_every=self.keep_every,
+            sigma=self.sigma, seed=self.seed))
+
+    def check_values(self) -> None:
+        """Checks the request when it is made from settings (:meth:`build`, or directly)."""
         if not self.classifier_a or not self.classifier_b:
             raise ProbeError("a comparison needs two classifiers (classifier A and classifier B)")
         if self.classifier_a == self.classifier_b:
             raise ProbeError("pick two different classifiers to compare")
-        object.__setattr__(self, "_sampler_settings", SamplerSettings(  # checked here, once; the job trusts it
-            chains=self.chains, warmup=self.warmup, samples=self.samples, keep_every=self.keep_every,
-            sigma=self.sigma, seed=self.seed))
 
     def sampler_settings(self) -> SamplerSettings:
         """The sampler's settings, checked when this request was made."""
@@ -61,7 +63,7 @@ class CompareRequest(BuiltFromSettings):
     def build(cls, registry, *, dataset: str, classifier_a: str, classifier_b: str, generator: str | None = None,
               **settings) -> "CompareRequest":
         """The one way to make a comparison request: settings not given (or None) take this type's defaults,
-        and all are checked once, when the request is made (:meth:`__post_init__`), before any work; the job
+        and all are checked once, when the request is made (:meth:`check_values`), before any work; the job
         trusts them.
 
         Parameters

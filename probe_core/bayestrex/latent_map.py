@@ -75,7 +75,7 @@ class LatentMapRequest(BuiltFromSettings):
 
     run: int
 
-    def __post_init__(self) -> None:
+    def check_values(self) -> None:
         object.__setattr__(self, "run", checked_run_id(self.run, "the sampling run to map"))
 
 

@@ -8,9 +8,8 @@ case; the comparison is labelled by people (:func:`samples_to_label`, :func:`com
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from probe_core.bayestrex.compare import CompareRequest
 from probe_core.bayestrex.request import SAMPLE_SETTINGS, SampleRequest
@@ -97,7 +96,7 @@ def prepare_sample(registry, request, device="cpu", suggest_generator: bool = Tr
         judge = checked_judge(registry.resolve(request.judge, "classifier", request.dataset, device=device),
                               classifier, data, class_names=names)  # as build matched it: the targets' classes
         checks["judge_warning"] = judge_warning(judge, classifier)
-    request = replace(request, classifier=classifier.id, generator=generator.id, class_names=names)
+    request = request.derived(classifier=classifier.id, generator=generator.id, class_names=names)
     return PreparedSample(request, classifier, generator, data, checks, warning, judge)
 
 
@@ -238,7 +237,7 @@ def prepare_use_case(registry, plan: UseCasePlan, dataset: str, device: str = "c
               for kind, model in kinds.items()}
     request = SampleRequest.build(registry, dataset=dataset, target=plan.target, classifier=models["classifier"],
                                   generator=models["generator"], **settings)
-    return prepare_sample(registry, replace(request, use_case=plan.use_case), device, suggest_generator=False)
+    return prepare_sample(registry, request.derived(use_case=plan.use_case), device, suggest_generator=False)
 
 
 def run_use_case(registry, plan: UseCasePlan, dataset: str, **settings) -> SamplingResult:
@@ -308,8 +307,9 @@ def compare_classifiers(registry, store, dataset: str, classifier_a: str, classi
     # the run stores resolved references (trained first if they are missing defaults)
     first, second = (registry.get_or_train_reference(ref, "classifier", dataset).id for ref in request.classifiers)
     generator = registry.get_or_train_reference(request.generator, "generator", dataset).id
-    run_id, _ = run_now(registry, dataclasses.replace(request, classifier_a=first, classifier_b=second,
-                                                      generator=generator))
+    if first == second:
+        raise ProbeError(f"both references name the classifier {first}: pick two different classifiers to compare")
+    run_id, _ = run_now(registry, request.derived(classifier_a=first, classifier_b=second, generator=generator))
     return run_id
 
 

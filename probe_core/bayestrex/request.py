@@ -20,6 +20,7 @@ from probe_core.runs.requests import (
     SETTING_WORDS,
     SIGMA_RANGE,
     BuiltFromSettings,
+    checking_values,
     mapped_classifier,
     refuse_unknown,
     resolved_reference,
@@ -156,7 +157,8 @@ class SamplerSettings(SamplerFields):
     """
 
     def __post_init__(self) -> None:
-        check_sampler_settings(**dataclasses.asdict(self))
+        if checking_values():  # not again for the settings of a request made from checked values
+            check_sampler_settings(**dataclasses.asdict(self))
 
     def derived(self, **values) -> "SamplerSettings":
         """These settings with values the sampler derived from them, not checked again: a shard's seed (the run's
@@ -222,21 +224,23 @@ class SampleRequest(BuiltFromSettings, SamplerFields):
     use_case: dict | None = None
     judge: str | None = None
 
-    def __post_init__(self) -> None:
+    def convert_values(self) -> None:
         if isinstance(self.target, str):  # the text of a stored run's record
             object.__setattr__(self, "target", TargetSpec.parse(self.target, self.class_names))
-        elif not isinstance(self.target, TargetSpec):
-            raise ProbeError(f"a sample request's target is a TargetSpec, not {type(self.target).__name__}")
-        elif self.class_names and self.target.class_names != tuple(self.class_names):
-            raise ProbeError("the target spec is written in other classes than the request's classifier has")
-        # checked here, once; the sampler trusts it (a stored run read back is checked again as it is made)
+        # checked with the request (not again when it is derived or read back); the sampler trusts it
         object.__setattr__(self, "_sampler_settings",
                            SamplerSettings(**{name: getattr(self, name) for name in SAMPLER_SETTING_NAMES}))
+        object.__setattr__(self, "allow_weak_classifier", bool(self.allow_weak_classifier))
+
+    def check_values(self) -> None:
+        if not isinstance(self.target, TargetSpec):
+            raise ProbeError(f"a sample request's target is a TargetSpec, not {type(self.target).__name__}")
+        if self.class_names and self.target.class_names != tuple(self.class_names):
+            raise ProbeError("the target spec is written in other classes than the request's classifier has")
         object.__setattr__(self, "executor", check_executor(self.executor, connect=False))
         if self.shards is None and self.executor == "local":
             object.__setattr__(self, "shards", 1)  # one shard here; None means one per worker of a cluster
         check_shards(self.shards)
-        object.__setattr__(self, "allow_weak_classifier", bool(self.allow_weak_classifier))
 
     def sampler_settings(self) -> SamplerSettings:
         """The sampler's settings, checked when this request was made."""

@@ -24,8 +24,8 @@ from probe_core.runs import history
 from probe_core.team.accounts import shell_annotator
 
 
-def _run_step(args, workspace, settings, description: str) -> tuple:
-    return steps.run_step(workspace.registry, workspace.store, settings, args.device, progress_bar=description)
+def _run_step(args, registry, settings, description: str) -> tuple:
+    return steps.run_step(registry, registry.store, settings, args.device, progress_bar=description)
 
 
 def _class_names(workspace, run_id: int, data_dir) -> tuple[str, ...]:
@@ -135,10 +135,11 @@ def _print_results(result) -> None:
 def _identify(args) -> int:
 
     workspace = workspace_from_args(args)
-    settings = steps.IdentifyRequest.build(workspace.registry, device=args.device, train_missing=True,
+    registry = workspace.registry.remembering()  # the request's checks and the run load each model once
+    settings = steps.IdentifyRequest.build(registry, device=args.device, train_missing=True,
                                            **_identify_settings(args))
-    run_id, result = _run_step(args, workspace, settings, "identify")
-    _print_identify(run_id, result, _class_names(workspace, run_id, args.data_dir))
+    run_id, result = _run_step(args, registry, settings, "identify")
+    _print_identify(run_id, result, tuple(result.class_names))
     print(f"next: probe defuse distill --run {run_id}")
     return 0
 
@@ -162,7 +163,7 @@ def _distill(args) -> int:
 
     workspace = workspace_from_args(args)
     request = steps.DistillRequest.build(workspace.registry, identify_run=args.run, **_distill_options(args))
-    run_id, result = _run_step(args, workspace, request, "distill")
+    run_id, result = _run_step(args, workspace.registry, request, "distill")
     _print_distilled(run_id, result)
     _print_clusters(workspace, run_id, _class_names(workspace, run_id, args.data_dir), label_tools.HUMAN,
                     label_tools.DEFAULT_RHO)
@@ -313,7 +314,7 @@ def _correct(args) -> int:
     workspace = workspace_from_args(args)
     request = steps.CorrectRequest.build(workspace.registry, distill_run=args.run, source=args.source,
                                          **_correct_options(args))
-    run_id, result = _run_step(args, workspace, request, "correct")
+    run_id, result = _run_step(args, workspace.registry, request, "correct")
     _print_results(result)
     _write_out(args, workspace, args.run, args.source, run_id)
     return 0
@@ -332,24 +333,25 @@ def _write_out(args, workspace, distill_run: int, source: str, correct_run: int 
 def _run_all(args) -> int:
 
     workspace = workspace_from_args(args)
+    registry = workspace.registry.remembering()  # each model loaded once for the whole command
     oracle = _oracle(args)
-    # the later steps' settings are checked before anything runs (their runs do not exist yet)
-    steps.CorrectRequest.from_settings(distill_run=0, source=label_tools.HUMAN, **_correct_options(args))
-    steps.DistillRequest.from_settings(identify_run=0, **_distill_options(args))
-    settings = steps.IdentifyRequest.build(workspace.registry, device=args.device, train_missing=True,
+    # the later steps' settings are checked, once, before anything runs (their runs do not exist yet: each takes
+    # the run its step follows when that run is made)
+    correct = steps.CorrectRequest.from_settings(distill_run=1, source=label_tools.HUMAN, **_correct_options(args))
+    distill = steps.DistillRequest.from_settings(identify_run=1, **_distill_options(args))
+    settings = steps.IdentifyRequest.build(registry, device=args.device, train_missing=True,
                                            **_identify_settings(args))
-    identify_run, result = _run_step(args, workspace, settings, "identify")
-    class_names = _class_names(workspace, identify_run, args.data_dir)
+    identify_run, result = _run_step(args, registry, settings, "identify")
+    class_names = tuple(result.class_names)
     _print_identify(identify_run, result, class_names)
     if result.failures < 2:
         raise ProbeError("identification found fewer than 2 failures, nothing to cluster (try more samples per "
                          "image or a larger --noise-scale)")
-    distill_run, result = _run_step(args, workspace, steps.DistillRequest.build(
-        workspace.registry, identify_run=identify_run, **_distill_options(args)), "distill")
+    distill_run, result = _run_step(args, registry, distill.derived(identify_run=identify_run), "distill")
     _print_distilled(distill_run, result)
     source = label_tools.HUMAN
     if oracle is not None:
-        source, _ = defuse_review.auto_label(workspace.registry, workspace.store, distill_run, oracle,
+        source, _ = defuse_review.auto_label(registry, workspace.store, distill_run, oracle,
                                              rho=args.rho, device=args.device,
                                              abstain_below=args.oracle_abstains_below)
     _print_clusters(workspace, distill_run, class_names, source, args.rho)
@@ -358,8 +360,7 @@ def _run_all(args) -> int:
               f"probe defuse correct --run {distill_run}")
         _write_out(args, workspace, distill_run, source, None)
         return 0
-    correct_run, result = _run_step(args, workspace, steps.CorrectRequest.build(
-        workspace.registry, distill_run=distill_run, source=source, **_correct_options(args)), "correct")
+    correct_run, result = _run_step(args, registry, correct.derived(distill_run=distill_run, source=source), "correct")
     _print_results(result)
     _write_out(args, workspace, distill_run, source, correct_run)
     return 0

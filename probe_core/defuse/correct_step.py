@@ -93,7 +93,7 @@ class CorrectRequest(BuiltFromSettings):
     validation: str | None = None
     keep_batch_statistics: bool | None = None
 
-    def __post_init__(self) -> None:
+    def check_values(self) -> None:
         if self.lambdas is not None:
             self._check_lambdas()
         self.check_ranges()

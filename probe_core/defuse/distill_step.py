@@ -42,9 +42,6 @@ class DistillRequest(BuiltFromSettings):
     projection_dim: int | None = None
     class_share: float = 0.0
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
-
 
 @job_of(DistillRequest)
 def distill_job(registry, settings: DistillRequest, device: str = "cpu") -> JobFunction:

@@ -22,7 +22,7 @@ class EmbeddingRequest(BuiltFromSettings):
 
     distill_run: int
 
-    def __post_init__(self) -> None:
+    def check_values(self) -> None:
         object.__setattr__(self, "distill_run", checked_run_id(self.distill_run, "the distillation run to map"))
 
 

@@ -28,7 +28,13 @@ from probe_core.errors import CancelledError, ProbeError
 from probe_core.models.spec import FEATURES_PREFIX
 from probe_core.progress import Reporter, rewritten
 from probe_core.runs.lifecycle import JobContext, JobFunction, job_of, run_inline, run_kind, training_announcer
-from probe_core.runs.requests import BuiltFromSettings, classifier_class_names, mapped_classifier, record
+from probe_core.runs.requests import (
+    BuiltFromSettings,
+    already_checked,
+    classifier_class_names,
+    mapped_classifier,
+    record,
+)
 from probe_core.runs.scaleout import (
     SHARDS_RANGE,
     ShardTask,
@@ -86,7 +92,7 @@ class IdentifyRequest(BuiltFromSettings):
     # distillation run of its own (the Failures page's one button); None: identification only
     distill_after: dict | None = None
 
-    def __post_init__(self) -> None:
+    def check_values(self) -> None:
         if self.distill_after is not None:
             if not isinstance(self.distill_after, dict) or "identify_run" in self.distill_after:
                 raise ProbeError("distill_after holds distillation settings (not the identification run)")
@@ -144,7 +150,7 @@ class IdentifyRequest(BuiltFromSettings):
         for advice in (note, None if judge else judge_advice(data.image_shape)):
             if advice:
                 log.warning(advice)
-        return replace(request, classifier=classifier.id, vae=vae.id, judge=judge, judge_reason=reason)
+        return request.derived(classifier=classifier.id, vae=vae.id, judge=judge, judge_reason=reason)
 
 
 def _judge_choice(request: IdentifyRequest, vae, image_shape) -> tuple[str | None, str]:
@@ -233,7 +239,7 @@ def with_data_noise(settings: IdentifyRequest, image_shape: tuple[int, int, int]
     ``image_shape`` (C, H, W) and a generator of ``capabilities`` by
     :func:`~probe_core.defuse.identification.default_noise`."""
     chosen = default_noise(image_shape, capabilities)
-    return replace(settings, **{name: value for name, value in chosen.items() if getattr(settings, name) is None})
+    return settings.derived(**{name: value for name, value in chosen.items() if getattr(settings, name) is None})
 
 
 def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
@@ -264,7 +270,7 @@ def sized_identification(settings: IdentifyRequest, dataset: ImageDataset,
     note = (f"real-size images ({dataset.image_shape[1]}x{dataset.image_shape[2]}): identifying on {images:,} of "
             f"{available:,} training images with {per_image} perturbations each ({noise}), chosen from the data's "
             f"size (--max-images, --samples-per-image and --noise choose otherwise)")
-    return replace(settings, samples_per_image=per_image, max_images=images), note
+    return settings.derived(samples_per_image=per_image, max_images=images), note
 
 
 @job_of(IdentifyRequest)
@@ -282,7 +288,8 @@ def identify_job(registry, settings: IdentifyRequest, device: str = "cpu") -> Jo
         result = identify(context)
         if result.failures < 2:
             return result
-        distill = DistillRequest(identify_run=context.run_id, **settings.distill_after)
+        with already_checked():  # distill_after was checked with the identification's request
+            distill = DistillRequest(identify_run=context.run_id, **settings.distill_after)
         # identification is finished; the distillation run's progress is its own (a stop asked by now ends here)
         context.report(1.0, "identified; distilling", {**result.to_record(), "distilling": True}, force=True)
         distill_run, _ = run_inline(context.store, DISTILL, record(distill), distill_job(registry, distill, device))
@@ -358,6 +365,7 @@ def _identify_result(ids: dict, images, found: FailureSet, dataset: ImageDataset
         **ids, images=len(images), failures=len(found), misclassified=found.misclassified, confirmed=found.confirmed,
         images_with_failures=int(len(np.unique(found.source_index))),
         failures_by_prediction=np.bincount(found.predictions, minlength=dataset.num_classes).tolist(),
+        class_names=list(dataset.class_names),
         seconds=round(time.perf_counter() - started, 2), not_done=not_done or [])
 
 

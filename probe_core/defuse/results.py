@@ -58,6 +58,9 @@ class IdentificationResult(StoredResult):
     confirmed : int or None
         Of those, the decodings the judge confirmed still show their source class (the failures before the M per
         image are kept); without a judge, all of them.
+    class_names : list of str
+        The data set's classes, in the order ``failures_by_prediction`` counts them (empty in runs stored before
+        it was kept).
     """
 
     kind: ClassVar[str] = IDENTIFY
@@ -83,6 +86,7 @@ class IdentificationResult(StoredResult):
     judge_reason: str | None = None
     misclassified: int | None = None
     confirmed: int | None = None
+    class_names: list[str] = field(default_factory=list)
 
     @property
     def confirmed_words(self) -> str | None:

@@ -1,6 +1,6 @@
 """Defuse as notebook verbs (``mp.defuse.identify``, ``distill``, ``label``, ``correct``): stored runs, result objects.
 
-Each verb builds its step's settings (validated in ``__post_init__``), runs it through the one lifecycle
+Each verb builds its step's settings (validated once, as they are made), runs it through the one lifecycle
 (:func:`probe_core.runs.lifecycle.run_now`) in the workspace, so the dashboard shows it, and returns the run
 read back as a result object.
 """

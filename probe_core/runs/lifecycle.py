@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
@@ -263,23 +263,35 @@ class JobSpec:
         Where the job computes (``cpu``, ``cuda``, ``auto``).
     data_dir : str, optional
         The data folder of the person who started it (their setting, carried with the job).
+    made : RunRequest, optional
+        The request itself, in the process that made it: a job started there (a thread) runs it as it is, with
+        no trip through its record; never stored.
     """
 
     kind: str
     request: dict = field(default_factory=dict)
     device: str = "cpu"
     data_dir: str | None = None
+    made: object | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "request": self.request, "device": self.device,
-                           "data_dir": self.data_dir}, sort_keys=True, default=_jsonable)
+        """The job as the run's row stores it, beside the request's record (the run's config, stored once)."""
+        return json.dumps({"kind": self.kind, "device": self.device, "data_dir": self.data_dir}, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "JobSpec":
+    def from_dict(cls, data: dict, request: dict | None = None) -> "JobSpec":
+        """The job of a stored row: ``data`` as :meth:`to_json` wrote it, ``request`` the run's config (rows
+        written before the request was stored once carry it in ``data``)."""
         if "kind" not in data:
             raise ProbeError("this run was stored by an older version of Model Probe, which recorded its job "
                              "differently; start it again")
-        return cls(data["kind"], data.get("request") or {}, data.get("device") or "cpu", data.get("data_dir"))
+        return cls(data["kind"], data.get("request") or request or {}, data.get("device") or "cpu",
+                   data.get("data_dir"))
+
+    @classmethod
+    def of_run(cls, run) -> "JobSpec":
+        """The job a stored run (a :class:`~probe_core.store.records.Run` with a job) was recorded with."""
+        return cls.from_dict(run.job, run.config)
 
     def build(self, workspace_root: str | Path):
         """The job function, built in this process against the workspace at ``workspace_root``."""
@@ -295,7 +307,8 @@ class JobSpec:
             does not read.
         """
         kind = _declared_kind(self.kind)
-        return kind.job(registry, from_record(kind.request_type, self.request), self.device)
+        request = self.made if self.made is not None else from_record(kind.request_type, self.request)
+        return kind.job(registry, request, self.device)
 
 
 def _declared_kind(name: str):
@@ -307,13 +320,6 @@ def _declared_kind(name: str):
     if kind.job is None:
         raise ProbeError(f"the run kind {name!r} declares no job function (lifecycle.job_of)")
     return kind
-
-
-def _jsonable(value):
-    """JSON for dataclass settings and tuples inside job arguments."""
-    if is_dataclass(value):
-        return asdict(value)
-    return str(value)
 
 
 class RunRequest(Protocol):
@@ -439,7 +445,7 @@ def job_of(request_type: type) -> Callable[[Callable], Callable]:
 
 def job_spec(request: RunRequest, data_dir: str | None = None, device: str = "cpu") -> JobSpec:
     """How any process rebuilds the run's job from the database."""
-    return JobSpec(request.kind, record(request), str(device), data_dir)
+    return JobSpec(request.kind, record(request), str(device), data_dir, made=request)
 
 
 def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bool = False,
@@ -448,7 +454,8 @@ def submit(manager, request: RunRequest, data_dir: str | None = None, dedupe: bo
 
     With ``dedupe``, an identical run in flight is joined instead (a second click, a second tab).
     """
-    return manager.submit(request.kind, record(request), job_spec(request, data_dir, device), dedupe=dedupe)
+    spec = job_spec(request, data_dir, device)
+    return manager.submit(request.kind, spec.request, spec, dedupe=dedupe)
 
 
 def run_now(registry, request: RunRequest, listener: Reporter | None = None, device: str = "cpu",

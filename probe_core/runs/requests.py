@@ -9,6 +9,8 @@ Each domain's request is beside its domain: :class:`~probe_core.bayestrex.reques
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
 import numbers
@@ -43,6 +45,31 @@ SETTING_WORDS = {"chains": "chains per target", "warmup": "warm-up iterations pe
                  "class_share": "the class share that keeps a light cluster"}
 
 
+# A request's values are checked once, when it is made from settings (scikit-learn's rule). While this is set a
+# request is made from values already checked (:meth:`BuiltFromSettings.derived`, a record of this version read
+# back by :func:`from_record`): its ``__post_init__`` converts what it must but does not check again.
+_ALREADY_CHECKED = contextvars.ContextVar("request_values_already_checked", default=False)
+# Written into every request's record; a record without it (an older version) is checked as it is read back.
+# Raise it when a request's fields or checks change in a way a stored record of the old ones would not meet.
+REQUEST_VERSION = 2
+
+
+def checking_values() -> bool:
+    """Whether a value being made now checks its settings: False while a request is made from values already
+    checked (:func:`already_checked`), so a settings type it carries does not check them again either."""
+    return not _ALREADY_CHECKED.get()
+
+
+@contextlib.contextmanager
+def already_checked():
+    """Make requests (and the settings they carry) from values that were checked when first given."""
+    token = _ALREADY_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _ALREADY_CHECKED.reset(token)
+
+
 def refuse_unknown(given, allowed, what: str) -> None:
     """Refuse settings a request does not have, naming them and the ones it has.
 
@@ -71,9 +98,11 @@ class BuiltFromSettings:
     Every run request has the same constructor, ``Request.build(registry, **settings)``: the workspace's
     :class:`~probe_core.models.registry.ModelRegistry` (its store is the workspace's runs) and the settings by
     name. It checks what needs the workspace (runs that must exist, models that must resolve), and the request's
-    ``__post_init__`` checks the values however the request is made (built, read back from a stored run, or made
+    :meth:`check_values` checks the values once, when the request is made from settings (built, or made
     directly), so a front end (CLI, page, API verb) gets one clear message for any bad input before a run is
-    stored, and jobs trust the request they are given.
+    stored, and jobs trust the request they are given: values the product derives from checked ones
+    (:meth:`derived`) and a stored record of this version read back (:func:`from_record`) are not checked
+    again; an older record is checked as it is read.
 
     Its fields' defaults are its defaults table; :meth:`from_settings` adds the check for names the request does
     not have and turns a wrong type into the project's error.
@@ -81,10 +110,38 @@ class BuiltFromSettings:
 
     setting_word: ClassVar[str] = "request"  # the message's word: "unknown <word> setting(s)"
     # The inclusive bounds of its number settings (both bounds whole: a whole number), checked by
-    # check_ranges() in __post_init__; the pages' widgets take their bounds from here. None is left to the type.
+    # check_ranges() in check_values(); the pages' widgets take their bounds from here. None is left to the type.
     ranges: ClassVar[dict[str, tuple[float, float]]] = {}
     # (field, run kind): the field names a stored run of that kind, which build() requires; None: no such field
     follows_run: ClassVar[tuple[str, str] | None] = None
+
+    def __post_init__(self) -> None:
+        self.convert_values()
+        if checking_values():
+            self.check_values()
+
+    def convert_values(self) -> None:
+        """Turn values given in another form into the request's own (a target's text into its spec): run however
+        the request is made, checked or not."""
+
+    def check_values(self) -> None:
+        """Refuse values a run cannot use, with the project's error: run once, when the request is made from
+        settings (not by :meth:`derived` or when a record of this version is read back). Requests with more
+        than ranges to check extend it."""
+        self.check_ranges()
+
+    def derived(self, **values):
+        """This request with ``values`` the product derived from checked ones (sizes chosen from the data,
+        references resolved to stored ids, the use case it serves), not checked again.
+
+        Raises
+        ------
+        ProbeError
+            For a name the request does not have.
+        """
+        refuse_unknown(values, [field.name for field in dataclasses.fields(self)], self.setting_word)
+        with already_checked():
+            return dataclasses.replace(self, **values)
 
     def check_ranges(self) -> None:
         """Refuse a number setting outside :attr:`ranges` (or not a number) with the project's error."""
@@ -189,7 +246,7 @@ def classifier_class_names(registry, reference: str | None, dataset: str) -> tup
 
 def record(config) -> dict:
     """The configuration as the run stores it (JSON-ready; tuples become lists, a target spec its text)."""
-    data = {}
+    data = {"request_version": REQUEST_VERSION} if isinstance(config, BuiltFromSettings) else {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if isinstance(value, TargetSpec):
@@ -214,9 +271,14 @@ def field_defaults(request_type: type) -> dict:
 def from_record(request_type: type, data: dict):
     """The inverse of :func:`record`: ``request_type`` rebuilt from what a run stored (lists become tuples again).
 
-    Keys the type does not know (written by another version) are left out; a record that no longer fits
-    raises ``TypeError`` or :class:`ProbeError`, as the type's own constructor does.
+    A record of this version (:data:`REQUEST_VERSION`) was checked when its request was made, so it is not
+    checked again; an older one is checked as it is read. Keys the type does not know (written by another
+    version) are left out; a record that no longer fits raises ``TypeError`` or :class:`ProbeError`, as the
+    type's own constructor does.
     """
     names = {field.name for field in dataclasses.fields(request_type)}
-    return request_type(**{key: tuple(value) if isinstance(value, list) else value
-                           for key, value in data.items() if key in names})
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in names}
+    if data.get("request_version") != REQUEST_VERSION:
+        return request_type(**values)
+    with already_checked():
+        return request_type(**values)

@@ -48,9 +48,9 @@ class TrainRequest(BuiltFromSettings):
     device: str = "cpu"
     executor: str = "local"
 
-    def __post_init__(self) -> None:
-        """Checks the request however it is made (:meth:`build`, read back from a stored run, or directly): a
-        purpose, at least one spec, and each spec a :class:`ModelSpec` (kept as its fields' dict)."""
+    def check_values(self) -> None:
+        """Checks the request when it is made from settings (:meth:`build`, or directly): a purpose, at least
+        one spec, and each spec a :class:`ModelSpec` (kept as its fields' dict)."""
         if not isinstance(self.purpose, str) or not self.purpose.strip():
             raise ProbeError("say why the models are trained (a purpose such as 'defaults' or 'custom')")
         if isinstance(self.specs, (str, bytes, dict, ModelSpec)):
@@ -76,7 +76,7 @@ class TrainRequest(BuiltFromSettings):
     def build(cls, registry, *, dataset: str, specs, purpose: str = "custom",
               device: str = "cpu", executor: str = "local") -> "TrainRequest":
         """The one way to make a training request: every spec is checked as a :class:`ModelSpec` when the request
-        is made (:meth:`__post_init__`), before a run is stored; the job trusts them.
+        is made (:meth:`check_values`), before a run is stored; the job trusts them.
 
         Parameters
         ----------

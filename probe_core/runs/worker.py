@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run_id} has no job to do", file=sys.stderr)
         return 2
     try:
-        function = JobSpec.from_dict(run.job).build(root)
+        function = JobSpec.of_run(run).build(root)
     except Exception as exc:  # the run records why it could not start
         store.start_run(run_id)
         store.finish_run(run_id, "failed", error=f"could not build the job: {type(exc).__name__}: {exc}")

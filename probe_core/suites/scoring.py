@@ -197,7 +197,7 @@ class ScoreRequest(BuiltFromSettings):
     suite: str
     classifier: str
 
-    def __post_init__(self) -> None:
+    def check_values(self) -> None:
         check_reference(self.suite, "suite")
         check_reference(self.classifier, CLASSIFIER_TO_SCORE)
 

@@ -39,7 +39,8 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
     assert run.status == "done", (run.status, run.error)
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
     assert workspace.store.count_samples(run_id) == 4 * 20
-    assert run.job["kind"] == "sample" and run.job["request"]["samples"] == 20  # the request, not a code path
+    assert run.job["kind"] == "sample" and run.config["samples"] == 20  # the request, not a code path
+    assert "request" not in run.job  # stored once, as the run's config
     assert "with 1 torch thread(s) (OpenMP 1, numba 1)" in (workspace.root / "logs" / f"run-{run_id}.log").read_text()
 
 

@@ -93,19 +93,29 @@ def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
         JobSpec("nothing", {}).build_for(None)
 
 
+def _fields(request) -> dict:
+    """A request's record as an older version stored it (without the version, so it is checked as read back):
+    its fields by name."""
+    return {key: value for key, value in record(request).items() if key != "request_version"}
+
+
 def test_a_sample_request_checks_its_settings_however_it_is_made():
-    """Not only build: the constructor and a stored run read back refuse what a run cannot use."""
+    """Not only build: the constructor and a run stored by an older version, read back, refuse what a run cannot
+    use; a record of this version was checked when its request was made and is read back as stored."""
+    from probe_core.runs.requests import REQUEST_VERSION
+
     made = SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, executor=" local ", shards=None)
     assert made.executor == "local" and made.shards == 1
+    assert record(made)["request_version"] == REQUEST_VERSION and from_record(SampleRequest, record(made)) == made
     for bad, message in (({"chains": 0}, "chains"), ({"sampler": "gibbs"}, "unknown sampler"),
                          ({"sigma": -1.0}, "sigma"), ({"shards": 0}, "shards"), ({"warmup": "ten"}, "warm"),
                          ({"init": "anywhere"}, "unknown chain start")):
         with pytest.raises(ProbeError, match=message):
             SampleRequest(dataset="digits", target="high:3", class_names=DIGITS, **bad)
-        stored = {**record(made), **bad}
+        older = {**_fields(made), **bad}
         with pytest.raises(ProbeError, match=message):
-            from_record(SampleRequest, stored)
-        assert config_of(SimpleNamespace(kind="sample", config=stored)) is None
+            from_record(SampleRequest, older)
+        assert config_of(SimpleNamespace(kind="sample", config=older)) is None
 
 
 def test_sampler_settings_are_valid_by_construction_and_carried_by_the_request():
@@ -127,11 +137,11 @@ def test_a_comparison_request_checks_its_settings_however_it_is_made(tmp_path):
     for bad, message in (({"classifier_b": "a"}, "two different"), ({"classifier_a": ""}, "two classifiers"),
                          ({"chains": 0}, "chains"), ({"sigma": 0.0}, "sigma")):
         with pytest.raises(ProbeError, match=message):
-            CompareRequest(**{**record(made), **bad})
+            CompareRequest(**{**_fields(made), **bad})
         with pytest.raises(ProbeError, match=message):
-            from_record(CompareRequest, {**record(made), **bad})
+            from_record(CompareRequest, {**_fields(made), **bad})
         with pytest.raises(ProbeError, match=message):
-            CompareRequest.build(Workspace(tmp_path).registry, **{**record(made), **bad})
+            CompareRequest.build(Workspace(tmp_path).registry, **{**_fields(made), **bad})
 
 
 def test_a_training_request_checks_its_specs_however_it_is_made():
@@ -141,9 +151,9 @@ def test_a_training_request_checks_its_specs_however_it_is_made():
                          ({"specs": ["vae"]}, "not a model spec"), ({"purpose": " "}, "say why"),
                          ({"executor": "spark"}, "unknown executor")):
         with pytest.raises(ProbeError, match=message):
-            TrainRequest(**{**record(made), **bad})
+            TrainRequest(**{**_fields(made), **bad})
         with pytest.raises(ProbeError, match=message):
-            from_record(TrainRequest, {**record(made), **bad})
+            from_record(TrainRequest, {**_fields(made), **bad})
 
 
 @pytest.mark.parametrize("request_type, field_name", [(LatentMapRequest, "run"), (EmbeddingRequest, "distill_run")])
