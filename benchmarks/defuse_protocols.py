@@ -129,6 +129,10 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
     # images and perturbations); the run records the VAE's id, never "default"
     request = steps.IdentifyRequest.build(registry, dataset=flawed_data, classifier=flawed.id, vae=vae, **identify)
     identify_run, identified = steps.run_step(registry, store, request)
+    print(f"judge: {identified.judge or 'none'} ({identified.judge_reason or 'no reason recorded'}); noise "
+          f"{identified.noise}")
+    if identified.confirmed_words:
+        print(identified.confirmed_words)
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,
                                                 abstain_below=oracle_abstains_below)
@@ -167,6 +171,8 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
         print(f"{name:<16} selection: {result.selection['description']}; validation: "
               f"{result.selection.get('validation_description', 'a slice of the training data')}; baseline D_f: "
               f"{result.baseline_failures} images; {result.seconds:.1f} s")
+        if getattr(result, "recognisable_words", None):
+            print(f"{name:<16} {result.recognisable_words}")
     seconds["defuse"] = time.perf_counter() - started
     print(f"\ntotal {seconds['defuse']:.0f} s")
     return seconds

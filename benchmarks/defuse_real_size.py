@@ -64,7 +64,8 @@ FLAWS = {32: ("mislabel=7->1:0.4", "dropdark=3:0.5"),
 PAPER_IDENTIFY = {"noise": "paper", "a": 75.0, "b": 75.0}
 # identification noise, measured both ways: the paper's literal Beta(75, 75) (it shifts every latent dimension
 # by about +0.5; the default at real size) and centred noise of sd 0.15 (the default below 32x32)
-NOISES = {"paper": PAPER_IDENTIFY, "centered": {"noise": "centered", "a": 50.0, "b": 50.0}}
+# and "default": none named, the noise `probe defuse identify` chooses from the data's size and the generator
+NOISES = {"paper": PAPER_IDENTIFY, "centered": {"noise": "centered", "a": 50.0, "b": 50.0}, "default": {}}
 PAPER_CORRECT = {"epochs": 5}
 PROTOCOL_NAMES = {"default": "default", "paper": "paper", "earlier": "earlier variant"}
 # The oracle (the clean classifier) labels a review image only when at least this sure, else "none of the above":
@@ -81,15 +82,18 @@ def main() -> None:
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)))
     parser.add_argument("--flaws", default="mislabel,dropdark", help="which planted flaws to run (default: both)")
     parser.add_argument("--noises", default="paper",
-                        help="identification noise: paper (Beta(75, 75) as written, the default at real size), "
-                        f"centered (the default below {REAL_SIZE_LABEL}), or both")
+                        help="identification noise: paper (Beta(75, 75) as written), centered (the default below "
+                        f"{REAL_SIZE_LABEL} and with a flow or density generator), default (none named: the one "
+                        "probe defuse identify chooses), or several, comma-separated")
     parser.add_argument("--protocols", default="default",
                         help="correction protocols, comma-separated, each with the paper's 5 epochs: default (the "
                         "selection and baseline `probe defuse correct` picks when none is named), paper "
                         "(selection by validation accuracy on the data, the labelled failures as "
                         "baseline), earlier (the failure-aware selection, the regions' failures as baseline)")
-    parser.add_argument("--judge", choices=("none", "seed", "flawed-seed", "generator"), default="none",
-                        help="seed: identification keeps a misclassified decoding only if a judge, the clean recipe "
+    parser.add_argument("--judge", choices=("default", "none", "seed", "flawed-seed", "generator"),
+                        default="default",
+                        help="default: none named, the judge probe defuse identify chooses (from 32x32 up the "
+                        "generator's feature network); none: no judge (--judge none); seed: identification keeps a misclassified decoding only if a judge, the clean recipe "
                         f"with seed {JUDGE_SEED} (benchmarks/real_size.py's independent judge), gives its source "
                         "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
                         "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw); "
@@ -164,7 +168,9 @@ def main() -> None:
             started = time.perf_counter()
             print(f"\n## {size}×{size}: {path.name}[{flaw}], {noise} noise; oracle {clean.id} "
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
-            if flaw in judged or args.judge == "generator":
+            if args.judge == "none":
+                identify["judge"] = "none"
+            elif flaw in judged or args.judge == "generator":
                 judge = models[f"judge on {judged[flaw]}"] if flaw in judged else feature_judge
                 identify["judge"] = judge.id
                 print(f"judge {judge.id} ({judge.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")

@@ -68,9 +68,13 @@ class JobManager:
         PermissionDenied
             When the manager's actor may not start runs (an annotator); nothing is stored then.
         ProbeError
-            When a signed-in person's run exceeds the server's limits; nothing is stored then.
+            When a signed-in person's run exceeds the server's limits, or a :class:`JobSpec`'s request is not
+            ``config`` (the run stores the request once, as its config, and a worker runs what is stored, so the
+            limits check what runs); nothing is stored then.
         """
         require(self.actor, Permission.RUN)
+        if isinstance(job, JobSpec) and job.request != config:
+            raise ProbeError("a run's config is its job's request: submit the JobSpec's own request as the config")
         limits = ServerLimits.from_environment()
         if self.actor.signed_in:
             limits.check_request(config)

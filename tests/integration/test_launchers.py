@@ -11,6 +11,7 @@ import pytest
 from helpers import write_tiny_plugin
 
 from probe_core.bayestrex.request import SampleRequest
+from probe_core.errors import ProbeError
 from probe_core.runs.jobs import JobManager
 from probe_core.runs.launchers import ProcessLauncher
 from probe_core.runs.lifecycle import JobSpec, job_spec
@@ -34,7 +35,10 @@ def _wait(condition, timeout: float = 120.0):
 
 def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_path):
     manager = JobManager(workspace.store, ProcessLauncher(threads=1))
-    run_id = manager.submit("sample", {"target": "high:3"}, _sampling_spec(str(write_tiny_plugin(tmp_path)), 20))
+    spec = _sampling_spec(str(write_tiny_plugin(tmp_path)), 20)
+    with pytest.raises(ProbeError, match="config is its job's request"):  # what the limits check is what runs
+        manager.submit("sample", {"target": "high:3"}, spec)
+    run_id = manager.submit("sample", spec.request, spec)
     run = manager.wait(run_id, timeout=180)
     assert run.status == "done", (run.status, run.error)
     assert f":{os.getpid()}:" not in run.owner  # it ran in another process
@@ -47,13 +51,14 @@ def test_a_job_runs_in_a_worker_process_and_its_result_is_stored(workspace, tmp_
 def test_stop_reaches_a_worker_and_a_killed_worker_leaves_its_run_interrupted(workspace, tmp_path):
     plugin = str(write_tiny_plugin(tmp_path))
     manager = JobManager(workspace.store, ProcessLauncher())
-    stopped = manager.submit("sample", {"target": "high:3"}, _sampling_spec(plugin, 100_000))
+    long_run = _sampling_spec(plugin, 100_000)
+    stopped = manager.submit("sample", long_run.request, long_run)
     _wait(lambda: workspace.store.count_samples(stopped) > 0)
     manager.cancel(stopped)
     run = manager.wait(stopped, timeout=120)
     assert run.status == "done" and run.result["cancelled"]  # stopped early, summary of what was kept
 
-    killed = manager.submit("sample", {"target": "high:3"}, _sampling_spec(plugin, 100_000))
+    killed = manager.submit("sample", long_run.request, long_run)
     _wait(lambda: workspace.store.count_samples(killed) > 0)
     owner = workspace.store.get_run(killed).owner
     os.kill(int(owner.split(":")[1]), signal.SIGKILL)

@@ -401,3 +401,40 @@ def test_no_function_in_probe_core_is_over_eighty_lines():
 def test_the_long_function_finder_finds_a_planted_one():
     planted = ast.parse("def long():\n" + "    x = 1\n" * 85)
     assert _long_functions(planted) == ["long (86 lines)"]
+
+
+def _json_round_trips(tree: ast.AST) -> list[str]:
+    """Functions that both write and read JSON (``json.dumps`` and ``json.loads``): a value made text and read
+    back inside one process."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            calls = {f"{call.func.value.id}.{call.func.attr}" for call in ast.walk(node)
+                     if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                     and isinstance(call.func.value, ast.Name)}
+            if {"json.dumps", "json.loads"} <= calls:
+                found.append(node.name)
+    return found
+
+
+# The store writes a row's JSON and reads it back where it updates one field of it: JSON at the store is its job.
+JSON_AT_THE_STORE = "probe_core/store/"
+
+
+def test_no_request_goes_through_json_inside_one_process():
+    """A request travels as the object inside one process (issue 101): JSON only where it is stored and between
+    processes; run_now and a thread launcher hand the job the request itself."""
+    found = {str(path.relative_to(ROOT)): trips for path in PACKAGE.rglob("*.py")
+             if not str(path.relative_to(ROOT)).startswith(JSON_AT_THE_STORE)
+             and (trips := _json_round_trips(ast.parse(path.read_text())))}
+    assert not found, found
+    from probe_core.bayestrex.request import SampleRequest
+    from probe_core.runs.lifecycle import job_spec
+
+    request = SampleRequest(dataset="digits", target="high:3", class_names=tuple("0123456789"))
+    assert job_spec(request).made is request  # the job built in this process runs this very object
+
+
+def test_the_json_round_trip_finder_finds_a_planted_one():
+    planted = ast.parse("import json\ndef normalise(config):\n    return json.loads(json.dumps(config))\n")
+    assert _json_round_trips(planted) == ["normalise"]

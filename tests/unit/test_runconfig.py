@@ -85,7 +85,9 @@ def test_a_stored_run_rebuilds_its_job_from_the_config_alone():
     spec = job_spec(config, data_dir="/data")
     assert spec.kind == "sample" and spec.data_dir == "/data" and spec.device == "cpu"
     assert spec.request["target"] == "high:3" and spec.request["chains"] == 5 and spec.request["seed"] == 2
-    stored = JobSpec.from_dict(json.loads(spec.to_json()))  # what a worker process reads from the runs table
+    # what a worker process reads from the runs table: the job's row and the run's config, the request stored once
+    assert "request" not in json.loads(spec.to_json()) and spec.made is config
+    stored = JobSpec.from_dict(json.loads(spec.to_json()), record(config))
     assert stored == spec and from_record(SampleRequest, stored.request) == config
     with pytest.raises(ProbeError, match="older version"):  # a job stored as a code path is not run
         JobSpec.from_dict({"builder": "probe_core.bayestrex.jobs:sampling_job", "arguments": {}})
