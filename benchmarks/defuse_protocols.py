@@ -171,7 +171,7 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
         print(f"{name:<16} selection: {result.selection['description']}; validation: "
               f"{result.selection.get('validation_description', 'a slice of the training data')}; baseline D_f: "
               f"{result.baseline_failures} images; {result.seconds:.1f} s")
-        if getattr(result, "recognisable_words", None):
+        if result.recognisable_words:
             print(f"{name:<16} {result.recognisable_words}")
     seconds["defuse"] = time.perf_counter() - started
     print(f"\ntotal {seconds['defuse']:.0f} s")

@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--judge", choices=("default", "none", "seed", "flawed-seed", "generator"),
                         default="default",
                         help="default: none named, the judge probe defuse identify chooses (from 32x32 up the "
-                        "generator's feature network); none: no judge (--judge none); seed: identification keeps a misclassified decoding only if a judge, the clean recipe "
+                        "generator's feature network); none: no judge (--judge none); seed: identification keeps a "
+                        "misclassified decoding only if a judge, the clean recipe "
                         f"with seed {JUDGE_SEED} (benchmarks/real_size.py's independent judge), gives its source "
                         "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
                         "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw); "
@@ -105,6 +106,8 @@ def main() -> None:
                         "took together, and identification and the λ sweep run as Ray tasks (probe --executor ray)")
     parser.add_argument("--correct-epochs", type=int, metavar="E",
                         help="finetuning epochs of the correction (default: the paper's 5; the tool's default is 3)")
+    parser.add_argument("--noise-scale", type=float, metavar="S",
+                        help="sd of centred noise (default: the one the generator asks for, 0.15)")
     parser.add_argument("--every-image", type=int, metavar="Q",
                         help="identify over every training image with Q perturbations each (default: the images "
                         "and Q the data's size chooses: the first 1,000 images x 100 at 32x32, every image at "
@@ -157,7 +160,7 @@ def main() -> None:
             own = sum(models[name].metrics.get("train_seconds", 0.0) for name in at_once)
             print(f"trained {', '.join(at_once)} at once with the {args.executor} executor in {wall:.0f} s (their own "
                   f"training times add up to {own:.0f} s)")
-        identify = {"executor": args.executor}
+        identify = {"executor": args.executor, **({"noise_scale": args.noise_scale} if args.noise_scale else {})}
         correct = {**PAPER_CORRECT, "executor": args.executor,
                    **({"epochs": args.correct_epochs} if args.correct_epochs else {})}
         if args.every_image:

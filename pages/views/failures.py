@@ -71,8 +71,10 @@ with st.form("defuse-find", enter_to_submit=False):
                               f"below {REAL_SIZE_LABEL} (on digits it finds more labelable clusters), "
                               f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up (the papers' colour runs); "
                               "a generator may ask for its own (a density autoencoder's whitened codes: centered)")
-    scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], identify_defaults["noise_scale"], 0.01,
-                            key="defuse_scale")
+    scale = c4.number_input("Noise scale (sd)", *identify_ranges["noise_scale"], planned.noise_scale, 0.01,
+                            key=f"defuse_scale_{generator.id}",  # its default is the generator's
+                            help="sd per dimension of centred noise; the default is the one the generator asks for, "
+                                 "else 0.15")
     j1, j2 = st.columns([4, 1])
     # stored classifiers only: a plugin path typed here would make the server run its code (the Models page
     # loads files, for those who may)

@@ -6,7 +6,6 @@ image size. Built by :meth:`SampleRequest.build` alone; registered as the ``samp
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
@@ -20,6 +19,7 @@ from probe_core.runs.requests import (
     SETTING_WORDS,
     SIGMA_RANGE,
     BuiltFromSettings,
+    already_checked,
     checking_values,
     mapped_classifier,
     refuse_unknown,
@@ -166,10 +166,8 @@ class SamplerSettings(SamplerFields):
         unknown = set(values) - set(SAMPLER_SETTING_NAMES)
         if unknown:
             raise ProbeError(f"not sampler settings: {', '.join(sorted(unknown))}")
-        settings = copy.copy(self)
-        for name, value in values.items():
-            object.__setattr__(settings, name, value)
-        return settings
+        with already_checked():
+            return dataclasses.replace(self, **values)
 
 
 SAMPLER_SETTING_NAMES = tuple(field.name for field in dataclasses.fields(SamplerFields))

@@ -395,7 +395,9 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
                         help="centered: Beta noise centred, sd --noise-scale; paper: μ + ε with ε ~ Beta(a, b), as "
                         f"Algorithm 1 (default: {SMALL_IMAGE_NOISE['noise']} below {REAL_SIZE_LABEL}, "
                         f"{REAL_SIZE_NOISE['noise']} on {REAL_SIZE_LABEL} and up, as the papers' colour runs)")
-    parser.add_argument("--noise-scale", type=float, default=0.15, help="sd per dimension of centred noise")
+    parser.add_argument("--noise-scale", type=float,
+                        help=f"sd per dimension of centred noise (default: {SMALL_IMAGE_NOISE['noise_scale']:g}, or "
+                        "the one the generator asks for)")
     for beta_parameter in ("a", "b"):
         parser.add_argument(f"--{beta_parameter}", type=float,
                             help=f"Beta(a, b) noise (default: {SMALL_IMAGE_NOISE[beta_parameter]:g} below "

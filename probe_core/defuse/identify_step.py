@@ -56,9 +56,10 @@ NO_JUDGE = "none"  # IdentifyRequest.judge: no judge, whatever the data's size
 class IdentifyRequest(BuiltFromSettings):
     """Identification settings (Defuse Algorithm 1); see :func:`identify_failures`.
 
-    ``noise``, ``a`` and ``b`` left as None are chosen from the images' size when the request is checked or the
-    run starts (:func:`~probe_core.defuse.identification.default_noise`): centred noise of sd ``noise_scale``
-    below 32x32, the papers' Beta(75, 75) at real size.
+    ``noise``, ``a``, ``b`` and ``noise_scale`` left as None are chosen when the request is checked or the run
+    starts (:func:`~probe_core.defuse.identification.default_noise`): the noise the generator declares (a flow's
+    N(0, I) noise or a density's whitened codes: centred, sd 0.15), else centred noise of sd 0.15 below 32x32 and the papers' Beta(75, 75) at
+    real size.
     """
 
     setting_word: ClassVar[str] = "identification"
@@ -75,7 +76,7 @@ class IdentifyRequest(BuiltFromSettings):
     noise: str | None = None
     a: float | None = None
     b: float | None = None
-    noise_scale: float = 0.15
+    noise_scale: float | None = None
     seed: int = 0
     max_images: int | None = None
     executor: str = "local"  # where the image shards run (probe_core.runs.scaleout): local, ray or ray:ADDRESS
@@ -351,7 +352,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         found = identify_failures(
             classifier.module, vae.module, images, labels, samples_per_image=settings.samples_per_image,
             max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
-            noise_scale=settings.noise_scale, seed=settings.seed,
+            noise_scale=resolved.noise_scale, seed=settings.seed,
             reporter=rewritten(context, with_run_ids), on_batch=on_batch,
             judge=None if judge is None else judge.module, judge_sure=settings.judge_sure)
         return _identify_result(ids, images, found, dataset, started)

@@ -630,7 +630,7 @@ class DensityGenerator(nn.Module):
     # prior's standard deviations. On the 64x64 sign-like set (benchmarks/defuse_real_size.py --sizes 64) 94 % of
     # such decodings were failures, the generator's rather than the classifier's; centred noise of the run's
     # noise_scale (0.15) surrounds each code and made 24 % failures.
-    perturbation_noise = {"noise": "centered", "a": 50.0, "b": 50.0}
+    perturbation_noise = {"noise": "centered", "a": 50.0, "b": 50.0, "noise_scale": 0.15}
 
     def __init__(self, generator: nn.Module, density: WhitenedCodeDensity | None = None, class_names=None,
                  num_classes: int | None = None) -> None:

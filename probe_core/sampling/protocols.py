@@ -96,8 +96,8 @@ class GeneratorCapabilities:
     encoder: bool
     structured_prior: bool
     class_starts: bool = False  # a prior with class components: chains may start in them (init="classes")
-    # the Defuse noise its codes want where a run names none (``noise``, ``a``, ``b``), declared by the generator
-    # as ``perturbation_noise``; None: the one the images' size chooses
+    # the Defuse noise its codes want where a run names none (``noise``, ``a``, ``b`` and optionally
+    # ``noise_scale``), declared by the generator as ``perturbation_noise``; None: the one the images' size chooses
     perturbation_noise: dict | None = None
 
     @property

@@ -174,11 +174,12 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
         assert sum(map(int, counts)) == 10, words
     # the widgets offer exactly what the requests accept
     for key, request_type, name in (("defuse_q", steps.IdentifyRequest, "samples_per_image"),
-                                    ("defuse_scale", steps.IdentifyRequest, "noise_scale"),
                                     ("defuse_k", steps.DistillRequest, "n_components"),
                                     ("defuse_judge_sure", steps.IdentifyRequest, "judge_sure")):
         widget = at.number_input(key=key)
         assert (widget.min, widget.max) == request_type.ranges[name], key
+    scale = next(widget for widget in at.number_input if widget.label == "Noise scale (sd)")
+    assert (scale.min, scale.max, scale.value) == (*steps.IdentifyRequest.ranges["noise_scale"], 0.15)
     # a judge is one of the workspace's other classifiers of the data (never a typed path: a plugin runs code),
     # never the probed one
     probed = next(re.search(r"Classifier `([^`]+)`", c.value).group(1) for c in at.caption

@@ -29,11 +29,20 @@ def test_the_noise_a_request_leaves_open_is_chosen_from_the_image_size():
     from probe_core.defuse.identify_step import IdentifyRequest, with_data_noise
 
     assert default_noise((1, 8, 8)) == SMALL_IMAGE_NOISE and default_noise((1, 28, 28))["noise"] == "centered"
-    assert default_noise((3, 32, 32)) == REAL_SIZE_NOISE == {"noise": "paper", "a": 75.0, "b": 75.0}  # the papers'
+    assert default_noise((3, 32, 32)) == REAL_SIZE_NOISE
+    assert {name: REAL_SIZE_NOISE[name] for name in ("noise", "a", "b")} == {"noise": "paper", "a": 75.0, "b": 75.0}
     open_request = IdentifyRequest()
-    assert (open_request.noise, open_request.a, open_request.b) == (None, None, None)
+    assert (open_request.noise, open_request.a, open_request.b, open_request.noise_scale) == (None,) * 4
     chosen = with_data_noise(open_request, (3, 64, 64))
     assert (chosen.noise, chosen.a, chosen.b) == ("paper", 75.0, 75.0)
+    assert with_data_noise(open_request, (1, 8, 8)).noise_scale == 0.15
+    # a generator declares its noise, its scale included; one that names no scale gets the size's
+    flow_like = type("Declared", (), {"perturbation_noise": {"noise": "centered", "a": 50.0, "b": 50.0,
+                                                              "noise_scale": 0.5}})()
+    assert with_data_noise(open_request, (3, 32, 32), flow_like).noise_scale == 0.5
+    assert with_data_noise(IdentifyRequest(noise_scale=0.2), (3, 32, 32), flow_like).noise_scale == 0.2  # named
+    no_scale = type("Declared", (), {"perturbation_noise": {"noise": "centered", "a": 50.0, "b": 50.0}})()
+    assert with_data_noise(open_request, (3, 32, 32), no_scale).noise_scale == REAL_SIZE_NOISE["noise_scale"]
     named = with_data_noise(IdentifyRequest(noise="centered", a=20.0), (3, 32, 32))
     assert (named.noise, named.a, named.b) == ("centered", 20.0, 75.0)  # what the user names stands
     assert with_data_noise(IdentifyRequest(), (1, 8, 8)).noise == "centered"
