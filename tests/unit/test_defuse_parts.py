@@ -237,7 +237,7 @@ def test_identification_without_a_judge_is_advised_one_at_real_size_and_a_judge_
         IdentifyRequest.from_settings(judge="clean-model", judge_sure=0.0)
 
 
-def test_from_64_pixels_identification_spreads_its_budget_over_every_training_image():
+def test_at_real_size_identification_spreads_its_budget_over_every_training_image():
     from probe_core.data import ImageDataset
     from probe_core.defuse.identify_step import (
         MIN_SAMPLES_PER_IMAGE,
@@ -251,9 +251,10 @@ def test_from_64_pixels_identification_spreads_its_budget_over_every_training_im
         return ImageDataset("d", torch.zeros(1, 3, side, side).expand(count, -1, -1, -1), torch.zeros(count).long(),
                             torch.zeros(2, 3, side, side), torch.zeros(2).long(), ("a",), "test")
 
-    small = sized_identification(IdentifyRequest(), data(4_000, 32))[0]  # 32x32: the first images, Q = 100
-    assert (small.max_images, small.samples_per_image) == (REAL_SIZE_PERTURBATIONS // REAL_SIZE_SAMPLES_PER_IMAGE,
-                                                           REAL_SIZE_SAMPLES_PER_IMAGE)
+    few = sized_identification(IdentifyRequest(), data(500, 32))[0]  # few images: every one, Q at its real-size cap
+    assert (few.max_images, few.samples_per_image) == (500, REAL_SIZE_SAMPLES_PER_IMAGE)
+    svhn_like = sized_identification(IdentifyRequest(), data(8_000, 32))[0]  # 32x32: every image, the same budget
+    assert (svhn_like.max_images, svhn_like.samples_per_image) == (8_000, REAL_SIZE_PERTURBATIONS // 8_000)
     signs = sized_identification(IdentifyRequest(), data(4_000, 64))[0]  # 64x64: every image, the same budget
     assert (signs.max_images, signs.samples_per_image) == (4_000, 25)
     many = sized_identification(IdentifyRequest(), data(40_000, 64))[0]  # too many for the budget: Q's floor
