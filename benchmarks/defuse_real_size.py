@@ -110,8 +110,8 @@ def main() -> None:
                         help="sd of centred noise (default: the one the generator asks for, 0.15)")
     parser.add_argument("--every-image", type=int, metavar="Q",
                         help="identify over every training image with Q perturbations each (default: the images "
-                        "and Q the data's size chooses: the first 1,000 images x 100 at 32x32, every image at "
-                        "64x64, 25 each on the sign-like set)")
+                        "and Q the data's size chooses: every image, Q = 100,000 / N, 12 each on the SVHN-like set, "
+                        "25 on the sign-like set)")
     args = parser.parse_args()
     kinds = {kind.strip() for kind in args.flaws.split(",") if kind.strip()}
     noises = [noise.strip() for noise in args.noises.split(",") if noise.strip()]
