@@ -110,8 +110,8 @@ class FailureSet:
 
 
 def default_noise(image_shape: tuple[int, int, int], capabilities=None) -> dict:
-    """``noise``, ``a``, ``b`` and ``noise_scale`` of an identification on images of ``image_shape`` (C, H, W) that names none: the
-    noise the generator declares (its :class:`~probe_core.sampling.protocols.GeneratorCapabilities`'
+    """``noise``, ``a``, ``b`` and ``noise_scale`` of an identification on images of ``image_shape`` (C, H, W)
+    that names none: the noise the generator declares (its :class:`~probe_core.sampling.protocols.GeneratorCapabilities`'
     ``perturbation_noise``: a density generator's whitened codes want centred noise), else
     :data:`REAL_SIZE_NOISE` at real size (32x32 and up, :func:`~probe_core.data.is_real_size`), else
     :data:`SMALL_IMAGE_NOISE`."""

@@ -58,8 +58,8 @@ class IdentifyRequest(BuiltFromSettings):
 
     ``noise``, ``a``, ``b`` and ``noise_scale`` left as None are chosen when the request is checked or the run
     starts (:func:`~probe_core.defuse.identification.default_noise`): the noise the generator declares (a flow's
-    N(0, I) noise or a density's whitened codes: centred, sd 0.15), else centred noise of sd 0.15 below 32x32 and the papers' Beta(75, 75) at
-    real size.
+    N(0, I) noise or a density's whitened codes: centred, sd 0.15), else centred noise of sd 0.15 below 32x32
+    and the papers' Beta(75, 75) at real size.
     """
 
     setting_word: ClassVar[str] = "identification"
