@@ -111,8 +111,9 @@ class FailureSet:
 
 def default_noise(image_shape: tuple[int, int, int], capabilities=None) -> dict:
     """``noise``, ``a``, ``b`` and ``noise_scale`` of an identification on images of ``image_shape`` (C, H, W)
-    that names none: the noise the generator declares (its :class:`~probe_core.sampling.protocols.GeneratorCapabilities`'
-    ``perturbation_noise``: a density generator's whitened codes want centred noise), else
+    that names none: the noise the generator declares (its
+    :class:`~probe_core.sampling.protocols.GeneratorCapabilities`' ``perturbation_noise``: a density generator's
+    whitened codes and a flow's noise want centred noise; a declaration without a scale gets the size's), else
     :data:`REAL_SIZE_NOISE` at real size (32x32 and up, :func:`~probe_core.data.is_real_size`), else
     :data:`SMALL_IMAGE_NOISE`."""
     by_size = REAL_SIZE_NOISE if is_real_size(tuple(image_shape)) else SMALL_IMAGE_NOISE
