@@ -629,7 +629,9 @@ def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colou
     monkeypatch.setenv("PROBE_DATASET", "colours")
     data = load_dataset("colours")
     planned, note = identify_step.sized_identification(steps.IdentifyRequest(dataset="colours"), data)
-    assert note and planned.max_images < len(data.train_labels)  # real size: fewer images, Q lowered
+    # real size: every image, Q lowered to fit the budget
+    assert note and planned.max_images == len(data.train_labels)
+    assert planned.samples_per_image < steps.IdentifyRequest().samples_per_image
     at = open_page("pages/views/failures.py")
     assert at.number_input(key="defuse_images_colours").value == planned.max_images
     assert at.number_input(key="defuse_q").value == planned.samples_per_image
