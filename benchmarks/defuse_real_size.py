@@ -81,6 +81,9 @@ def main() -> None:
     parser.add_argument("--workspace", default=".bench-workspace-defuse-real-size")
     parser.add_argument("--mnist", default=os.environ.get("MNIST_DIR", str(MNIST)))
     parser.add_argument("--flaws", default="mislabel,dropdark", help="which planted flaws to run (default: both)")
+    parser.add_argument("--plant", action="append", metavar="VIEW",
+                        help="plant this flaw instead (a data view such as mislabel=3->5:0.4, the issue's SVHN row); "
+                        "repeat for several")
     parser.add_argument("--noises", default="paper",
                         help="identification noise: paper (Beta(75, 75) as written), centered (the default below "
                         f"{REAL_SIZE_LABEL} and with a flow or density generator), default (none named: the one "
@@ -90,7 +93,7 @@ def main() -> None:
                         "selection and baseline `probe defuse correct` picks when none is named), paper "
                         "(selection by validation accuracy on the data, the labelled failures as "
                         "baseline), earlier (the failure-aware selection, the regions' failures as baseline)")
-    parser.add_argument("--judge", choices=("default", "none", "seed", "flawed-seed", "generator"),
+    parser.add_argument("--judge", choices=("default", "none", "seed", "flawed-seed", "generator", "neighbours"),
                         default="default",
                         help="default: none named, the judge probe defuse identify chooses (from 32x32 up the "
                         "generator's feature network); none: no judge (--judge none); seed: identification keeps a "
@@ -99,7 +102,10 @@ def main() -> None:
                         "class at least 0.9 (probe defuse identify --judge); flawed-seed: the judge is the flawed "
                         "classifier's recipe, on the flawed data, with that seed (a judge that shares the flaw); "
                         "generator: the judge is the generator's feature network, a classifier of the clean data "
-                        "stored when the generator trained (ModelSpec.feature_network_spec: no training of its own)")
+                        "stored when the generator trained (ModelSpec.feature_network_spec: no training of its own); "
+                        "neighbours: the vote of the flawed data's own training images nearest each decoding in "
+                        "that network's features (neighbours:features:GENERATOR, a majority needed: it learns no "
+                        "labels, so a 40 %% mislabelling does not flip it)")
     parser.add_argument("--executor", default="local",
                         help="local: the models train one after another and the Defuse steps run in this process; "
                         "ray: the models the workspace lacks train at once, a CPU each, counted by the wall time they "
@@ -127,7 +133,7 @@ def main() -> None:
         path, _ = build_data(size, args.quick, Path(args.mnist), Path(workspace.root) / "data")
         reference = canonical_dataset_name(str(path))
         epochs = QUICK_EPOCHS if args.quick else None
-        flaws = [flaw for flaw in FLAWS[size] if flaw.split("=")[0] in kinds]
+        flaws = args.plant or [flaw for flaw in FLAWS[size] if flaw.split("=")[0] in kinds]
         registry = workspace.registry
         # every model the set needs: the data's default classifier (the oracle) and generator (the VAE, or from
         # 32x32 the spatial autoencoder; fewer epochs in a quick run, so passed on by id), the judges and the
@@ -149,7 +155,7 @@ def main() -> None:
         clean, vae = models["clean classifier"], models["generator"]
         # the generator's feature network, named as a user names it (refused where the generator keeps none)
         feature_judge = (registry.resolve(f"features:{vae.id}", "classifier", reference)
-                         if args.judge == "generator" else None)
+                         if args.judge in ("generator", "neighbours") else None)
         # what the whole set costs from scratch: every model's recorded training time (models this workspace
         # already had were trained by an earlier run, maybe beside other work) and the Defuse steps timed here;
         # models trained now all at once (a distributed executor) count by the wall time they took together
@@ -173,6 +179,11 @@ def main() -> None:
                   f"({clean.metrics.get('test_accuracy', float('nan')):.1%} test accuracy)")
             if args.judge == "none":
                 identify["judge"] = "none"
+            elif args.judge == "neighbours":
+                identify["judge"] = f"neighbours:features:{vae.id}"
+                print(f"judge {identify['judge']}: the flawed data's own labels vote, in the features of "
+                      f"{feature_judge.id} ({feature_judge.metrics.get('test_accuracy', float('nan')):.1%} test "
+                      "accuracy as a classifier)")
             elif flaw in judged or args.judge == "generator":
                 judge = models[f"judge on {judged[flaw]}"] if flaw in judged else feature_judge
                 identify["judge"] = judge.id

@@ -7,7 +7,11 @@ import torch
 
 from pages import ui as _ui
 from probe_core.api.ui import (
+    DEFAULT_JUDGE_SURE,
     EMBEDDING,
+    FEATURES_PREFIX,
+    NEIGHBOUR_MAJORITY,
+    NEIGHBOURS_PREFIX,
     NOISE_MODES,
     PROJECT_CODES_ABOVE,
     PROJECTED_CODE_SIZE,
@@ -34,6 +38,8 @@ from probe_core.runs import history
 
 NO_JUDGE = "none"
 DEFAULT_JUDGE = "default (chosen from the image size)"
+# the session generator's feature network places images, the data's own labels vote (learns no labels)
+NEIGHBOUR_JUDGE = f"{NEIGHBOURS_PREFIX}{FEATURES_PREFIX}default"
 ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Failures")
@@ -78,21 +84,26 @@ with st.form("defuse-find", enter_to_submit=False):
     j1, j2 = st.columns([4, 1])
     # stored classifiers only: a plugin path typed here would make the server run its code (the Models page
     # loads files, for those who may)
-    judges = [DEFAULT_JUDGE, NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name)
-                                          if m != classifier.id]
+    judges = ([DEFAULT_JUDGE, NO_JUDGE] + ([NEIGHBOUR_JUDGE] if generator.feature_network else [])
+              + [m for m in ws.registry.classifier_choices(dataset.name) if m != classifier.id])
     judge = j1.selectbox("Judge", judges, key=f"defuse_judge_{dataset.name}",
                          help="a classifier other than the probed one, trained on data you trust: a misclassified "
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
                               "classifier's failures. A judge trained on the same flawed data may hide the flaw (a "
                               "mislabelled class, for one). The default: from 32×32 up, the generator's own feature "
-                              "network (no training), below that none")
+                              f"network (no training), below that none. {NEIGHBOUR_JUDGE}: the vote of the "
+                              "nearest training images in that network's features, which reads the data's labels "
+                              "rather than learning them (a majority needed, so a minority of wrong labels does "
+                              "not flip it)")
     advice = judge_advice(dataset.image_shape)
     if judge == NO_JUDGE and advice:
         j1.caption(advice)
-    judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], identify_defaults["judge_sure"],
-                                 0.05, format="%.2f", key="defuse_judge_sure",
-                                 help="the judge's least probability of the source class")
+    judge_sure = j2.number_input("Judge at least", *identify_ranges["judge_sure"], None, 0.05, format="%.2f",
+                                 key="defuse_judge_sure", placeholder="the judge's own",
+                                 help="the judge's least probability of the source class; empty: the judge's own "
+                                      f"({DEFAULT_JUDGE_SURE:g} for a classifier, {NEIGHBOUR_MAJORITY:g} of the votes "
+                                      "for a neighbour vote)")
     st.markdown("**Distillation**")
     d1, d2, d3, d4, d5 = st.columns(5)
     components = d1.number_input("Max clusters (K)", *distill_ranges["n_components"], distill_defaults["n_components"],
@@ -127,7 +138,7 @@ if start:
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
-            judge=None if judge == DEFAULT_JUDGE else judge, judge_sure=float(judge_sure), **_ui.scaleout())
+            judge=None if judge == DEFAULT_JUDGE else judge, judge_sure=None if judge_sure is None else float(judge_sure), **_ui.scaleout())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:

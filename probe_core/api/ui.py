@@ -31,7 +31,8 @@ from probe_core.models.checks import ModelCheckError, check_classifier, check_ge
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import describe_linked_file
 from probe_core.models.kept import KEPT_FOLDER
-from probe_core.models.spec import MODEL_RANGES
+from probe_core.models.neighbours import NEIGHBOUR_MAJORITY, NEIGHBOURS_PREFIX
+from probe_core.models.spec import FEATURES_PREFIX, MODEL_RANGES
 from probe_core.sampling.protocols import prior_draws
 
 # -- runs: start them (each in a worker process), read their requests and results --------------------------------
@@ -79,7 +80,7 @@ from probe_core.defuse.cluster import (
 from probe_core.defuse.correct_step import BASELINES, correction_plan
 from probe_core.defuse.correction import REAL_SIZE_SELECTION, SELECTION_RULES, SMALL_IMAGE_SELECTION
 from probe_core.defuse.embedding_step import submit_embedding
-from probe_core.defuse.identification import NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
+from probe_core.defuse.identification import DEFAULT_JUDGE_SURE, NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.defuse.identify_step import judge_advice, sized_identification
 from probe_core.defuse.labels import (
     HUMAN,

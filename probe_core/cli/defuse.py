@@ -18,6 +18,7 @@ from probe_core.defuse.cluster import (MIN_CLASS_REGION, PROJECT_CODES_ABOVE, PR
                                       REVIEW_TAU)
 from probe_core.defuse.identification import DEFAULT_JUDGE_SURE, NOISE_MODES, REAL_SIZE_NOISE, SMALL_IMAGE_NOISE
 from probe_core.errors import ProbeError
+from probe_core.models.neighbours import NEIGHBOUR_MAJORITY
 from probe_core.reporting.export import format_table, write_file
 from probe_core.reporting.render import image_grid, png_bytes, upscale_for_display
 from probe_core.runs import history
@@ -409,12 +410,16 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shards", type=int, help="split the training images into this many shards, each with its "
                         "own seed (default: 1 with --executor local, one per worker with ray)")
     parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file; "
-                        "'features:default', the generator's own feature network, where it keeps one): a "
-                        "misclassified decoding counts as a failure only if the judge still sees its source class in "
-                        "it, so the generator's own blurs are not kept; 'none': no judge (default: from 32x32 up "
-                        "the generator's feature network where it has one, below that none)")
-    parser.add_argument("--judge-sure", type=float, default=DEFAULT_JUDGE_SURE, metavar="P",
-                        help="with --judge: the judge's least probability of the source class (default: %(default)s)")
+                        "'features:default', the generator's own feature network, where it keeps one; "
+                        "'neighbours:features:default', the vote of the nearest training images in that network's "
+                        "features, which learns no labels): a misclassified decoding counts as a failure only if the "
+                        "judge still sees its source class in it, so the generator's own blurs are not kept; 'none': "
+                        "no judge (default: from 32x32 up the generator's feature network where it has one, below "
+                        "that none)")
+    parser.add_argument("--judge-sure", type=float, metavar="P",
+                        help="with a judge: its least probability of the source class (default: the judge's own, "
+                        f"{DEFAULT_JUDGE_SURE:g} for a classifier, {NEIGHBOUR_MAJORITY:g} of the votes for a neighbour "
+                        "vote)")
 
 
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:

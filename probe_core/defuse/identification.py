@@ -48,6 +48,12 @@ FAILURE_PREFIX = "failures/"
 DEFAULT_JUDGE_SURE = 0.9
 
 
+def judge_sure_of(judge) -> float:
+    """The threshold a judge is read at when none is named: the one it declares (``sure_at``: a neighbour vote's
+    majority, :class:`~probe_core.models.neighbours.NeighbourVote`), else :data:`DEFAULT_JUDGE_SURE`."""
+    return float(getattr(judge, "sure_at", DEFAULT_JUDGE_SURE))
+
+
 @dataclass
 class FailureSet:
     """Failures found by identification, one row each.
@@ -173,7 +179,7 @@ def identify_failures(
     reporter: Reporter | None = None,
     on_batch: Callable[[int, FailureSet], None] | None = None,
     judge: torch.nn.Module | None = None,
-    judge_sure: float = DEFAULT_JUDGE_SURE,
+    judge_sure: float | None = None,
 ) -> FailureSet:
     """Run Defuse identification over a set of images.
 
@@ -204,9 +210,11 @@ def identify_failures(
         A classifier other than ``classifier`` (images (B, C, H, W) -> probabilities (B, K), the same classes).
         With one, a misclassified decoding counts as a failure only if the judge gives its source image's label
         at least ``judge_sure``: the decoding still shows its class, so the probed classifier is wrong on it, not
-        the generator (see :data:`DEFAULT_JUDGE_SURE`).
-    judge_sure : float
-        The judge's least probability of the source label, in (0, 1].
+        the generator (see :data:`DEFAULT_JUDGE_SURE`). A neighbour vote
+        (:class:`~probe_core.models.neighbours.NeighbourVote`) gives vote shares as its probabilities.
+    judge_sure : float, optional
+        The judge's least probability of the source label, in (0, 1]; default the judge's own
+        (:func:`judge_sure_of`).
 
     Returns
     -------
@@ -214,6 +222,7 @@ def identify_failures(
         All kept failures, in image order.
     """
     _require_encoder(vae)
+    judge_sure = judge_sure_of(judge) if judge_sure is None else judge_sure
     _check_identification(len(images), len(labels), samples_per_image, max_per_image, images_per_batch, judge_sure)
     rng, device = np.random.default_rng(seed), next(vae.parameters()).device
     means = encode_means(vae, images)

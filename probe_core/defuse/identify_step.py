@@ -16,12 +16,12 @@ from probe_core.catalog import load_dataset
 from probe_core.data import DEFAULT_DATASET, REAL_SIZE_LABEL, ImageDataset, is_real_size
 from probe_core.defuse.distill_step import DistillRequest, distill_job
 from probe_core.defuse.identification import (
-    DEFAULT_JUDGE_SURE,
     NOISE_MODES,
     FailureSet,
     concatenate_failures,
     default_noise,
     identify_failures,
+    judge_sure_of,
 )
 from probe_core.defuse.results import DISTILL, IDENTIFY, IdentificationResult
 from probe_core.errors import CancelledError, ProbeError
@@ -86,7 +86,8 @@ class IdentifyRequest(BuiltFromSettings):
     # only if the judge gives its source label at least judge_sure (identify_failures). None: chosen from the data's
     # size when the request is built (default_judge; a stored request's None: no judge); "none": no judge at any size
     judge: str | None = None
-    judge_sure: float = DEFAULT_JUDGE_SURE
+    # None: the judge's own threshold (judge_sure_of: 0.9 for a classifier, a majority for a neighbour vote)
+    judge_sure: float | None = None
     # why the judge is the one it is (given, chosen from the data's size, or none), set when the request is built
     judge_reason: str | None = None
     # DistillRequest fields (all but identify_run) to distil with as soon as identification ends, as a
@@ -151,7 +152,11 @@ class IdentifyRequest(BuiltFromSettings):
         for advice in (note, None if judge else judge_advice(data.image_shape)):
             if advice:
                 log.warning(advice)
-        return request.derived(classifier=classifier.id, vae=vae.id, judge=judge, judge_reason=reason)
+        judge_sure = request.judge_sure
+        if judge is not None and judge_sure is None:
+            judge_sure = judge_sure_of(judge.module)
+        return request.derived(classifier=classifier.id, vae=vae.id, judge=None if judge is None else judge.id,
+                               judge_sure=judge_sure, judge_reason=reason)
 
 
 def _judge_choice(request: IdentifyRequest, vae, image_shape) -> tuple[str | None, str]:
@@ -211,13 +216,13 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
 
 
 def _checked_judge(registry, lookup, reference: str, dataset: str, classifier, data: ImageDataset,
-                   device: str) -> str:
-    """The judge's stored reference, after :func:`~probe_core.runs.validation.checked_judge` (its classes are
+                   device: str):
+    """The judge (its id is the stored reference), after :func:`~probe_core.runs.validation.checked_judge` (its classes are
     matched before it is loaded, so a judge of other classes trains nothing)."""
     names = classifier_class_names(registry, reference, dataset)
     if tuple(names) != tuple(data.class_names):
         raise ProbeError(f"the judge's classes {list(names)} are not the data's {list(data.class_names)}")
-    return checked_judge(lookup(reference, "classifier", dataset, device=device), classifier, data).id
+    return checked_judge(lookup(reference, "classifier", dataset, device=device), classifier, data)
 
 
 # Real-size data (32x32 and up): identification over every training image with Q = 500 took about an hour on
@@ -314,8 +319,11 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
         judge = (None if settings.judge in (None, NO_JUDGE) else
                  models.get_or_train_reference(settings.judge, "classifier", settings.dataset, device=device))
+        judge_sure = settings.judge_sure
+        if judge is not None and judge_sure is None:  # a request stored unchecked leaves it open
+            judge_sure = judge_sure_of(judge.module)
         # a request stored unchecked leaves the noise open
-        resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities)
+        resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities).derived(judge_sure=judge_sure)
         classifier_check, vae_check = checked_models(classifier, dataset, vae,
                                                      allow_weak_classifier=settings.allow_weak_classifier)
         ids = {"dataset": settings.dataset, "classifier": classifier.id, "vae": vae.id,
@@ -323,7 +331,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
                "generator_check": vae_check.to_dict(),
                "noise": {"noise": resolved.noise, "a": resolved.a, "b": resolved.b,
                          "noise_scale": resolved.noise_scale},
-               "judge": None if judge is None else judge.id, "judge_sure": settings.judge_sure,
+               "judge": None if judge is None else judge.id, "judge_sure": judge_sure,
                "judge_reason": settings.judge_reason,
                "judge_warning": None if judge is None else judge_warning(judge, classifier)}
         if vae_check.weak:
@@ -358,7 +366,7 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
             max_per_image=settings.max_per_image, noise=resolved.noise, a=resolved.a, b=resolved.b,
             noise_scale=resolved.noise_scale, seed=settings.seed,
             reporter=rewritten(context, with_run_ids), on_batch=on_batch,
-            judge=None if judge is None else judge.module, judge_sure=settings.judge_sure)
+            judge=None if judge is None else judge.module, judge_sure=judge_sure)
         return _identify_result(ids, images, found, dataset, started)
 
     return run

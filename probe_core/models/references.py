@@ -22,6 +22,7 @@ from probe_core.models.access import check_model_reference, pin_model_references
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import is_model_file_reference, load_model_file
 from probe_core.models.loaded import LoadedModel, align_classifier
+from probe_core.models.neighbours import NEIGHBOURS_PREFIX, neighbour_judge
 from probe_core.models.plugins import PluginError, is_plugin_reference, load_plugin_reference
 from probe_core.models.recipes import _ARCHITECTURES, _real_size_generators, default_architecture, default_generator_kind
 from probe_core.models.resized import seen_at
@@ -158,7 +159,8 @@ class ReferenceResolver:
         reference : str or None
             Model id; ``default`` / None (the data set's default, see :meth:`default_id`); a plugin
             reference or ``.py`` path; for classifiers ``features:GENERATOR``, a generator's feature network
-            (:meth:`feature_network_id`); or for generators a built generator's reference such as
+            (:meth:`feature_network_id`), or ``neighbours:CLASSIFIER``, the data's training images' vote in that
+            classifier's features (:mod:`probe_core.models.neighbours`); or for generators a built generator's reference such as
             ``scene:novel``.
         kind : {"classifier", "generator"}
             What is wanted; a generator reference may name a VAE or a GAN.
@@ -178,6 +180,11 @@ class ReferenceResolver:
         data = self.dataset(dataset)  # refused before anything is resolved, as the reference below
         if kind == "classifier":
             base, class_map = split_class_map(reference or "default")
+            if base.startswith(NEIGHBOURS_PREFIX):
+                loaded = self._neighbour_vote(base[len(NEIGHBOURS_PREFIX):], class_map, data, dataset, device)
+                if self._resolved is not None:
+                    self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
+                return loaded
             if base.startswith(FEATURES_PREFIX):
                 base = self.feature_network_id(base[len(FEATURES_PREFIX):] or "default", dataset, device)
             check_model_reference(self.store, self.actor, base)
@@ -197,6 +204,18 @@ class ReferenceResolver:
         if self._resolved is not None:
             self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
         return loaded
+
+    def _neighbour_vote(self, voters_in: str, class_map, data, dataset: str, device) -> LoadedModel:
+        """``neighbours:CLASSIFIER``: the data's training images' vote in CLASSIFIER's features
+        (:func:`~probe_core.models.neighbours.neighbour_judge`; ``neighbours:`` alone: the default generator's
+        feature network's)."""
+        if class_map:
+            raise ProbeError("a neighbour vote is on the data's own classes: it takes no class map")
+        voters_in = voters_in or f"{FEATURES_PREFIX}default"
+        if voters_in.startswith(NEIGHBOURS_PREFIX):
+            raise ProbeError(f"{NEIGHBOURS_PREFIX}{voters_in}: a vote is taken in a classifier's features, not in "
+                             "another vote's")
+        return neighbour_judge(self.resolve(voters_in, "classifier", dataset, device), data)
 
     def feature_network_id(self, generator: str, dataset: str = DEFAULT_DATASET,
                            device: str | torch.device | None = "cpu") -> str:

@@ -59,7 +59,10 @@ def judge_warning(judge, classifier) -> str | None:
     """What to flag when ``judge`` was trained on the same data as ``classifier`` (both stored models; a plugin's
     data is not known): a judge that learnt the same labels shares their flaws, and may hide the failures they cause
     (on the 64x64 stand-in it kept none of a planted mislabelling's; the 32x32 stand-in's dark 3s left out of training
-    it still confirmed; docs/real-size.md)."""
+    it still confirmed; docs/real-size.md). A judge whose record carries a ``judge_note`` (a neighbour vote, which
+    reads the data's labels rather than learning them) says it in its own words."""
+    if judge.record.get("judge_note"):  # a judge that says for itself how it may share a flaw (a neighbour vote)
+        return judge.record["judge_note"]
     trained_on = [(model.record.get("spec") or {}).get("dataset") for model in (judge, classifier)]
     if None in trained_on or trained_on[0] != trained_on[1]:
         return None

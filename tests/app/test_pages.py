@@ -178,6 +178,7 @@ def test_failures_page_shows_clusters_and_starts_identification(app_env, flawed_
                                     ("defuse_judge_sure", steps.IdentifyRequest, "judge_sure")):
         widget = at.number_input(key=key)
         assert (widget.min, widget.max) == request_type.ranges[name], key
+    assert at.number_input(key="defuse_judge_sure").value is None  # empty: the judge's own threshold
     scale = next(widget for widget in at.number_input if widget.label == "Noise scale (sd)")
     assert (scale.min, scale.max, scale.value) == (*steps.IdentifyRequest.ranges["noise_scale"], 0.15)
     # a judge is one of the workspace's other classifiers of the data (never a typed path: a plugin runs code),

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from helpers import MISLABELLED
 
 from probe_core.defuse import steps
 from probe_core.defuse import review as defuse_review
 from probe_core.defuse.identify_step import NO_JUDGE, IdentifyRequest, _judge_choice, default_judge
+from probe_core.defuse.identification import FailureSet
 from probe_core.defuse.labels import NONE_OF_THE_ABOVE, cluster_label_table
 from probe_core.defuse.results import CorrectionResult
 from probe_core.models import ModelSpec
@@ -71,3 +73,75 @@ def test_regions_are_judged_the_oracle_abstains_on_unrecognisable_ones_and_the_c
                               {}, {}, [], [], 0, {}, "x", "y", 0.0)
     assert result.recognisable_words.startswith("warning: only 1 of 3 corrected regions were recognisable")
 
+
+
+class _PixelFeatures(torch.nn.Module):
+    """A classifier whose penultimate features are its images' pixels (the vote's geometry, known exactly)."""
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.full((len(images), 2), 0.5)
+
+
+def _two_blobs(per_class: int, mislabelled_share: float, seed: int = 0):
+    """Images (2 * per_class, 1, 4, 4) of two classes, bright left half or bright right half, with noise; the
+    first ``mislabelled_share`` of class 0's images labelled 1."""
+    generator = torch.Generator().manual_seed(seed)
+    images = 0.1 * torch.rand(2 * per_class, 1, 4, 4, generator=generator)
+    images[:per_class, ..., :2] += 0.8
+    images[per_class:, ..., 2:] += 0.8
+    labels = torch.tensor([0] * per_class + [1] * per_class)
+    labels[:int(mislabelled_share * per_class)] = 1
+    return images, labels
+
+
+def test_a_neighbour_vote_keeps_a_class_whose_minority_is_mislabelled_and_gives_vote_shares():
+    from probe_core.defuse.identification import DEFAULT_JUDGE_SURE, judge_sure_of
+    from probe_core.errors import ProbeError
+    from probe_core.models.neighbours import NEIGHBOUR_MAJORITY, NeighbourVote
+
+    images, labels = _two_blobs(200, 0.4)
+    vote = NeighbourVote(_PixelFeatures(), images, labels, num_classes=2)
+    fresh, _ = _two_blobs(50, 0.0, seed=1)
+    shares = vote(fresh)
+    assert shares.shape == (100, 2) and torch.allclose(shares.sum(1), torch.ones(100))
+    # class 0's images: 60 % of their neighbours say 0, a majority in most of them; class 1's: all say 1
+    assert (shares[:50, 0] >= NEIGHBOUR_MAJORITY).float().mean() > 0.7
+    assert (shares[50:, 1] == 1).all()
+    # a class mislabelled in most of its images is the vote's flaw too
+    flipped = NeighbourVote(_PixelFeatures(), *_two_blobs(200, 0.8), num_classes=2)
+    assert (flipped(fresh)[:50, 0] < NEIGHBOUR_MAJORITY).float().mean() > 0.7
+    # a vote is read at a majority; a classifier at DEFAULT_JUDGE_SURE
+    assert judge_sure_of(vote) == NEIGHBOUR_MAJORITY and judge_sure_of(_PixelFeatures()) == DEFAULT_JUDGE_SURE
+    with pytest.raises(ProbeError, match="penultimate features"):
+        NeighbourVote(torch.nn.Linear(16, 2), images, labels, num_classes=2)
+
+
+def test_a_neighbour_vote_judges_identification_at_a_majority_and_says_how_it_may_share_a_flaw(trained_workspace):
+    from probe_core.errors import ProbeError
+    from probe_core.models.neighbours import NEIGHBOUR_MAJORITY, NEIGHBOURS_PREFIX
+
+    registry, store = trained_workspace.registry, trained_workspace.store
+    flawed = registry.get_or_train(ModelSpec(dataset=MISLABELLED, kind="classifier"))
+    clean = registry.default_id("digits", "classifier")
+    voting = f"{NEIGHBOURS_PREFIX}{clean}"
+    request = IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed.id, samples_per_image=60,
+                                    max_images=300, judge=voting)
+    assert request.judge == voting and request.judge_sure == NEIGHBOUR_MAJORITY  # the vote's own threshold
+    run_id, identified = steps.run_step(registry, store, request)
+    assert identified.judge == voting and identified.judge_sure == NEIGHBOUR_MAJORITY
+    assert "own training labels" in identified.judge_warning and "majority" in identified.judge_warning
+    found = FailureSet.from_store(store, run_id)
+    judge = registry.resolve(voting, "classifier", MISLABELLED)
+    vae = registry.resolve(request.vae, "generator", MISLABELLED)
+    with torch.no_grad():
+        shares = judge.module(vae.module.decode(torch.from_numpy(found.latents)))
+    assert identified.misclassified >= identified.confirmed == len(found) > 0
+    assert (shares[torch.arange(len(found)), torch.from_numpy(found.true_labels)] >= NEIGHBOUR_MAJORITY).all()
+    runs_before = len(store.list_runs())
+    for bad, words in ((f"{voting}#class_map=9=9", "class map"), (f"{NEIGHBOURS_PREFIX}{voting}", "another vote")):
+        with pytest.raises(ProbeError, match=words):
+            IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed.id, judge=bad)
+    assert len(store.list_runs()) == runs_before
