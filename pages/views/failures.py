@@ -9,9 +9,7 @@ from pages import ui as _ui
 from probe_core.api.ui import (
     DEFAULT_JUDGE_SURE,
     EMBEDDING,
-    FEATURES_PREFIX,
     NEIGHBOUR_MAJORITY,
-    NEIGHBOURS_PREFIX,
     NOISE_MODES,
     PROJECT_CODES_ABOVE,
     PROJECTED_CODE_SIZE,
@@ -38,8 +36,6 @@ from probe_core.runs import history
 
 NO_JUDGE = "none"
 DEFAULT_JUDGE = "default (chosen from the image size)"
-# the session generator's feature network places images, the data's own labels vote (learns no labels)
-NEIGHBOUR_JUDGE = f"{NEIGHBOURS_PREFIX}{FEATURES_PREFIX}default"
 ws = _ui.workspace()
 manager = _ui.job_manager()
 st.title("Failures")
@@ -84,18 +80,15 @@ with st.form("defuse-find", enter_to_submit=False):
     j1, j2 = st.columns([4, 1])
     # stored classifiers only: a plugin path typed here would make the server run its code (the Models page
     # loads files, for those who may)
-    judges = ([DEFAULT_JUDGE, NO_JUDGE] + ([NEIGHBOUR_JUDGE] if generator.feature_network else [])
-              + [m for m in ws.registry.classifier_choices(dataset.name) if m != classifier.id])
+    judges = [DEFAULT_JUDGE, NO_JUDGE] + [m for m in ws.registry.classifier_choices(dataset.name)
+                                          if m != classifier.id]
     judge = j1.selectbox("Judge", judges, key=f"defuse_judge_{dataset.name}",
                          help="a classifier other than the probed one, trained on data you trust: a misclassified "
                               "decoding counts as a failure only if the judge still sees its source class in it, "
                               "so that decodings the generator blurred out of their class are not kept as the "
                               "classifier's failures. A judge trained on the same flawed data may hide the flaw (a "
                               "mislabelled class, for one). The default: from 32×32 up, the generator's own feature "
-                              f"network (no training), below that none. {NEIGHBOUR_JUDGE}: the vote of the "
-                              "nearest training images in that network's features, which reads the data's labels "
-                              "rather than learning them (a majority needed, so a minority of wrong labels does "
-                              "not flip it)")
+                              "network (no training), below that none")
     advice = judge_advice(dataset.image_shape)
     if judge == NO_JUDGE and advice:
         j1.caption(advice)

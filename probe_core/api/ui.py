@@ -31,8 +31,8 @@ from probe_core.models.checks import ModelCheckError, check_classifier, check_ge
 from probe_core.models.devices import resolve_device
 from probe_core.models.files import describe_linked_file
 from probe_core.models.kept import KEPT_FOLDER
-from probe_core.models.neighbours import NEIGHBOUR_MAJORITY, NEIGHBOURS_PREFIX
-from probe_core.models.spec import FEATURES_PREFIX, MODEL_RANGES
+from probe_core.models.neighbours import NEIGHBOUR_MAJORITY
+from probe_core.models.spec import MODEL_RANGES
 from probe_core.sampling.protocols import prior_draws
 
 # -- runs: start them (each in a worker process), read their requests and results --------------------------------

@@ -412,7 +412,8 @@ def _add_identify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge", help="a classifier other than the probed one (id, 'default', plugin or model file; "
                         "'features:default', the generator's own feature network, where it keeps one; "
                         "'neighbours:features:default', the vote of the nearest training images in that network's "
-                        "features, which learns no labels): a misclassified decoding counts as a failure only if the "
+                        "features, which learns no labels but keeps many blurs, docs/defuse.md): a misclassified "
+                        "decoding counts as a failure only if the "
                         "judge still sees its source class in it, so the generator's own blurs are not kept; 'none': "
                         "no judge (default: from 32x32 up the generator's feature network where it has one, below "
                         "that none)")

@@ -155,6 +155,8 @@ class IdentifyRequest(BuiltFromSettings):
         judge_sure = request.judge_sure
         if judge is not None and judge_sure is None:
             judge_sure = judge_sure_of(judge.module)
+        if judge is not None and request.judge is not None and judge.record.get("judge_note"):
+            reason = f"the judge given ({request.judge}): {judge.record['judge_note']}"  # it says how it may err
         return request.derived(classifier=classifier.id, vae=vae.id, judge=None if judge is None else judge.id,
                                judge_sure=judge_sure, judge_reason=reason)
 

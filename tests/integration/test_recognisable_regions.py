@@ -130,6 +130,7 @@ def test_a_neighbour_vote_judges_identification_at_a_majority_and_says_how_it_ma
     request = IdentifyRequest.build(registry, dataset=MISLABELLED, classifier=flawed.id, samples_per_image=60,
                                     max_images=300, judge=voting)
     assert request.judge == voting and request.judge_sure == NEIGHBOUR_MAJORITY  # the vote's own threshold
+    assert request.judge_reason.startswith("the judge given") and "own training labels" in request.judge_reason
     run_id, identified = steps.run_step(registry, store, request)
     assert identified.judge == voting and identified.judge_sure == NEIGHBOUR_MAJORITY
     assert "own training labels" in identified.judge_warning and "majority" in identified.judge_warning
