@@ -133,6 +133,8 @@ def run_protocols(workspace, dataset: str, flaw: str, quick: bool = False, max_i
           f"{identified.noise}")
     if identified.confirmed_words:
         print(identified.confirmed_words)
+    if identified.judge_warning:  # how the judge may share a flaw of the labels, as the CLI prints it
+        print(f"warning: {identified.judge_warning}")
     distill_run, distilled = steps.run_step(registry, store, steps.DistillRequest(identify_run=identify_run))
     source, verdicts = defuse_review.auto_label(registry, store, distill_run, oracle,
                                                 abstain_below=oracle_abstains_below)
