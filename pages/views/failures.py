@@ -131,7 +131,8 @@ if start:
             classifier=_ui.model_ref("classifier", dataset.name), vae=_ui.model_ref("generator", dataset.name), samples_per_image=int(per_image),
             max_images=int(images) if int(images) < available else None,
             max_per_image=int(keep), noise=noise, noise_scale=float(scale), distill_after=distill,
-            judge=None if judge == DEFAULT_JUDGE else judge, judge_sure=None if judge_sure is None else float(judge_sure), **_ui.scaleout())
+            judge=None if judge == DEFAULT_JUDGE else judge,
+            judge_sure=None if judge_sure is None else float(judge_sure), **_ui.scaleout())
     except ProbeError as exc:
         st.error(f"Cannot start: {_ui.plain(exc)}")
     else:

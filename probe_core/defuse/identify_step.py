@@ -219,8 +219,8 @@ def judge_advice(image_shape: tuple[int, int, int]) -> str | None:
 
 def _checked_judge(registry, lookup, reference: str, dataset: str, classifier, data: ImageDataset,
                    device: str):
-    """The judge (its id is the stored reference), after :func:`~probe_core.runs.validation.checked_judge` (its classes are
-    matched before it is loaded, so a judge of other classes trains nothing)."""
+    """The judge (its id is the stored reference), after :func:`~probe_core.runs.validation.checked_judge` (its
+    classes are matched before it is loaded, so a judge of other classes trains nothing)."""
     names = classifier_class_names(registry, reference, dataset)
     if tuple(names) != tuple(data.class_names):
         raise ProbeError(f"the judge's classes {list(names)} are not the data's {list(data.class_names)}")

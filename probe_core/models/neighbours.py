@@ -9,8 +9,8 @@ its source class when that class holds a majority (:data:`NEIGHBOUR_MAJORITY`), 
 does not flip. ``neighbours:CLASSIFIER`` names it wherever a judge is named (``neighbours:features:default``: in the
 default generator's feature network's space; :meth:`~probe_core.models.references.ModelRegistry.resolve`).
 
-It is not the default judge: measured on the 32x32 SVHN-like stand-in (docs/defuse.md, "A judge that learns no
-labels"), a blurred decoding still sits nearest images of its source class, so the vote confirmed 34-37 % of the
+It is not the default judge: measured on the 32x32 SVHN-like stand-in (docs/defuse.md, "the judges side by
+side"), a blurred decoding still sits nearest images of its source class, so the vote confirmed 34-37 % of the
 misclassified decodings where the feature network's classifier at 0.9 confirmed 4-7 %, most of them blurs the
 oracle would not name, and neither planted flaw was found through it.
 """

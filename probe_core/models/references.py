@@ -159,9 +159,9 @@ class ReferenceResolver:
         reference : str or None
             Model id; ``default`` / None (the data set's default, see :meth:`default_id`); a plugin
             reference or ``.py`` path; for classifiers ``features:GENERATOR``, a generator's feature network
-            (:meth:`feature_network_id`), or ``neighbours:CLASSIFIER``, the data's training images' vote in that
-            classifier's features (:mod:`probe_core.models.neighbours`); or for generators a built generator's reference such as
-            ``scene:novel``.
+            (:meth:`feature_network_id`), or ``neighbours:CLASSIFIER``, the data's training images' vote in
+            that classifier's features (:mod:`probe_core.models.neighbours`); or for generators a built
+            generator's reference such as ``scene:novel``.
         kind : {"classifier", "generator"}
             What is wanted; a generator reference may name a VAE or a GAN.
         dataset : str
