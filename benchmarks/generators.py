@@ -82,6 +82,22 @@ RECIPES = {"vae": {"kind": "vae"}, "rae": {"kind": "rae"},
            "rae-spatial": {"kind": "rae", "architecture": "SpatialDensityAutoencoder", "latent_dim": 512}}
 
 
+class TemperedNoise(torch.nn.Module):
+    """A flow generator whose chains' noise is scaled by ``temperature`` before the flow: under the chains' N(0, I)
+    the flow's input is N(0, t^2 I), reduced-temperature sampling (Kingma & Dhariwal, Glow, 2018)."""
+
+    def __init__(self, flowed: NoiseFlowGenerator, temperature: float) -> None:
+        super().__init__()
+        self.flowed, self.temperature, self.latent_dim = flowed, float(temperature), flowed.latent_dim
+
+    def decode(self, noise: torch.Tensor) -> torch.Tensor:
+        return self.flowed.decode(self.temperature * noise)
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        noise, log_variance = self.flowed.encode(images)
+        return noise / self.temperature, log_variance
+
+
 def trained(registry, spec: ModelSpec, quick: bool):
     """The model for ``spec`` and the seconds its training took. A quick run trains what it must with few epochs;
     it uses the default models a workspace already holds (``make bench-quick`` installs the shipped ones)."""
@@ -119,6 +135,12 @@ def main() -> int:
                              "feature network (a ResNet of another seed trained with the generator: one classifier "
                              "less to train)")
     parser.add_argument("--quick", action="store_true", help="short trainings, 4 chains of 5 + 5 (a smoke run)")
+    parser.add_argument("--flow-temperatures", default="",
+                        help="also the recipe's flow prior sampled at these temperatures t < 1 (the chains' noise "
+                        "scaled by t before the flow, so the prior is N(0, t^2 I) over the flow's input: the "
+                        "reduced-temperature sampling of Glow, fidelity for diversity), comma-separated")
+    parser.add_argument("--starts", default="auto,prior,classes,smc",
+                        help="the chain starts measured, of auto, prior, classes, smc (default all that apply)")
     parser.add_argument("--train-images", type=int,
                         help="with --size: the stand-in with this many training images (per class at 64x64; the "
                              "same test images), to measure how each recipe grows with the data")
@@ -198,6 +220,10 @@ def main() -> int:
             print(f"flow prior (the recipe's): kept step {fitted.get('steps')}, held-out "
                   f"{fitted.get('held_out_nll')} nats/dim (N(0, I): {fitted.get('gaussian_nll')})", flush=True)
             variants.append(("flow (noise), the default", loaded))
+            for temperature in (float(t) for t in args.flow_temperatures.split(",") if t.strip()):
+                variants.append((f"flow (noise) at temperature {temperature:g}", dataclasses.replace(
+                    loaded, id=f"{loaded.id}-t{temperature:g}", module=TemperedNoise(loaded.module, temperature),
+                    capabilities=None)))
         elif "flow" in priors:  # a flow over the codes, HMC on its N(0, I) noise (probe_core.models.code_flow)
             started = time.perf_counter()
             flowed, fitted = noise_flow_generator(network, data.train_images, data.test_images,
@@ -217,8 +243,8 @@ def main() -> int:
             generator = variant.module
             check = check_generator(variant, classifier, data, judge=judge)
             figures = check.figures
-            starts = ("auto", "prior", "classes", "smc") if isinstance(generator, DensityGenerator) else (
-                "auto", "prior", "smc")
+            starts = [start for start in (("auto", "prior", "classes", "smc") if isinstance(generator, DensityGenerator)
+                                          else ("auto", "prior", "smc")) if start in args.starts.split(",")]
             for start in starts:
                 for probe, probed in probes:
                     [target] = parse_targets(probe, names)
