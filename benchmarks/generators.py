@@ -98,6 +98,32 @@ class TemperedNoise(torch.nn.Module):
         return noise / self.temperature, log_variance
 
 
+class ClassStartedNoise(torch.nn.Module):
+    """A flow generator whose chains may start at the noise of training images of their targets' classes
+    (``init="classes"``: :class:`~probe_core.sampling.protocols.ClassConditionalPrior`); its prior stays N(0, I)."""
+
+    def __init__(self, flowed: NoiseFlowGenerator, images: torch.Tensor, labels: torch.Tensor, classes: int) -> None:
+        super().__init__()
+        self.flowed, self.latent_dim, self.classes = flowed, flowed.latent_dim, classes
+        with torch.no_grad():
+            self.noise = torch.cat([flowed.encode(images[s:s + 256])[0] for s in range(0, len(images), 256)])
+        self.labels = labels.long()
+
+    def decode(self, noise: torch.Tensor) -> torch.Tensor:
+        return self.flowed.decode(noise)
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.flowed.encode(images)
+
+    def sample_for_targets(self, weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        chosen = torch.multinomial(weights.float(), 1, generator=generator).squeeze(1)
+        rows = []
+        for cls in chosen.tolist():
+            of_class = (self.labels == cls).nonzero().squeeze(1)
+            rows.append(of_class[torch.randint(len(of_class), (1,), generator=generator)])
+        return self.noise[torch.cat(rows)].clone()
+
+
 def trained(registry, spec: ModelSpec, quick: bool):
     """The model for ``spec`` and the seconds its training took. A quick run trains what it must with few epochs;
     it uses the default models a workspace already holds (``make bench-quick`` installs the shipped ones)."""
@@ -139,6 +165,9 @@ def main() -> int:
                         help="also the recipe's flow prior sampled at these temperatures t < 1 (the chains' noise "
                         "scaled by t before the flow, so the prior is N(0, t^2 I) over the flow's input: the "
                         "reduced-temperature sampling of Glow, fidelity for diversity), comma-separated")
+    parser.add_argument("--flow-class-starts", action="store_true",
+                        help="also the recipe's flow prior with chains started at the noise of training images of "
+                        "the target's classes (T^-1 of their whitened codes; init='classes')")
     parser.add_argument("--starts", default="auto,prior,classes,smc",
                         help="the chain starts measured, of auto, prior, classes, smc (default all that apply)")
     parser.add_argument("--train-images", type=int,
@@ -224,6 +253,11 @@ def main() -> int:
                 variants.append((f"flow (noise) at temperature {temperature:g}", dataclasses.replace(
                     loaded, id=f"{loaded.id}-t{temperature:g}", module=TemperedNoise(loaded.module, temperature),
                     capabilities=None)))
+            if args.flow_class_starts:
+                variants.append(("flow (noise), class starts", dataclasses.replace(
+                    loaded, id=f"{loaded.id}-class-starts",
+                    module=ClassStartedNoise(loaded.module, data.train_images, data.train_labels, count),
+                    capabilities=None)))
         elif "flow" in priors:  # a flow over the codes, HMC on its N(0, I) noise (probe_core.models.code_flow)
             started = time.perf_counter()
             flowed, fitted = noise_flow_generator(network, data.train_images, data.test_images,
@@ -243,7 +277,8 @@ def main() -> int:
             generator = variant.module
             check = check_generator(variant, classifier, data, judge=judge)
             figures = check.figures
-            starts = [start for start in (("auto", "prior", "classes", "smc") if isinstance(generator, DensityGenerator)
+            starts = [start for start in (("auto", "prior", "classes", "smc")
+                                          if isinstance(generator, (DensityGenerator, ClassStartedNoise))
                                           else ("auto", "prior", "smc")) if start in args.starts.split(",")]
             for start in starts:
                 for probe, probed in probes:
