@@ -648,32 +648,56 @@ def test_the_failures_form_shows_the_sizes_that_will_run_on_real_size_data(colou
     JobManager(colours_workspace.store).cancel(identify.id)
 
 
-def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every_copy(trained_workspace, flawed_run,
-                                                                                      tmp_path, monkeypatch, capsys):
-    """A cluster whose ten review images are three pictures (copies differing by a grey level or two) gets three
-    questions; one answer labels each copy, and the answer is confirmed at once."""
+def _one_cluster_copy(trained_workspace, flawed_run, tmp_path, monkeypatch, info: dict | None = None):
+    """A copy of the workspace (the shared one's newest distillation run stays the flawed one) with a new
+    distillation run of one cluster like the flawed run's first (its ``info`` updated with ``info``), opened by the
+    pages; returns the copy's root, its store, the run's and the cluster's ids and the template cluster."""
     import shutil
     import sqlite3
 
-    import numpy as np
-
     from probe_core.runs.workspace import DATABASE_NAME, Workspace
 
-    root = tmp_path / "ws"  # a copy: the shared workspace's newest distillation run stays the flawed one
+    root = tmp_path / "ws"
     shutil.copytree(trained_workspace.root, root, ignore=shutil.ignore_patterns(DATABASE_NAME + "*"))
     live, copy = sqlite3.connect(trained_workspace.root / DATABASE_NAME), sqlite3.connect(root / DATABASE_NAME)
     live.backup(copy)  # a consistent snapshot (copying a live database's files is not)
     live.close()
     copy.close()
-    workspace = Workspace(root)
     monkeypatch.setenv("PROBE_WORKSPACE", str(root))
-    store = workspace.store
+    store = Workspace(root).store
     source = store.get_run(flawed_run["distill_run"])
     run_id = store.create_run(source.kind, source.config)
     store.finish_run(run_id, "done", result=source.result)
     template = store.get_clusters(flawed_run["distill_run"])[0]
-    [cluster_id] = store.add_clusters(run_id, [{key: template[key] for key in
-                                                ("cluster_index", "weight", "size", "mean", "covariance", "info")}])
+    cluster = {key: template[key] for key in ("cluster_index", "weight", "size", "mean", "covariance", "info")}
+    [cluster_id] = store.add_clusters(run_id, [{**cluster, "info": {**cluster["info"], **(info or {})}}])
+    return root, store, run_id, cluster_id, template
+
+
+def test_the_label_page_says_when_a_judge_recognised_no_class_in_a_regions_review_images(trained_workspace,
+                                                                                         flawed_run, tmp_path,
+                                                                                         monkeypatch):
+    _, _, run_id, _, _ = _one_cluster_copy(trained_workspace, flawed_run, tmp_path, monkeypatch,
+                                           {"recognisable": False, "recognised_by": "judge-x",
+                                            "judge_agreeing": 3, "judged_images": 10})
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["annotator"] = "blur-checker"
+    at.run()
+    at.switch_page("pages/views/label.py").run()
+    at.selectbox(key="label_run_pick").set_value(run_id).run()
+    assert not at.exception
+    [warning] = [w.value for w in at.warning if w.value.startswith("Not recognisable")]
+    assert "judge-x" in warning and "3 of 10" in warning and "an oracle abstains here" in warning
+
+
+def test_the_label_page_asks_about_a_picture_once_and_stores_the_label_for_every_copy(trained_workspace, flawed_run,
+                                                                                      tmp_path, monkeypatch, capsys):
+    """A cluster whose ten review images are three pictures (copies differing by a grey level or two) gets three
+    questions; one answer labels each copy, and the answer is confirmed at once."""
+    import numpy as np
+
+    root, store, run_id, cluster_id, template = _one_cluster_copy(trained_workspace, flawed_run, tmp_path,
+                                                                  monkeypatch)
     digits = load_dataset("digits")
     pictures = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]  # which of three training images each review image copies
     rng = np.random.default_rng(0)
