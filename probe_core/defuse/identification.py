@@ -210,11 +210,9 @@ def identify_failures(
         A classifier other than ``classifier`` (images (B, C, H, W) -> probabilities (B, K), the same classes).
         With one, a misclassified decoding counts as a failure only if the judge gives its source image's label
         at least ``judge_sure``: the decoding still shows its class, so the probed classifier is wrong on it, not
-        the generator (see :data:`DEFAULT_JUDGE_SURE`). A neighbour vote
-        (:class:`~probe_core.models.neighbours.NeighbourVote`) gives vote shares as its probabilities.
+        the generator (see :data:`DEFAULT_JUDGE_SURE`); a neighbour vote's probabilities are vote shares.
     judge_sure : float, optional
-        The judge's least probability of the source label, in (0, 1]; default the judge's own
-        (:func:`judge_sure_of`).
+        The judge's least probability of the source label, in (0, 1]; default the judge's own (:func:`judge_sure_of`).
 
     Returns
     -------
