@@ -36,13 +36,14 @@ EMBED_CHUNK = 512
 
 
 def penultimate(module: nn.Module):
-    """The callable giving ``module``'s penultimate features (B, C, H, W) -> (B, F), or None where it has none
-    (a classifier wrapped for probabilities or reordered classes exposes its net's)."""
-    for candidate in (module, getattr(module, "net", None)):
-        features = getattr(candidate, "features", None)
-        if callable(features):
-            return features
-    return None
+    """The callable giving ``module``'s penultimate features (B, C, H, W) -> (B, F), or None where it has none.
+
+    A classifier wrapped for probabilities or reordered classes
+    (:class:`~probe_core.models.architectures.ProbabilityModel`) is looked through to its net: the wrapper's own
+    ``features`` falls back to the net's raw outputs, which are scores, not features.
+    """
+    features = getattr(getattr(module, "net", module), "features", None)
+    return features if callable(features) else None
 
 
 class NeighbourVote(nn.Module):

@@ -115,8 +115,12 @@ def test_a_neighbour_vote_keeps_a_class_whose_minority_is_mislabelled_and_gives_
     assert (flipped(fresh)[:200, 0] < NEIGHBOUR_MAJORITY).float().mean() > 0.9
     # a vote is read at a majority; a classifier at DEFAULT_JUDGE_SURE
     assert judge_sure_of(vote) == NEIGHBOUR_MAJORITY and judge_sure_of(_PixelFeatures()) == DEFAULT_JUDGE_SURE
-    with pytest.raises(ProbeError, match="penultimate features"):
-        NeighbourVote(torch.nn.Linear(16, 2), images, labels, num_classes=2)
+    from probe_core.models.architectures import ProbabilityModel
+
+    for featureless in (torch.nn.Linear(16, 2), ProbabilityModel(torch.nn.Linear(16, 2))):  # wrapped: scores only
+        with pytest.raises(ProbeError, match="penultimate features"):
+            NeighbourVote(featureless, images.flatten(1), labels, num_classes=2)
+    assert len(NeighbourVote(ProbabilityModel(_PixelFeatures()), images, labels, num_classes=2)(fresh)) == 400
 
 
 def test_a_neighbour_vote_judges_identification_at_a_majority_and_says_how_it_may_share_a_flaw(trained_workspace):
