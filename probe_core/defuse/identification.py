@@ -48,10 +48,11 @@ FAILURE_PREFIX = "failures/"
 DEFAULT_JUDGE_SURE = 0.9
 
 
-def judge_sure_of(judge) -> float:
-    """The threshold a judge is read at when none is named: the one it declares (``sure_at``: a neighbour vote's
-    majority, :class:`~probe_core.models.neighbours.NeighbourVote`), else :data:`DEFAULT_JUDGE_SURE`."""
-    return float(getattr(judge, "sure_at", DEFAULT_JUDGE_SURE))
+def judge_sure_of(judge, named: float | None = None) -> float:
+    """The threshold ``judge`` is read at: ``named`` where a run names one, else the one the judge declares
+    (``sure_at``: a neighbour vote's majority, :class:`~probe_core.models.neighbours.NeighbourVote`), else
+    :data:`DEFAULT_JUDGE_SURE`."""
+    return float(getattr(judge, "sure_at", DEFAULT_JUDGE_SURE)) if named is None else named
 
 
 @dataclass
@@ -220,7 +221,7 @@ def identify_failures(
         All kept failures, in image order.
     """
     _require_encoder(vae)
-    judge_sure = judge_sure_of(judge) if judge_sure is None else judge_sure
+    judge_sure = judge_sure_of(judge, judge_sure)
     _check_identification(len(images), len(labels), samples_per_image, max_per_image, images_per_batch, judge_sure)
     rng, device = np.random.default_rng(seed), next(vae.parameters()).device
     means = encode_means(vae, images)

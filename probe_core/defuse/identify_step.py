@@ -152,9 +152,7 @@ class IdentifyRequest(BuiltFromSettings):
         for advice in (note, None if judge else judge_advice(data.image_shape)):
             if advice:
                 log.warning(advice)
-        judge_sure = request.judge_sure
-        if judge is not None and judge_sure is None:
-            judge_sure = judge_sure_of(judge.module)
+        judge_sure = request.judge_sure if judge is None else judge_sure_of(judge.module, request.judge_sure)
         if judge is not None and request.judge is not None and judge.record.get("judge_note"):
             reason = f"the judge given ({request.judge}): {judge.record['judge_note']}"  # it says how it may err
         return request.derived(classifier=classifier.id, vae=vae.id, judge=None if judge is None else judge.id,
@@ -321,9 +319,8 @@ def _identification(registry, settings: IdentifyRequest, device: str) -> JobFunc
         vae = models.get_or_train_reference(settings.vae, "generator", settings.dataset, device=device)
         judge = (None if settings.judge in (None, NO_JUDGE) else
                  models.get_or_train_reference(settings.judge, "classifier", settings.dataset, device=device))
-        judge_sure = settings.judge_sure
-        if judge is not None and judge_sure is None:  # a request stored unchecked leaves it open
-            judge_sure = judge_sure_of(judge.module)
+        # a request stored unchecked leaves the threshold open
+        judge_sure = settings.judge_sure if judge is None else judge_sure_of(judge.module, settings.judge_sure)
         # a request stored unchecked leaves the noise open
         resolved = with_data_noise(settings, dataset.image_shape, vae.capabilities).derived(judge_sure=judge_sure)
         classifier_check, vae_check = checked_models(classifier, dataset, vae,

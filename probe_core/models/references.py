@@ -182,17 +182,15 @@ class ReferenceResolver:
             base, class_map = split_class_map(reference or "default")
             if base.startswith(NEIGHBOURS_PREFIX):
                 loaded = self._neighbour_vote(base[len(NEIGHBOURS_PREFIX):], class_map, data, dataset, device)
-                if self._resolved is not None:
-                    self._resolved[key] = self._resolved[(loaded.id, kind, dataset, str(device))] = loaded
-                return loaded
-            if base.startswith(FEATURES_PREFIX):
-                base = self.feature_network_id(base[len(FEATURES_PREFIX):] or "default", dataset, device)
-            check_model_reference(self.store, self.actor, base)
-            loaded = self._resolve_unmatched(base, kind, dataset, device)
-            if self._trusted():
-                pin_model_references(self.store, base, loaded.id)
-            aligned = align_classifier(loaded, data, class_map)
-            loaded = replace(aligned, id=with_class_map(aligned.id, class_map))
+            else:
+                if base.startswith(FEATURES_PREFIX):
+                    base = self.feature_network_id(base[len(FEATURES_PREFIX):] or "default", dataset, device)
+                check_model_reference(self.store, self.actor, base)
+                loaded = self._resolve_unmatched(base, kind, dataset, device)
+                if self._trusted():
+                    pin_model_references(self.store, base, loaded.id)
+                aligned = align_classifier(loaded, data, class_map)
+                loaded = replace(aligned, id=with_class_map(aligned.id, class_map))
         else:
             check_model_reference(self.store, self.actor, reference)
             loaded = self._resolve_unmatched(reference, kind, dataset, device)
